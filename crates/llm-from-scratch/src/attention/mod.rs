@@ -1,0 +1,1 @@
+//! The attention family.

@@ -1,0 +1,161 @@
+//! The reverse sweep: the tape of a value in creation order, and [`Gradients`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::autodiff::value::{BackwardContext, TensorValue};
+use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+
+/// The tape of a value: every node it was computed from (itself included), in creation order.
+///
+/// Nodes that need no gradient keep no link to their inputs, so the tape of a value computed only
+/// from constants is that value alone.
+pub struct Tape {
+    nodes: Vec<TensorValue>,
+}
+
+impl Tape {
+    /// Collects the tape of `output` (ordered by creation id, so never by hash or address).
+    pub fn of(output: &TensorValue) -> Self {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![output.clone()];
+        let mut nodes = Vec::new();
+        while let Some(value) = stack.pop() {
+            if !seen.insert(value.id()) {
+                continue;
+            }
+            stack.extend(value.0.parents.iter().cloned());
+            nodes.push(value);
+        }
+        nodes.sort_by_key(TensorValue::id);
+        Self { nodes }
+    }
+
+    /// Number of nodes on the tape.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// `true` if the tape has no node (never the case for a tape made by [`Tape::of`]).
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The nodes in creation order.
+    pub fn nodes(&self) -> &[TensorValue] {
+        &self.nodes
+    }
+
+    /// `true` when every value still stored on the tape is finite (released values are skipped).
+    pub fn all_finite(&self) -> bool {
+        self.nodes.iter().all(|node| {
+            node.0
+                .value
+                .borrow()
+                .as_ref()
+                .is_none_or(Tensor::all_finite)
+        })
+    }
+}
+
+/// Adjoints of the leaves that require a gradient, keyed by node id.
+#[derive(Debug, Clone, Default)]
+pub struct Gradients {
+    by_id: BTreeMap<u64, Tensor>,
+}
+
+impl Gradients {
+    /// The gradient of `leaf`, or `None` if no adjoint reached it (or it is not a leaf).
+    pub fn get(&self, leaf: &TensorValue) -> Option<&Tensor> {
+        self.by_id.get(&leaf.id())
+    }
+
+    /// The gradient of `leaf`, zeros of its shape when no adjoint reached it.
+    pub fn get_or_zeros(&self, leaf: &TensorValue) -> Tensor {
+        self.get(leaf)
+            .cloned()
+            .unwrap_or_else(|| Tensor::from_parts(leaf.shape().to_vec(), vec![0.0; leaf.len()]))
+    }
+
+    /// Number of leaves that received a gradient.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// `true` when no leaf received a gradient.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+impl TensorValue {
+    /// Backward from a one-element output (a loss): `∂loss/∂leaf` for every parameter leaf.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::NotScalar`] if the output has more than one element, or any error
+    /// of a backward rule (e.g. [`TensorAutodiffError::Released`] when a rule needs a freed value).
+    pub fn backward(&self) -> Result<Gradients> {
+        if self.len() != 1 {
+            return Err(TensorAutodiffError::NotScalar {
+                op: "backward",
+                shape: Shape::from(self.shape()),
+            });
+        }
+        self.backward_with(&Tensor::from_parts(self.shape().to_vec(), vec![1.0]))
+    }
+
+    /// Backward with an explicit upstream adjoint: the gradients of `loss = Σ upstream ⊙ output`.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeMismatch`] if `upstream` does not have the output's shape, or
+    /// any error of a backward rule.
+    pub fn backward_with(&self, upstream: &Tensor) -> Result<Gradients> {
+        if upstream.shape() != self.shape() {
+            return Err(TensorAutodiffError::ShapeMismatch {
+                op: "backward",
+                lhs: Shape::from(self.shape()),
+                rhs: Shape::from(upstream.shape()),
+                reason: "the upstream adjoint must have the output's shape",
+            });
+        }
+        let mut gradients = Gradients::default();
+        if !self.requires_grad() {
+            return Ok(gradients);
+        }
+        let tape = Tape::of(self);
+        let mut adjoints: BTreeMap<u64, Tensor> = BTreeMap::new();
+        adjoints.insert(self.id(), upstream.clone());
+        // Reverse creation order: every consumer of a node is swept before the node itself.
+        for value in tape.nodes.iter().rev() {
+            let Some(grad) = adjoints.remove(&value.id()) else {
+                continue;
+            };
+            let node = &value.0;
+            if node.is_leaf {
+                gradients.by_id.insert(node.id, grad);
+                continue;
+            }
+            let Some(rule) = node.backward.as_ref() else {
+                continue;
+            };
+            let input_grads = rule(&BackwardContext { node, grad: &grad })?;
+            for (parent, input_grad) in node.parents.iter().zip(input_grads) {
+                let Some(input_grad) = input_grad else {
+                    continue;
+                };
+                if !parent.requires_grad() {
+                    continue;
+                }
+                debug_assert_eq!(input_grad.shape(), parent.shape(), "{}", node.op);
+                // Accumulate: a value used twice receives both contributions.
+                match adjoints.get_mut(&parent.id()) {
+                    Some(sum) => sum.add_assign_same_shape(&input_grad),
+                    None => {
+                        adjoints.insert(parent.id(), input_grad);
+                    }
+                }
+            }
+        }
+        Ok(gradients)
+    }
+}

@@ -1,0 +1,16 @@
+//! Reverse-mode automatic differentiation on a tape of tensors.
+//!
+//! Every operation builds its output value and records, next to it, how to send an adjoint back to
+//! its inputs. The *tape* of a value is the set of nodes it was computed from, in creation order;
+//! [`TensorValue::backward`] sweeps it in reverse. Operations live one family per file in `ops/`,
+//! each forward followed by its backward.
+
+mod backward;
+mod gradcheck;
+mod ops;
+mod value;
+
+pub use backward::{Gradients, Tape};
+pub use gradcheck::{GradcheckConfig, GradcheckReport, GradcheckTensor, gradcheck};
+pub use ops::concat;
+pub use value::{BackwardContext, TensorValue, constant, parameter};

@@ -1,0 +1,312 @@
+//! Batched matrix product with broadcasting over leading axes.
+//!
+//! # Shapes
+//! `lhs [..., m, k] · rhs [..., k, n] → [..., m, n]`; the leading (batch) axes broadcast like
+//! elementwise operations, so `x [B,T,d] · W [d,e]` applies one weight to every row and
+//! `q [B,h,T,d_h] · kᵀ [B,h,d_h,T]` runs one product per (batch, head) lane.
+//!
+//! Independent lanes run in parallel on the rayon pool; each output element is always summed by
+//! the same kernel call in the same order, so results do not depend on the number of threads.
+
+use rayon::prelude::*;
+
+use crate::autodiff::TensorValue;
+use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
+use crate::tensor::kernels::{MatRef, matmul as kernel};
+use crate::tensor::{Tensor, broadcast_shapes};
+
+/// Which lhs and rhs matrix every output matrix reads.
+struct Plan {
+    out_shape: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs_count: usize,
+    rhs_count: usize,
+    /// `(lhs matrix, rhs matrix)` for each output matrix, in row-major batch order.
+    pairs: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    fn new(lhs: &[usize], rhs: &[usize]) -> Result<Self> {
+        for shape in [lhs, rhs] {
+            if shape.len() < 2 {
+                return Err(TensorAutodiffError::RankMismatch {
+                    op: "matmul",
+                    expected: "at least 2".into(),
+                    shape: Shape::from(shape),
+                });
+            }
+        }
+        let (lb, lm) = lhs.split_at(lhs.len() - 2);
+        let (rb, rm) = rhs.split_at(rhs.len() - 2);
+        if lm[1] != rm[0] {
+            return Err(TensorAutodiffError::ShapeMismatch {
+                op: "matmul",
+                lhs: Shape::from(lhs),
+                rhs: Shape::from(rhs),
+                reason: "the last axis of lhs must equal the second-to-last axis of rhs",
+            });
+        }
+        let batch = broadcast_shapes("matmul", lb, rb)?;
+        let mut pairs = Vec::with_capacity(batch.iter().product());
+        for_each_broadcast(
+            &batch,
+            &broadcast_strides(lb, &batch),
+            &broadcast_strides(rb, &batch),
+            |_, l, r| pairs.push((l, r)),
+        );
+        if batch.iter().product::<usize>() == 0 {
+            pairs.clear();
+        }
+        let mut out_shape = batch;
+        out_shape.extend([lm[0], rm[1]]);
+        Ok(Self {
+            out_shape,
+            m: lm[0],
+            k: lm[1],
+            n: rm[1],
+            lhs_count: lb.iter().product(),
+            rhs_count: rb.iter().product(),
+            pairs,
+        })
+    }
+
+    /// One shared right matrix and one left matrix per output: the batch can be folded into the
+    /// rows of a single large product (`[B·T, d] · [d, e]`), which the kernel runs fastest.
+    fn folds_into_rows(&self) -> bool {
+        self.rhs_count == 1 && self.lhs_count == self.pairs.len()
+    }
+}
+
+/// `dst[t] = Σ_j left(j) · right(j)` over the jobs `(t, left, right)` of each target `t`, summed in
+/// job order. Targets run in parallel; a lone target lets the kernel use the threads instead.
+fn grouped_products<'a>(
+    targets: usize,
+    rows: usize,
+    cols: usize,
+    jobs: impl Iterator<Item = (usize, usize, usize)>,
+    left: impl Fn(usize) -> Result<MatRef<'a>> + Sync,
+    right: impl Fn(usize) -> Result<MatRef<'a>> + Sync,
+) -> Result<Vec<f64>> {
+    let mut per_target: Vec<Vec<(usize, usize)>> = vec![Vec::new(); targets];
+    for (t, l, r) in jobs {
+        per_target[t].push((l, r));
+    }
+    let mut out = vec![0.0; targets * rows * cols];
+    let run = |dst: &mut [f64], list: &[(usize, usize)], parallel: bool| -> Result<()> {
+        for (i, &(l, r)) in list.iter().enumerate() {
+            kernel(dst, left(l)?, right(r)?, i > 0, parallel)?;
+        }
+        Ok(())
+    };
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    if targets == 1 {
+        run(&mut out, &per_target[0], true)?;
+    } else {
+        out.par_chunks_mut(rows * cols)
+            .zip(per_target.par_iter())
+            .try_for_each(|(dst, list)| run(dst, list, false))?;
+    }
+    Ok(out)
+}
+
+impl TensorValue {
+    /// Batched matrix product `self · rhs` (see the module docs for shapes and broadcasting).
+    ///
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// // [1 2; 3 4] · [5; 6] = [1·5 + 2·6; 3·5 + 4·6] = [17; 39]
+    /// let a = constant(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+    /// let b = constant(&[2, 1], &[5.0, 6.0])?;
+    /// assert_eq!(a.matmul(&b)?.value()?.as_slice(), &[17.0, 39.0]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::RankMismatch`] for an operand of rank < 2,
+    /// [`TensorAutodiffError::ShapeMismatch`] when the inner axes differ or the batch axes do not
+    /// broadcast; `Released` if an operand was freed.
+    pub fn matmul(&self, rhs: &TensorValue) -> Result<TensorValue> {
+        let plan = Plan::new(self.shape(), rhs.shape())?;
+        let (a, b) = (self.read("matmul")?, rhs.read("matmul")?);
+        let (m, k, n) = (plan.m, plan.k, plan.n);
+        let out = if plan.folds_into_rows() {
+            let rows = plan.pairs.len() * m;
+            grouped_products(
+                1,
+                rows,
+                n,
+                std::iter::once((0, 0, 0)),
+                |_| MatRef::row_major(a.as_slice(), rows, k),
+                |_| MatRef::row_major(b.as_slice(), k, n),
+            )?
+        } else {
+            let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (t, l, r));
+            grouped_products(
+                plan.pairs.len(),
+                m,
+                n,
+                jobs,
+                |l| MatRef::row_major(&a.as_slice()[l * m * k..], m, k),
+                |r| MatRef::row_major(&b.as_slice()[r * k * n..], k, n),
+            )?
+        };
+        let out = Tensor::from_parts(plan.out_shape.clone(), out);
+        Ok(TensorValue::record(
+            "matmul",
+            vec![self.clone(), rhs.clone()],
+            out,
+            move |ctx| {
+                let (a, b, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
+                let (a, b, g) = (a.as_slice(), b.as_slice(), g.as_slice());
+                let mut grads = vec![None, None];
+                if plan.folds_into_rows() {
+                    let rows = plan.pairs.len() * m;
+                    let g_flat = || MatRef::row_major(g, rows, n);
+                    if ctx.wants(0) {
+                        // forward: C[r,:] = A[r,:]·B  =>  dA = dC·Bᵀ
+                        let da = grouped_products(
+                            1,
+                            rows,
+                            k,
+                            std::iter::once((0, 0, 0)),
+                            |_| g_flat(),
+                            |_| Ok(MatRef::row_major(b, k, n)?.t()),
+                        )?;
+                        grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
+                    }
+                    if ctx.wants(1) {
+                        // forward: C = A·B with all rows stacked  =>  dB = Aᵀ·dC (sums over rows)
+                        let db = grouped_products(
+                            1,
+                            k,
+                            n,
+                            std::iter::once((0, 0, 0)),
+                            |_| Ok(MatRef::row_major(a, rows, k)?.t()),
+                            |_| g_flat(),
+                        )?;
+                        grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
+                    }
+                    return Ok(grads);
+                }
+                let g_mat = |t: usize| MatRef::row_major(&g[t * m * n..], m, n);
+                if ctx.wants(0) {
+                    // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
+                    let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (l, t, r));
+                    let da = grouped_products(plan.lhs_count, m, k, jobs, g_mat, |r| {
+                        Ok(MatRef::row_major(&b[r * k * n..], k, n)?.t())
+                    })?;
+                    grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
+                }
+                if ctx.wants(1) {
+                    // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
+                    let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (r, l, t));
+                    let db = grouped_products(
+                        plan.rhs_count,
+                        k,
+                        n,
+                        jobs,
+                        |l| Ok(MatRef::row_major(&a[l * m * k..], m, k)?.t()),
+                        g_mat,
+                    )?;
+                    grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
+                }
+                Ok(grads)
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::tensor::Tensor;
+    use crate::tensor::kernels::{MatRef, matmul_naive};
+
+    fn ramp(shape: &[usize], start: f64) -> Tensor {
+        let len = shape.iter().product();
+        Tensor::new(
+            shape,
+            (0..len)
+                .map(|i| start + 0.37 * ((i * 7 % 11) as f64) - 1.3)
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn errors_name_the_shapes() {
+        let a = constant(&[2, 3], &[0.0; 6]).unwrap();
+        let err = a.matmul(&a).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("matmul: shapes [2,3] and [2,3]"),
+            "{err}"
+        );
+        let v = constant(&[3], &[0.0; 3]).unwrap();
+        assert!(matches!(
+            a.matmul(&v),
+            Err(crate::TensorAutodiffError::RankMismatch { .. })
+        ));
+        let b = constant(&[2, 3, 2], &[0.0; 12]).unwrap();
+        let c = constant(&[3, 2, 3], &[0.0; 18]).unwrap();
+        assert!(b.matmul(&c).unwrap_err().to_string().contains("broadcast"));
+    }
+
+    #[test]
+    fn batched_broadcast_product_matches_per_lane_naive_product() {
+        // lhs [2,1,3,4] and rhs [3,4,5] broadcast to 6 lanes [2,3,3,5]
+        let a = ramp(&[2, 1, 3, 4], 0.1);
+        let b = ramp(&[3, 4, 5], -0.2);
+        let c = constant(a.shape(), a.as_slice())
+            .unwrap()
+            .matmul(&constant(b.shape(), b.as_slice()).unwrap())
+            .unwrap();
+        let c = c.value().unwrap();
+        assert_eq!(c.shape(), &[2, 3, 3, 5]);
+        for i in 0..2 {
+            for j in 0..3 {
+                let mut lane = vec![0.0; 15];
+                let av = MatRef::row_major(&a.as_slice()[i * 12..], 3, 4).unwrap();
+                let bv = MatRef::row_major(&b.as_slice()[j * 20..], 4, 5).unwrap();
+                matmul_naive(&mut lane, av, bv, false).unwrap();
+                let got = &c.as_slice()[(i * 3 + j) * 15..][..15];
+                for (x, y) in got.iter().zip(&lane) {
+                    assert!((x - y).abs() < 1e-12);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gradcheck_matmul_shared_weight_batched_and_broadcast() {
+        let cfg = GradcheckConfig::default();
+        let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
+            (vec![2, 3], vec![3, 4]),
+            (vec![2, 3, 4], vec![4, 2]), // shared weight, rows folded
+            (vec![2, 2, 3, 4], vec![2, 2, 4, 3]), // one product per lane
+            (vec![2, 1, 3, 2], vec![3, 2, 2]), // broadcast on both sides
+            (vec![3, 2], vec![2, 2, 3]), // lhs shared by lanes of rhs
+        ];
+        for (ls, rs) in cases {
+            let inputs = vec![("lhs", ramp(&ls, 0.2)), ("rhs", ramp(&rs, -0.1))];
+            let report = gradcheck(&inputs, &cfg, |v| v[0].matmul(&v[1])).unwrap();
+            assert!(report.passed(), "{ls:?}·{rs:?}: {report:?}");
+        }
+    }
+
+    #[test]
+    fn gradcheck_value_used_twice_in_a_product() {
+        // x·xᵀ: x reaches the output through both operands
+        let inputs = vec![("x", ramp(&[3, 4], 0.3))];
+        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
+            v[0].matmul(&v[0].transpose(0, 1)?)
+        })
+        .unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+}

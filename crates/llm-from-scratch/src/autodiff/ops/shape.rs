@@ -1,0 +1,193 @@
+//! Rearrangements: `reshape`, `transpose`, `permute`. They move values, never change them, so
+//! their backward moves the adjoint back the same way.
+
+use crate::autodiff::TensorValue;
+use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+
+/// Copies `x` into the axis order `perm`: `out.shape[i] = x.shape[perm[i]]`.
+pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
+    let shape = x.shape();
+    let rank = shape.len();
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut in_strides = vec![1usize; rank];
+    for i in (0..rank.saturating_sub(1)).rev() {
+        in_strides[i] = in_strides[i + 1] * shape[i + 1];
+    }
+    // stride of the input when walking output axis i
+    let walk: Vec<usize> = perm.iter().map(|&p| in_strides[p]).collect();
+    let total = x.len();
+    let src = x.as_slice();
+    let mut out = Vec::with_capacity(total);
+    if total > 0 {
+        let inner = *out_shape.last().unwrap_or(&1);
+        let inner_stride = *walk.last().unwrap_or(&1);
+        let outer_rank = rank.saturating_sub(1);
+        let mut index = vec![0usize; outer_rank];
+        let mut base = 0usize;
+        for _ in 0..total / inner.max(1) {
+            out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+            for axis in (0..outer_rank).rev() {
+                index[axis] += 1;
+                base += walk[axis];
+                if index[axis] < out_shape[axis] {
+                    break;
+                }
+                base -= walk[axis] * out_shape[axis];
+                index[axis] = 0;
+            }
+        }
+    }
+    Tensor::from_parts(out_shape, out)
+}
+
+fn check_permutation(op: &'static str, shape: &[usize], perm: &[usize]) -> Result<()> {
+    let mut seen = vec![false; shape.len()];
+    let valid = perm.len() == shape.len()
+        && perm
+            .iter()
+            .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+    if valid {
+        Ok(())
+    } else {
+        Err(TensorAutodiffError::InvalidPermutation {
+            op,
+            permutation: perm.to_vec(),
+            shape: Shape::from(shape),
+        })
+    }
+}
+
+impl TensorValue {
+    /// The same values under a new shape with the same number of elements (row-major order kept).
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ReshapeMismatch`] if the element counts differ; `Released`.
+    pub fn reshape(&self, shape: &[usize]) -> Result<TensorValue> {
+        let out = self.read("reshape")?.reshaped(shape)?;
+        Ok(TensorValue::record(
+            "reshape",
+            vec![self.clone()],
+            out,
+            |ctx| {
+                // forward: out = x viewed as a new shape  =>  dx = dout viewed as x's shape
+                Ok(vec![Some(ctx.grad().reshaped(ctx.input_shape(0))?)])
+            },
+        ))
+    }
+
+    /// Reorders the axes: output axis `i` is input axis `perm[i]`.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::InvalidPermutation`] if `perm` is not a permutation of `0..rank`.
+    pub fn permute(&self, perm: &[usize]) -> Result<TensorValue> {
+        check_permutation("permute", self.shape(), perm)?;
+        self.permute_unchecked("permute", perm)
+    }
+
+    fn permute_unchecked(&self, op: &'static str, perm: &[usize]) -> Result<TensorValue> {
+        let out = permute_tensor(&self.read(op)?, perm);
+        let mut inverse = vec![0; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        Ok(TensorValue::record(
+            op,
+            vec![self.clone()],
+            out,
+            move |ctx| {
+                // forward: out[.. i ..] = x[.. perm[i] ..]  =>  dx = dout permuted by perm⁻¹
+                Ok(vec![Some(permute_tensor(ctx.grad(), &inverse))])
+            },
+        ))
+    }
+
+    /// Swaps axes `a` and `b` (a permutation with one exchange).
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::AxisOutOfRange`] if either axis is not below the rank.
+    pub fn transpose(&self, a: usize, b: usize) -> Result<TensorValue> {
+        let rank = self.shape().len();
+        for axis in [a, b] {
+            if axis >= rank {
+                return Err(TensorAutodiffError::AxisOutOfRange {
+                    op: "transpose",
+                    axis,
+                    shape: Shape::from(self.shape()),
+                });
+            }
+        }
+        let mut perm: Vec<usize> = (0..rank).collect();
+        perm.swap(a, b);
+        self.permute_unchecked("transpose", &perm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn transpose_by_hand_and_errors() {
+        // [[1,2,3],[4,5,6]]ᵀ = [[1,4],[2,5],[3,6]]
+        let x = constant(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let t = x.transpose(0, 1).unwrap().value().unwrap();
+        assert_eq!(
+            (t.shape(), t.as_slice()),
+            (&[3usize, 2][..], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..])
+        );
+        let err = x.transpose(0, 2).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("transpose: axis 2 is out of range for shape [2,3]"),
+            "{err}"
+        );
+        let err = x.permute(&[0, 0]).unwrap_err();
+        assert!(
+            matches!(err, crate::TensorAutodiffError::InvalidPermutation { .. }),
+            "{err}"
+        );
+        let err = x.reshape(&[4]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot reshape [2,3] (6 values) into [4]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gradcheck_reshape_transpose_chain() {
+        let x = Tensor::new(
+            &[2, 3, 4],
+            (0..24).map(|i| (i as f64 * 0.37).sin()).collect(),
+        )
+        .unwrap();
+        let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
+            v[0].reshape(&[2, 3, 2, 2])?
+                .transpose(1, 2)?
+                .permute(&[3, 0, 2, 1])?
+                .reshape(&[4, 6])
+        })
+        .unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn reshape_transpose_round_trip_is_bitwise(dims in proptest::collection::vec(1usize..4, 1..5), a in 0usize..4, b in 0usize..4, seed in any::<u64>()) {
+            let len: usize = dims.iter().product();
+            let mut rng = crate::nn::SplitMix64::new(seed);
+            let values: Vec<f64> = (0..len).map(|_| rng.uniform(-3.0, 3.0)).collect();
+            let x = constant(&dims, &values).unwrap();
+            let (a, b) = (a % dims.len(), b % dims.len());
+            let back = x.transpose(a, b).unwrap().transpose(a, b).unwrap().value().unwrap();
+            prop_assert!(back.bitwise_eq(&x.value().unwrap()));
+            let flat = x.reshape(&[len]).unwrap().reshape(&dims).unwrap().value().unwrap();
+            prop_assert!(flat.bitwise_eq(&x.value().unwrap()));
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Softmax over the last axis, numerically stable.
+//!
+//! `y_j = e^{x_j − m} / Σ_k e^{x_k − m}` with `m = max_k x_k`: subtracting the row maximum keeps
+//! every exponent ≤ 0, so nothing overflows, and it changes nothing mathematically.
+//!
+//! Defined answers where the formula alone would give NaN:
+//! - a row whose entries are all −∞ (every key masked) gives all zeros — no key receives weight;
+//! - a row containing +∞ splits the weight equally among its +∞ entries.
+//!
+//! A NaN input stays NaN (it is propagated, never hidden).
+
+use rayon::prelude::*;
+
+use crate::autodiff::TensorValue;
+use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+
+/// Rows per parallel task: large enough that a task outweighs its scheduling.
+const ROWS_PER_TASK: usize = 64;
+
+/// Softmax of one row into `out` (see the module docs for the infinite cases).
+pub(crate) fn softmax_row(x: &[f64], out: &mut [f64]) {
+    if x.iter().any(|v| v.is_nan()) {
+        out.fill(f64::NAN);
+        return;
+    }
+    let max = x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        out.fill(0.0);
+        return;
+    }
+    if max == f64::INFINITY {
+        let count = x.iter().filter(|&&v| v == f64::INFINITY).count() as f64;
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = if v == f64::INFINITY { 1.0 / count } else { 0.0 };
+        }
+        return;
+    }
+    let mut sum = 0.0;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - max).exp();
+        sum += *o;
+    }
+    let inv = 1.0 / sum;
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+/// Backward of one row: `dx_j = y_j · (dy_j − Σ_k dy_k · y_k)`.
+pub(crate) fn softmax_row_backward(y: &[f64], dy: &[f64], dx: &mut [f64]) {
+    let dot: f64 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
+    for ((d, &yj), &gj) in dx.iter_mut().zip(y).zip(dy) {
+        *d = yj * (gj - dot);
+    }
+}
+
+impl TensorValue {
+    /// Softmax over the last axis: every row becomes non-negative weights that sum to 1.
+    ///
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// // equal scores share the weight equally; a −∞ score gets exactly 0
+    /// let x = constant(&[1, 3], &[0.5, 0.5, f64::NEG_INFINITY])?;
+    /// assert_eq!(x.softmax_last_axis()?.value()?.as_slice(), &[0.5, 0.5, 0.0]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::RankMismatch`] for a scalar; `Released`.
+    pub fn softmax_last_axis(&self) -> Result<TensorValue> {
+        let width = match self.shape().last() {
+            Some(&w) => w,
+            None => {
+                return Err(TensorAutodiffError::RankMismatch {
+                    op: "softmax",
+                    expected: "at least 1".into(),
+                    shape: Shape::from(self.shape()),
+                });
+            }
+        };
+        let x = self.read("softmax")?;
+        let mut out = vec![0.0; x.len()];
+        if width > 0 {
+            out.par_chunks_mut(width * ROWS_PER_TASK)
+                .zip(x.as_slice().par_chunks(width * ROWS_PER_TASK))
+                .for_each(|(o, xs)| {
+                    for (orow, xrow) in o.chunks_mut(width).zip(xs.chunks(width)) {
+                        softmax_row(xrow, orow);
+                    }
+                });
+        }
+        let out = Tensor::from_parts(x.shape().to_vec(), out);
+        Ok(TensorValue::record(
+            "softmax",
+            vec![self.clone()],
+            out,
+            move |ctx| {
+                // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
+                let (y, g) = (ctx.output()?, ctx.grad());
+                let mut dx = vec![0.0; y.len()];
+                if width > 0 {
+                    dx.par_chunks_mut(width * ROWS_PER_TASK)
+                        .zip(y.as_slice().par_chunks(width * ROWS_PER_TASK))
+                        .zip(g.as_slice().par_chunks(width * ROWS_PER_TASK))
+                        .for_each(|((d, ys), gs)| {
+                            for ((drow, yrow), grow) in d
+                                .chunks_mut(width)
+                                .zip(ys.chunks(width))
+                                .zip(gs.chunks(width))
+                            {
+                                softmax_row_backward(yrow, grow, drow);
+                            }
+                        });
+                }
+                Ok(vec![Some(Tensor::from_parts(y.shape().to_vec(), dx))])
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn hand_values_and_defined_edge_rows() {
+        // [0, ln 3] → [1/4, 3/4]
+        let x = constant(
+            &[2, 2],
+            &[0.0, 3f64.ln(), f64::NEG_INFINITY, f64::NEG_INFINITY],
+        )
+        .unwrap();
+        let y = x.softmax_last_axis().unwrap().value().unwrap();
+        assert!((y.as_slice()[0] - 0.25).abs() < 1e-15 && (y.as_slice()[1] - 0.75).abs() < 1e-15);
+        assert_eq!(
+            &y.as_slice()[2..],
+            &[0.0, 0.0],
+            "a fully masked row is all zeros, not NaN"
+        );
+        let z = constant(&[3], &[f64::INFINITY, 1.0, f64::INFINITY])
+            .unwrap()
+            .softmax_last_axis()
+            .unwrap();
+        assert_eq!(z.value().unwrap().as_slice(), &[0.5, 0.0, 0.5]);
+        let big = constant(&[2], &[1e6, -1e6])
+            .unwrap()
+            .softmax_last_axis()
+            .unwrap();
+        assert_eq!(big.value().unwrap().as_slice(), &[1.0, 0.0]);
+        assert!(constant(&[], &[1.0]).unwrap().softmax_last_axis().is_err());
+    }
+
+    #[test]
+    fn gradcheck_softmax() {
+        let x = Tensor::new(
+            &[3, 4],
+            (0..12).map(|i| (i as f64 * 1.3).sin() * 2.0).collect(),
+        )
+        .unwrap();
+        let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
+            v[0].softmax_last_axis()
+        })
+        .unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        #[test]
+        fn rows_sum_to_one(rows in 1usize..5, width in 1usize..9, seed in any::<u64>(), scale in 0.1f64..50.0) {
+            let mut rng = crate::nn::SplitMix64::new(seed);
+            let values: Vec<f64> = (0..rows * width).map(|_| rng.uniform(-scale, scale)).collect();
+            let y = constant(&[rows, width], &values).unwrap().softmax_last_axis().unwrap().value().unwrap();
+            for row in y.as_slice().chunks(width) {
+                let sum: f64 = row.iter().sum();
+                prop_assert!((sum - 1.0).abs() <= 1e-12, "sum {}", sum);
+                prop_assert!(row.iter().all(|&p| (0.0..=1.0).contains(&p)));
+            }
+        }
+    }
+}

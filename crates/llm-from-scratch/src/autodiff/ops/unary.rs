@@ -1,0 +1,144 @@
+//! Elementwise operations of one input: `scale`, `exp`, `log`, `silu`.
+
+use crate::autodiff::TensorValue;
+use crate::error::{Result, TensorAutodiffError};
+use crate::tensor::Tensor;
+
+/// `out[i] = f(x[i])`, with `dfdx(x, out)` as the local derivative for the backward.
+fn unary(
+    x: &TensorValue,
+    op: &'static str,
+    f: impl Fn(f64) -> f64,
+    dfdx: impl Fn(f64, f64) -> f64 + 'static,
+) -> Result<TensorValue> {
+    let out = x.read(op)?.map(f);
+    Ok(TensorValue::record(op, vec![x.clone()], out, move |ctx| {
+        // forward: out[i] = f(x[i])  =>  dx[i] = f'(x[i]) · dout[i]
+        let (input, output) = (ctx.input(0)?, ctx.output()?);
+        let values = input
+            .as_slice()
+            .iter()
+            .zip(output.as_slice())
+            .zip(ctx.grad().as_slice())
+            .map(|((&x, &y), &g)| dfdx(x, y) * g)
+            .collect();
+        Ok(vec![Some(Tensor::from_parts(
+            input.shape().to_vec(),
+            values,
+        ))])
+    }))
+}
+
+impl TensorValue {
+    /// `factor · self`.
+    ///
+    /// # Errors
+    /// `Released` if the operand was freed.
+    pub fn scale(&self, factor: f64) -> Result<TensorValue> {
+        let out = self.read("scale")?.map(|v| v * factor);
+        Ok(TensorValue::record(
+            "scale",
+            vec![self.clone()],
+            out,
+            move |ctx| {
+                // forward: out = c · x  =>  dx = c · dout
+                Ok(vec![Some(ctx.grad().map(|g| g * factor))])
+            },
+        ))
+    }
+
+    /// `eˣ` elementwise.
+    ///
+    /// # Errors
+    /// `Released` if the operand was freed.
+    pub fn exp(&self) -> Result<TensorValue> {
+        // d/dx eˣ = eˣ = out
+        unary(self, "exp", f64::exp, |_, y| y)
+    }
+
+    /// Natural logarithm elementwise; `log(0) = −∞`.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::InvalidArgument`] if a value is negative (or NaN): the logarithm
+    /// has no real answer there.
+    pub fn log(&self) -> Result<TensorValue> {
+        let x = self.read("log")?;
+        if let Some(&bad) = x.as_slice().iter().find(|v| !(**v >= 0.0)) {
+            return Err(TensorAutodiffError::InvalidArgument {
+                op: "log",
+                name: "input",
+                value: bad,
+                reason: "the logarithm needs values ≥ 0",
+            });
+        }
+        // d/dx ln x = 1/x
+        unary(self, "log", f64::ln, |x, _| 1.0 / x)
+    }
+
+    /// SiLU (swish): `x · σ(x)` with `σ(x) = 1 / (1 + e^{−x})`.
+    ///
+    /// # Errors
+    /// `Released` if the operand was freed.
+    pub fn silu(&self) -> Result<TensorValue> {
+        // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x))
+        unary(
+            self,
+            "silu",
+            |x| x * sigmoid(x),
+            |x, _| {
+                let s = sigmoid(x);
+                s + x * s * (1.0 - s)
+            },
+        )
+    }
+}
+
+/// The logistic function, written so that neither branch overflows.
+pub(crate) fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn hand_values() {
+        // silu(0) = 0·½ = 0; exp(0) = 1; log(1) = 0; scale by −2
+        let x = constant(&[3], &[0.0, 1.0, 2.0]).unwrap();
+        assert_eq!(x.silu().unwrap().value().unwrap().as_slice()[0], 0.0);
+        assert_eq!(x.exp().unwrap().value().unwrap().as_slice()[0], 1.0);
+        assert_eq!(x.log().unwrap().value().unwrap().as_slice()[1], 0.0);
+        assert_eq!(
+            x.scale(-2.0).unwrap().value().unwrap().as_slice(),
+            &[-0.0, -2.0, -4.0]
+        );
+        let err = constant(&[1], &[-1.0]).unwrap().log().unwrap_err();
+        assert!(err.to_string().starts_with("log: input = -1"), "{err}");
+    }
+
+    #[test]
+    fn gradcheck_unary_ops() {
+        let x = Tensor::new(&[2, 3], vec![0.3, 1.2, 0.5, 2.0, 0.8, 1.7]).unwrap();
+        for which in 0..4 {
+            let report = gradcheck(
+                &[("x", x.clone())],
+                &GradcheckConfig::default(),
+                |v| match which {
+                    0 => v[0].exp(),
+                    1 => v[0].log(),
+                    2 => v[0].silu(),
+                    _ => v[0].scale(-1.5),
+                },
+            )
+            .unwrap();
+            assert!(report.passed(), "op {which}: {report:?}");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! # llm-from-scratch
+//!
+//! How a modern LLM's attention works, built from the ground up in `f64`: a small tape-based
+//! autodiff ([`autodiff`]), the layers on top of it ([`nn`]) and the attention family
+//! ([`attention`]).
+//!
+//! ```
+//! use llm_from_scratch::{constant, parameter};
+//! // y = softmax(x · W) for one row; the tape gives ∂(Σ upstream ⊙ y)/∂W.
+//! let x = constant(&[1, 2], &[1.0, -1.0])?;
+//! let w = parameter(&[2, 2], &[0.5, 0.0, 0.0, 0.5])?;
+//! let y = x.matmul(&w)?.softmax_last_axis()?;
+//! let total: f64 = y.value()?.as_slice().iter().sum();
+//! assert!((total - 1.0).abs() < 1e-15);
+//! let grads = y.backward_with(&llm_from_scratch::Tensor::new(&[1, 2], vec![1.0, 0.0])?)?;
+//! assert_eq!(grads.get(&w).unwrap().shape(), &[2, 2]);
+//! # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+//! ```
+//!
+//! Conventions: shapes are row-major `Vec<usize>` and print as `[1,3,4]`; every fallible call
+//! returns a typed error whose message names the stage and the values; results are bitwise
+//! reproducible and independent of the number of threads.
+
+#![warn(missing_docs)]
+
+pub mod attention;
+pub mod autodiff;
+pub mod error;
+pub mod nn;
+pub mod report;
+pub mod tensor;
+
+pub use autodiff::{
+    GradcheckConfig, GradcheckReport, GradcheckTensor, Gradients, Tape, TensorValue, concat,
+    constant, gradcheck, parameter,
+};
+pub use error::{TensorAutodiffError, fmt_shape};
+pub use tensor::{Mask, Tensor};

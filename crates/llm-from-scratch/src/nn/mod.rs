@@ -1,0 +1,16 @@
+//! Building blocks with parameters: the generator that initialises them, named parameters, and
+//! the layers the attention chapters stack.
+
+mod error;
+mod linear;
+mod parameters;
+
+mod rms_norm;
+mod rng;
+
+pub use error::NnError;
+pub use linear::Linear;
+pub use parameters::{NamedParameter, NamedParameters};
+
+pub use rms_norm::RmsNorm;
+pub use rng::SplitMix64;

@@ -1,0 +1,93 @@
+//! [`RmsNorm`]: the layer around [`TensorValue::rms_norm`].
+
+use crate::autodiff::TensorValue;
+use crate::error::Shape;
+use crate::nn::{NamedParameter, NnError};
+use crate::tensor::Tensor;
+
+/// Root-mean-square normalisation with a learned gain: `x / sqrt(mean(x²) + ε) ⊙ g`.
+///
+/// # Shapes
+/// `x [..., d] → [..., d]`.
+#[derive(Clone, Debug)]
+pub struct RmsNorm {
+    name: String,
+    gain: TensorValue,
+    eps: f64,
+}
+
+impl RmsNorm {
+    /// A layer of width `d` with gain initialised to ones.
+    ///
+    /// # Errors
+    /// [`NnError::InvalidConfig`] if `d` is 0 or `eps` is negative or not finite.
+    pub fn new(name: &str, width: usize, eps: f64) -> Result<Self, NnError> {
+        Self::from_gain(
+            name,
+            TensorValue::leaf(Tensor::from_parts(vec![width], vec![1.0; width]), true),
+            eps,
+        )
+    }
+
+    /// A layer from an existing gain leaf `[d]`.
+    ///
+    /// # Errors
+    /// As [`RmsNorm::new`]; [`NnError::ParameterShape`] if the gain is not a non-empty vector.
+    pub fn from_gain(name: &str, gain: TensorValue, eps: f64) -> Result<Self, NnError> {
+        if gain.shape().len() != 1 || gain.shape()[0] == 0 {
+            return Err(NnError::ParameterShape {
+                module: format!("rms_norm {name}"),
+                name: "gain",
+                expected: "[d] with d > 0".into(),
+                actual: Shape::from(gain.shape()),
+            });
+        }
+        if !(eps >= 0.0 && eps.is_finite()) {
+            return Err(NnError::InvalidConfig {
+                module: format!("rms_norm {name}"),
+                setting: "eps",
+                value: eps.to_string(),
+                reason: "must be finite and ≥ 0",
+            });
+        }
+        Ok(Self {
+            name: name.to_string(),
+            gain,
+            eps,
+        })
+    }
+
+    /// Normalises `x [..., d]`.
+    ///
+    /// # Errors
+    /// [`NnError::InputShape`] if the last axis is not `d`; [`NnError::Tensor`] if released.
+    pub fn forward(&self, x: &TensorValue) -> Result<TensorValue, NnError> {
+        if x.shape().last() != Some(&self.gain.shape()[0]) {
+            return Err(NnError::InputShape {
+                module: format!("rms_norm {}", self.name),
+                expected: format!("[..., {}]", self.gain.shape()[0]),
+                actual: Shape::from(x.shape()),
+            });
+        }
+        x.rms_norm(&self.gain, self.eps)
+            .map_err(NnError::tensor(&self.name))
+    }
+
+    /// The gain leaf.
+    pub fn gain(&self) -> &TensorValue {
+        &self.gain
+    }
+
+    /// ε.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
+    /// `name.weight` (the checkpoint name of the gain).
+    pub fn parameters(&self) -> Vec<NamedParameter> {
+        vec![NamedParameter::new(
+            format!("{}.weight", self.name),
+            self.gain.clone(),
+        )]
+    }
+}

@@ -1,0 +1,195 @@
+//! The [`Tensor`]: a row-major shape and `f64` storage.
+
+use std::sync::Arc;
+
+use crate::error::{Result, Shape, TensorAutodiffError};
+
+/// A dense, row-major `f64` tensor.
+///
+/// Rank 0 (a scalar, shape `[]`, one value) and empty axes (shape `[2,0]`, no values) are allowed.
+/// Storage is shared: cloning a tensor is cheap and never copies values; writing through
+/// [`Tensor::as_mut_slice`] copies only when the storage is shared.
+///
+/// ```
+/// use llm_from_scratch::Tensor;
+/// let t = Tensor::new(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+/// assert_eq!(t.shape(), &[2, 3]);
+/// assert_eq!(t.get(&[1, 0]), Some(4.0));
+/// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    data: Arc<Vec<f64>>,
+}
+
+/// The number of elements of `shape`, or a typed error if it overflows `usize`.
+pub(crate) fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &axis| acc.checked_mul(axis))
+        .ok_or_else(|| TensorAutodiffError::ShapeOverflow {
+            op,
+            shape: Shape::from(shape),
+        })
+}
+
+impl Tensor {
+    /// A tensor of `shape` holding `values` in row-major order.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::LengthMismatch`] if `values.len()` is not the product of `shape`,
+    /// [`TensorAutodiffError::ShapeOverflow`] if that product overflows.
+    pub fn new(shape: &[usize], values: Vec<f64>) -> Result<Self> {
+        let expected = element_count("tensor", shape)?;
+        if expected != values.len() {
+            return Err(TensorAutodiffError::LengthMismatch {
+                op: "tensor",
+                shape: Shape::from(shape),
+                expected,
+                actual: values.len(),
+            });
+        }
+        Ok(Self {
+            shape: shape.to_vec(),
+            data: Arc::new(values),
+        })
+    }
+
+    /// Internal constructor for operations whose output length is correct by construction.
+    pub(crate) fn from_parts(shape: Vec<usize>, values: Vec<f64>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), values.len());
+        Self {
+            shape,
+            data: Arc::new(values),
+        }
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeOverflow`] if the shape has too many elements.
+    pub fn zeros(shape: &[usize]) -> Result<Self> {
+        let len = element_count("zeros", shape)?;
+        Ok(Self::from_parts(shape.to_vec(), vec![0.0; len]))
+    }
+
+    /// A rank-0 tensor holding `value`.
+    pub fn scalar(value: f64) -> Self {
+        Self::from_parts(Vec::new(), vec![value])
+    }
+
+    /// The shape, outermost axis first.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of axes.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The values in row-major order.
+    pub fn as_slice(&self) -> &[f64] {
+        &self.data
+    }
+
+    /// Mutable access to the values; copies the storage first if another tensor shares it.
+    pub fn as_mut_slice(&mut self) -> &mut [f64] {
+        Arc::make_mut(&mut self.data).as_mut_slice()
+    }
+
+    /// The values as an owned vector (no copy when the storage is not shared).
+    pub fn into_vec(self) -> Vec<f64> {
+        Arc::try_unwrap(self.data).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// `true` when the tensor holds no values (some axis is 0).
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The value at a multi-index, or `None` if the index has the wrong rank or is out of range.
+    pub fn get(&self, index: &[usize]) -> Option<f64> {
+        if index.len() != self.shape.len() {
+            return None;
+        }
+        let mut offset = 0usize;
+        for (&i, &axis) in index.iter().zip(&self.shape) {
+            if i >= axis {
+                return None;
+            }
+            offset = offset * axis + i;
+        }
+        self.data.get(offset).copied()
+    }
+
+    /// `true` when every value is finite (no NaN, no ±∞).
+    pub fn all_finite(&self) -> bool {
+        self.data.iter().all(|v| v.is_finite())
+    }
+
+    /// The same values under another shape with the same number of elements (no copy).
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ReshapeMismatch`] if the element counts differ.
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Self> {
+        let to_len = element_count("reshape", shape)?;
+        if to_len != self.len() {
+            return Err(TensorAutodiffError::ReshapeMismatch {
+                op: "reshape",
+                from: Shape::from(self.shape()),
+                to: Shape::from(shape),
+                from_len: self.len(),
+                to_len,
+            });
+        }
+        Ok(Self {
+            shape: shape.to_vec(),
+            data: Arc::clone(&self.data),
+        })
+    }
+
+    /// Elementwise `self + other` for tensors of the same shape (used to accumulate adjoints).
+    pub(crate) fn add_assign_same_shape(&mut self, other: &Tensor) {
+        debug_assert_eq!(self.shape, other.shape);
+        for (a, b) in self.as_mut_slice().iter_mut().zip(other.as_slice()) {
+            *a += b;
+        }
+    }
+
+    /// A new tensor with `f` applied to every value.
+    pub fn map(&self, f: impl Fn(f64) -> f64) -> Self {
+        Self::from_parts(
+            self.shape.clone(),
+            self.data.iter().map(|&v| f(v)).collect(),
+        )
+    }
+
+    /// The largest absolute difference between two tensors of the same shape, or `None` if the
+    /// shapes differ. Handy in tests: `assert!(a.max_abs_diff(&b).unwrap() < 1e-12)`.
+    pub fn max_abs_diff(&self, other: &Tensor) -> Option<f64> {
+        (self.shape == other.shape).then(|| {
+            self.data
+                .iter()
+                .zip(other.data.iter())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max)
+        })
+    }
+
+    /// `true` when both tensors have the same shape and bitwise identical values.
+    pub fn bitwise_eq(&self, other: &Tensor) -> bool {
+        self.shape == other.shape
+            && self
+                .data
+                .iter()
+                .zip(other.data.iter())
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}

@@ -1,0 +1,338 @@
+//! Matrix-product kernels: the naive reference and the fast path, side by side.
+//!
+//! Both compute `dst (+)= lhs · rhs` for a row-major `dst` of `m × n` and strided views of
+//! `lhs` (`m × k`) and `rhs` (`k × n`). Strides make transposes free: `q · kᵀ` reads `k` with its
+//! strides swapped instead of copying it.
+//!
+//! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 micro-kernels chosen at
+//! run time, rayon threads). It splits work over output blocks only — never over `k` — so every
+//! output element is summed in the same order whatever the number of threads: results are
+//! bitwise independent of the thread count (a test checks 1 thread against 2).
+
+use crate::error::{Result, Shape, TensorAutodiffError};
+
+/// Below this many multiply-adds (`m·n·k`) the naive loop beats the packing overhead of the fast
+/// kernel, so [`matmul`] uses it. The choice depends only on the sizes, never on the machine load.
+pub const SMALL_PRODUCT: usize = 4096;
+
+/// A read-only strided view of an `rows × cols` matrix inside a slice.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a> {
+    data: &'a [f64],
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    col_stride: usize,
+}
+
+impl<'a> MatRef<'a> {
+    /// A view of `rows × cols` values at the start of `data`, element `(i, j)` at
+    /// `i·row_stride + j·col_stride`.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeMismatch`] if the view would read past the end of `data`.
+    pub fn new(
+        data: &'a [f64],
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Result<Self> {
+        let last = if rows == 0 || cols == 0 {
+            Some(0)
+        } else {
+            (rows - 1)
+                .checked_mul(row_stride)
+                .and_then(|r| {
+                    (cols - 1)
+                        .checked_mul(col_stride)
+                        .and_then(|c| r.checked_add(c))
+                })
+                .and_then(|offset| offset.checked_add(1))
+        };
+        match last {
+            Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => Ok(Self {
+                data,
+                rows,
+                cols,
+                row_stride,
+                col_stride,
+            }),
+            _ => Err(TensorAutodiffError::ShapeMismatch {
+                op: "matmul kernel",
+                lhs: Shape(vec![rows, cols]),
+                rhs: Shape(vec![data.len()]),
+                reason: "the strided view reads past the end of its storage",
+            }),
+        }
+    }
+
+    /// A contiguous row-major `rows × cols` view.
+    ///
+    /// # Errors
+    /// As [`MatRef::new`].
+    pub fn row_major(data: &'a [f64], rows: usize, cols: usize) -> Result<Self> {
+        Self::new(data, rows, cols, cols, 1)
+    }
+
+    /// The transposed view (swaps rows/cols and their strides; copies nothing).
+    pub fn t(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Number of columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    #[inline]
+    fn at(&self, i: usize, j: usize) -> f64 {
+        self.data[i * self.row_stride + j * self.col_stride]
+    }
+}
+
+fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> {
+    if lhs.cols != rhs.rows || dst_len != lhs.rows * rhs.cols {
+        return Err(TensorAutodiffError::ShapeMismatch {
+            op: "matmul kernel",
+            lhs: Shape(vec![lhs.rows, lhs.cols]),
+            rhs: Shape(vec![rhs.rows, rhs.cols]),
+            reason: "need lhs [m,k], rhs [k,n] and a destination of m·n values",
+        });
+    }
+    Ok(())
+}
+
+/// The reference kernel: one dot product per output element, `k` summed left to right.
+///
+/// ```text
+/// dst[i][j] (+)= Σ_p lhs[i][p] · rhs[p][j]
+/// ```
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+pub fn matmul_naive(
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    accumulate: bool,
+) -> Result<()> {
+    check_dims(dst.len(), &lhs, &rhs)?;
+    let n = rhs.cols;
+    for i in 0..lhs.rows {
+        for j in 0..n {
+            let mut sum = 0.0;
+            for p in 0..lhs.cols {
+                sum += lhs.at(i, p) * rhs.at(p, j);
+            }
+            let out = &mut dst[i * n + j];
+            *out = if accumulate { *out + sum } else { sum };
+        }
+    }
+    Ok(())
+}
+
+/// The fast kernel: same contract as [`matmul_naive`]; agrees with it to rounding (FMA and
+/// blocked summation), and is bitwise reproducible for a given size whatever the thread count.
+/// Uses all threads of the current rayon pool when `parallel` is true.
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+pub fn matmul(
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    accumulate: bool,
+    parallel: bool,
+) -> Result<()> {
+    check_dims(dst.len(), &lhs, &rhs)?;
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dst.fill(0.0);
+        }
+        return Ok(());
+    }
+    if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
+        return matmul_small(dst, lhs, rhs, accumulate);
+    }
+    gemm_call(dst, lhs, rhs, accumulate, parallel);
+    Ok(())
+}
+
+/// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
+fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool) -> Result<()> {
+    let n = rhs.cols;
+    if !accumulate {
+        dst.fill(0.0);
+    }
+    for i in 0..lhs.rows {
+        let row = &mut dst[i * n..(i + 1) * n];
+        for p in 0..lhs.cols {
+            let a = lhs.at(i, p);
+            for (j, out) in row.iter_mut().enumerate() {
+                *out += a * rhs.at(p, j);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let parallelism = if parallel {
+        gemm_common::Parallelism::Rayon(0)
+    } else {
+        gemm_common::Parallelism::None
+    };
+    let isz = |v: usize| v as isize;
+    // The micro-kernel wants a column-major destination; a row-major `C = A·B` is the
+    // column-major `Cᵀ = Bᵀ·Aᵀ`, so swap the operands and the strides (no data moves).
+    // SAFETY: `MatRef::new` proved every strided read of both views in bounds, `check_dims`
+    // proved `dst` holds m·n values, and `dst` is exclusively borrowed for the call.
+    unsafe {
+        gemm_f64::gemm::f64::get_gemm_fn()(
+            n,
+            m,
+            k,
+            dst.as_mut_ptr(),
+            isz(n),
+            1,
+            accumulate,
+            rhs.data.as_ptr(),
+            isz(rhs.row_stride),
+            isz(rhs.col_stride),
+            lhs.data.as_ptr(),
+            isz(lhs.row_stride),
+            isz(lhs.col_stride),
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filled(len: usize, seed: u64) -> Vec<f64> {
+        let mut rng = crate::nn::SplitMix64::new(seed);
+        (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
+    }
+
+    #[test]
+    fn naive_kernel_on_a_hand_example() {
+        // [1 2; 3 4] · [5 6; 7 8] = [1·5+2·7, 1·6+2·8; 3·5+4·7, 3·6+4·8] = [19 22; 43 50]
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let b = [5.0, 6.0, 7.0, 8.0];
+        let mut c = [0.0; 4];
+        let (a, b) = (
+            MatRef::row_major(&a, 2, 2).unwrap(),
+            MatRef::row_major(&b, 2, 2).unwrap(),
+        );
+        matmul_naive(&mut c, a, b, false).unwrap();
+        assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
+        // with the transposed view of b: [1 2; 3 4] · [5 7; 6 8] = [17 23; 39 53]
+        matmul_naive(&mut c, a, b.t(), false).unwrap();
+        assert_eq!(c, [17.0, 23.0, 39.0, 53.0]);
+    }
+
+    #[test]
+    fn fast_kernel_matches_naive_with_transposes_and_accumulation() {
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (3, 5, 7),
+            (17, 33, 9),
+            (64, 64, 64),
+            (70, 129, 31),
+        ] {
+            let a = filled(m * k, 1);
+            let b = filled(k * n, 2);
+            let bt = filled(n * k, 3);
+            for accumulate in [false, true] {
+                let mut fast = filled(m * n, 4);
+                let mut slow = fast.clone();
+                let av = MatRef::row_major(&a, m, k).unwrap();
+                let bv = MatRef::row_major(&b, k, n).unwrap();
+                matmul(&mut fast, av, bv, accumulate, true).unwrap();
+                matmul_naive(&mut slow, av, bv, accumulate).unwrap();
+                for (f, s) in fast.iter().zip(&slow) {
+                    assert!(
+                        (f - s).abs() <= 1e-12 * (1.0 + s.abs()),
+                        "{m}x{k}x{n}: {f} vs {s}"
+                    );
+                }
+                let btv = MatRef::row_major(&bt, n, k).unwrap().t();
+                matmul(&mut fast, av, btv, false, true).unwrap();
+                matmul_naive(&mut slow, av, btv, false).unwrap();
+                for (f, s) in fast.iter().zip(&slow) {
+                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_kernel_is_bitwise_independent_of_thread_count() {
+        let (m, k, n) = (300, 257, 190);
+        let a = filled(m * k, 5);
+        let b = filled(k * n, 6);
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let mut out = vec![0.0; m * n];
+                let av = MatRef::row_major(&a, m, k).unwrap();
+                let bv = MatRef::row_major(&b, k, n).unwrap();
+                matmul(&mut out, av, bv, false, true).unwrap();
+                out
+            })
+        };
+        let one = run(1);
+        let two = run(2);
+        let four = run(4);
+        assert!(
+            one.iter()
+                .zip(&two)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
+        assert!(
+            one.iter()
+                .zip(&four)
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
+    }
+
+    #[test]
+    fn views_that_read_past_their_storage_are_rejected() {
+        let data = [0.0; 5];
+        assert!(MatRef::new(&data, 2, 3, 3, 1).is_err());
+        assert!(MatRef::new(&data, 0, 3, 3, 1).is_ok());
+        let a = [1.0; 6];
+        let mut c = [0.0; 4];
+        let av = MatRef::row_major(&a, 2, 3).unwrap();
+        let err = matmul(&mut c, av, av, false, false).unwrap_err();
+        assert!(err.to_string().contains("matmul kernel"));
+    }
+}

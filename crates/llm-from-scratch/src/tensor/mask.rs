@@ -1,0 +1,57 @@
+//! [`Mask`]: a boolean tensor saying which entries an operation blanks out.
+
+use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::dense::element_count;
+
+/// A row-major boolean tensor; `true` marks an entry to be *masked* (filled, hidden).
+///
+/// A mask broadcasts like a tensor: a `[T,T]` causal mask applies to every lane of `[B,h,T,T]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mask {
+    shape: Vec<usize>,
+    masked: Vec<bool>,
+}
+
+impl Mask {
+    /// A mask of `shape` from row-major flags (`true` = masked).
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::LengthMismatch`] if the flags do not fill the shape.
+    pub fn new(shape: &[usize], masked: Vec<bool>) -> Result<Self> {
+        let expected = element_count("mask", shape)?;
+        if expected != masked.len() {
+            return Err(TensorAutodiffError::LengthMismatch {
+                op: "mask",
+                shape: Shape::from(shape),
+                expected,
+                actual: masked.len(),
+            });
+        }
+        Ok(Self {
+            shape: shape.to_vec(),
+            masked,
+        })
+    }
+
+    /// The causal mask `[t_q, t_k]` for queries at absolute positions `offset..offset+t_q` and keys
+    /// at `0..t_k`: key `j` is masked for query `i` when it lies in the future, `j > offset + i`.
+    pub fn causal(t_q: usize, t_k: usize, offset: usize) -> Self {
+        let masked = (0..t_q)
+            .flat_map(|i| (0..t_k).map(move |j| j > offset + i))
+            .collect();
+        Self {
+            shape: vec![t_q, t_k],
+            masked,
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The flags in row-major order (`true` = masked).
+    pub fn as_slice(&self) -> &[bool] {
+        &self.masked
+    }
+}

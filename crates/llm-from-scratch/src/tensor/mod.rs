@@ -1,0 +1,11 @@
+//! Plain f64 tensors (no tape): a row-major shape and its values, plus the kernels the tape's
+//! operations are built from.
+
+pub(crate) mod broadcast;
+mod dense;
+pub mod kernels;
+mod mask;
+
+pub use broadcast::{broadcast_shapes, sum_to_shape};
+pub use dense::Tensor;
+pub use mask::Mask;
