@@ -4,13 +4,17 @@
 mod error;
 mod linear;
 mod parameters;
+mod qkv;
 
 mod rms_norm;
 mod rng;
+mod rope;
 
 pub use error::NnError;
 pub use linear::Linear;
 pub use parameters::{NamedParameter, NamedParameters};
+pub use qkv::{QkvOutput, QkvProjections};
 
 pub use rms_norm::RmsNorm;
 pub use rng::SplitMix64;
+pub use rope::{RopeError, RopeLayout, RotaryEmbedding};

@@ -1,0 +1,227 @@
+//! Errors of the attention layers: configuration, input, and which stage of a forward failed.
+
+use thiserror::Error;
+
+use crate::error::{Shape, TensorAutodiffError};
+use crate::nn::{NnError, RopeError};
+
+/// The projection branch a stage error belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Branch {
+    /// The query branch.
+    Query,
+    /// The key branch.
+    Key,
+    /// The value branch.
+    Value,
+}
+
+impl std::fmt::Display for Branch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Branch::Query => "query",
+            Branch::Key => "key",
+            Branch::Value => "value",
+        })
+    }
+}
+
+/// The stage of an attention forward, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The packed Q/K/V projection.
+    Projection,
+    /// `[B,T,h·d_h] → [B,h,T,d_h]` of one branch (`None` when called on its own).
+    SplitHeads(Option<Branch>),
+    /// Rotary embedding of the query or key heads.
+    Rotary(Branch),
+    /// `q·kᵀ/√d_h`.
+    Scores,
+    /// Masking and softmax over keys.
+    Softmax,
+    /// `weights · v`.
+    WeightedValues,
+    /// `[B,h,T,d_h] → [B,T,h·d_h]`.
+    MergeHeads,
+    /// The output projection `W_O`.
+    OutputProjection,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stage::Projection => f.write_str("qkv projection"),
+            Stage::SplitHeads(Some(b)) => write!(f, "split heads ({b})"),
+            Stage::SplitHeads(None) => f.write_str("split heads"),
+            Stage::Rotary(b) => write!(f, "rotary embedding ({b})"),
+            Stage::Scores => f.write_str("scores"),
+            Stage::Softmax => f.write_str("softmax"),
+            Stage::WeightedValues => f.write_str("weighted values"),
+            Stage::MergeHeads => f.write_str("merge heads"),
+            Stage::OutputProjection => f.write_str("output projection"),
+        }
+    }
+}
+
+/// Errors of the attention functions and layers.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum AttentionError {
+    /// `d_model = 0`.
+    #[error("attention config: model width must be positive, got 0")]
+    ZeroModelWidth,
+    /// `heads = 0`.
+    #[error("attention config: number of heads must be positive, got 0")]
+    ZeroHeads,
+    /// `d_model` is not a multiple of the number of heads.
+    #[error("attention config: model width {model_width} is not divisible by {heads} heads")]
+    HeadsDoNotDivide {
+        /// `d_model`.
+        model_width: usize,
+        /// `h`.
+        heads: usize,
+    },
+    /// RoPE rotates coordinate pairs, so `d_h` must be even.
+    #[error(
+        "attention config: head width {head_width} (= {model_width}/{heads}) is odd; rotary embedding needs pairs"
+    )]
+    OddHeadWidth {
+        /// `d_h`.
+        head_width: usize,
+        /// `d_model`.
+        model_width: usize,
+        /// `h`.
+        heads: usize,
+    },
+    /// Another configuration value is unusable (capacity, RoPE base, …).
+    #[error("attention config: {0}")]
+    Rope(RopeError),
+    /// A parameter does not have the shape the configuration needs.
+    #[error("attention parameters: {name} has shape {actual} but {expected} was needed")]
+    ParameterShape {
+        /// Which parameter.
+        name: &'static str,
+        /// The shape that fits.
+        expected: Shape,
+        /// The shape given.
+        actual: Shape,
+    },
+    /// The input is not rank 3 `[B, T, d_model]`.
+    #[error("attention input: expected rank 3 [B, T, d_model] but got shape {shape}")]
+    InputRank {
+        /// The input's shape.
+        shape: Shape,
+    },
+    /// The input's last axis is not `d_model`.
+    #[error("attention input: last axis of {shape} must be the model width {expected}")]
+    InputWidth {
+        /// `d_model`.
+        expected: usize,
+        /// The input's shape.
+        shape: Shape,
+    },
+    /// `T = 0`: there is no token to attend from.
+    #[error("attention input: {shape} has no tokens (T = 0)")]
+    EmptySequence {
+        /// The input's shape.
+        shape: Shape,
+    },
+    /// `offset + T` overflows.
+    #[error("attention positions: offset {offset} + {tokens} tokens overflows")]
+    PositionOverflow {
+        /// First position.
+        offset: usize,
+        /// Tokens.
+        tokens: usize,
+    },
+    /// The positions `[offset, offset+T)` run past the RoPE capacity.
+    #[error("attention positions: {start}..{end} exceed capacity {capacity}")]
+    PositionOutOfRange {
+        /// First position.
+        start: usize,
+        /// One past the last.
+        end: usize,
+        /// `max_positions`.
+        capacity: usize,
+    },
+    /// Query, key and value do not fit together.
+    #[error("attention: query {query}, key {key}, value {value} do not fit ({reason})")]
+    QkvShapes {
+        /// Query shape.
+        query: Shape,
+        /// Key shape.
+        key: Shape,
+        /// Value shape.
+        value: Shape,
+        /// What was required.
+        reason: &'static str,
+    },
+    /// Splitting or merging heads got a shape it cannot rearrange.
+    #[error("{op}: shape {shape} cannot be rearranged into {heads} heads")]
+    HeadShape {
+        /// `split_heads` or `merge_heads`.
+        op: &'static str,
+        /// The input's shape.
+        shape: Shape,
+        /// The number of heads requested.
+        heads: usize,
+    },
+    /// A stage of the forward failed; `source` says how.
+    #[error("attention {stage}: {source}")]
+    Stage {
+        /// Where it failed.
+        stage: Stage,
+        /// The failing operation's error.
+        #[source]
+        source: TensorAutodiffError,
+    },
+    /// A layer used by a stage (a projection) rejected its input.
+    #[error("attention {stage}: {source}")]
+    Layer {
+        /// Where it failed.
+        stage: Stage,
+        /// The layer's error.
+        #[source]
+        source: NnError,
+    },
+}
+
+impl AttentionError {
+    /// Wraps a tensor error with the stage it happened in.
+    pub(crate) fn at(stage: Stage) -> impl FnOnce(TensorAutodiffError) -> AttentionError {
+        move |source| AttentionError::Stage { stage, source }
+    }
+
+    /// Translates a layer error from the projection stage.
+    pub(crate) fn from_nn(stage: Stage, err: NnError) -> AttentionError {
+        match err {
+            NnError::Tensor { source, .. } => AttentionError::Stage { stage, source },
+            other => AttentionError::Layer {
+                stage,
+                source: other,
+            },
+        }
+    }
+
+    /// Translates a rotary error of `branch`: tensor failures become stage errors.
+    pub(crate) fn from_rope(branch: Branch, err: RopeError) -> AttentionError {
+        match err {
+            RopeError::Tensor(source) => AttentionError::Stage {
+                stage: Stage::Rotary(branch),
+                source,
+            },
+            RopeError::PositionOverflow { offset, tokens } => {
+                AttentionError::PositionOverflow { offset, tokens }
+            }
+            RopeError::PositionOutOfRange {
+                start,
+                end,
+                capacity,
+            } => AttentionError::PositionOutOfRange {
+                start,
+                end,
+                capacity,
+            },
+            other => AttentionError::Rope(other),
+        }
+    }
+}

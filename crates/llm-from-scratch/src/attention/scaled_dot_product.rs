@@ -1,0 +1,264 @@
+//! Scaled dot-product attention, the explicit path: every score is materialised.
+//!
+//! ```text
+//! scores  = q · kᵀ / √d_h                 [..., T_q, T_k]
+//! masked  = scores with hidden keys → −∞
+//! weights = softmax over keys             rows sum to 1; hidden keys get exactly 0
+//! output  = weights · v                   [..., T_q, d_v]
+//! ```
+//!
+//! Dividing by `√d_h` keeps the scores of unit order when `q` and `k` have unit-variance
+//! coordinates, so the softmax does not saturate as heads get wider.
+//!
+//! A query row whose keys are all hidden (only possible with padding) has weights of all zeros
+//! and therefore an output of zeros: it attends to nothing, and no NaN appears.
+
+use crate::attention::{AttentionError, Stage};
+use crate::autodiff::TensorValue;
+use crate::error::Shape;
+use crate::tensor::Mask;
+
+/// The intermediate and final values of one attention call.
+#[derive(Clone, Debug)]
+pub struct AttentionOutput {
+    scores: TensorValue,
+    weights: TensorValue,
+    output: TensorValue,
+}
+
+impl AttentionOutput {
+    /// `q·kᵀ/√d_h` before masking, `[..., T_q, T_k]`.
+    pub fn scores(&self) -> &TensorValue {
+        &self.scores
+    }
+    /// The attention probabilities `[..., T_q, T_k]`.
+    pub fn weights(&self) -> &TensorValue {
+        &self.weights
+    }
+    /// `weights · v`, `[..., T_q, d_v]`.
+    pub fn output(&self) -> &TensorValue {
+        &self.output
+    }
+}
+
+fn check_shapes(q: &TensorValue, k: &TensorValue, v: &TensorValue) -> Result<(), AttentionError> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let fail = |reason| AttentionError::QkvShapes {
+        query: Shape::from(qs),
+        key: Shape::from(ks),
+        value: Shape::from(vs),
+        reason,
+    };
+    if qs.len() < 2 || ks.len() != qs.len() || vs.len() != qs.len() {
+        return Err(fail("all three must have the same rank ≥ 2: [..., T, d_h]"));
+    }
+    let r = qs.len();
+    if qs[r - 1] != ks[r - 1] {
+        return Err(fail("query and key need the same head width"));
+    }
+    if ks[r - 2] != vs[r - 2] {
+        return Err(fail("key and value need the same number of positions"));
+    }
+    if qs[..r - 2] != ks[..r - 2] || ks[..r - 2] != vs[..r - 2] {
+        return Err(fail("leading (batch, head) axes must agree"));
+    }
+    Ok(())
+}
+
+/// Attention of queries `q [..., T_q, d_h]` over keys `k [..., T_k, d_h]` and values
+/// `v [..., T_k, d_v]`, hiding the keys where `mask [T_q, T_k]` (or any shape broadcasting to the
+/// scores) is true.
+///
+/// # Errors
+/// [`AttentionError::QkvShapes`] if the shapes do not fit; a `Stage` error naming the scores,
+/// softmax or weighted-values stage (e.g. a mask of the wrong shape, a released input).
+pub fn scaled_dot_product_attention(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    mask: Option<&Mask>,
+) -> Result<AttentionOutput, AttentionError> {
+    check_shapes(q, k, v)?;
+    let r = q.shape().len();
+    let d_h = q.shape()[r - 1];
+    let scale = 1.0 / (d_h.max(1) as f64).sqrt();
+    // scores: [..., T_q, d_h] · [..., d_h, T_k] → [..., T_q, T_k]
+    let scores = q
+        .matmul(
+            &k.transpose(r - 2, r - 1)
+                .map_err(AttentionError::at(Stage::Scores))?,
+        )
+        .and_then(|s| s.scale(scale))
+        .map_err(AttentionError::at(Stage::Scores))?;
+    let masked = match mask {
+        Some(m) => scores
+            .masked_fill(m, f64::NEG_INFINITY)
+            .map_err(AttentionError::at(Stage::Softmax))?,
+        None => scores.clone(),
+    };
+    let weights = masked
+        .softmax_last_axis()
+        .map_err(AttentionError::at(Stage::Softmax))?;
+    let output = weights
+        .matmul(v)
+        .map_err(AttentionError::at(Stage::WeightedValues))?;
+    Ok(AttentionOutput {
+        scores,
+        weights,
+        output,
+    })
+}
+
+/// Causal self-attention on `[lanes, T, d_h]` (or any `[..., T, d_h]`): query `i` sees keys
+/// `0..=i`, so no token reads the future.
+///
+/// ```
+/// use llm_from_scratch::{constant, attention::causal_scaled_dot_product_self_attention};
+/// // Two tokens, one lane; the first query can only see itself.
+/// let q = constant(&[1, 2, 2], &[1.0, 0.0, 0.0, 1.0])?;
+/// let out = causal_scaled_dot_product_self_attention(&q, &q, &q)?;
+/// assert_eq!(out.weights().value()?.as_slice()[..2], [1.0, 0.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`scaled_dot_product_attention`]; the three inputs must have the same number of tokens.
+pub fn causal_scaled_dot_product_self_attention(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+) -> Result<AttentionOutput, AttentionError> {
+    check_shapes(q, k, v)?;
+    let r = q.shape().len();
+    let (t_q, t_k) = (q.shape()[r - 2], k.shape()[r - 2]);
+    if t_q != t_k {
+        return Err(AttentionError::QkvShapes {
+            query: Shape::from(q.shape()),
+            key: Shape::from(k.shape()),
+            value: Shape::from(v.shape()),
+            reason: "self-attention needs as many queries as keys",
+        });
+    }
+    scaled_dot_product_attention(q, k, v, Some(&Mask::causal(t_q, t_k, 0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::nn::SplitMix64;
+    use crate::tensor::Tensor;
+
+    fn stage_source(e: AttentionError) -> crate::TensorAutodiffError {
+        match e {
+            AttentionError::Stage { source, .. } => source,
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn hand_example_three_tokens() {
+        // q = k = v = [1,0], [0,1], [1,1]/√… chosen so the scores are easy:
+        // token 1: scores to keys 0,1 = (0·1+1·0)/√2 = 0 and (0·0+1·1)/√2 = 1/√2
+        let x = constant(&[1, 3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
+        let out = causal_scaled_dot_product_self_attention(&x, &x, &x).unwrap();
+        let w = out.weights().value().unwrap();
+        let w = w.as_slice();
+        assert_eq!(&w[..3], &[1.0, 0.0, 0.0]);
+        let e = (1.0 / 2f64.sqrt()).exp();
+        assert!((w[3] - 1.0 / (1.0 + e)).abs() < 1e-15 && (w[4] - e / (1.0 + e)).abs() < 1e-15);
+        assert_eq!(w[5], 0.0, "masked probabilities are exactly zero");
+        assert_eq!(
+            out.scores().value().unwrap().as_slice()[4],
+            1.0 / 2f64.sqrt()
+        );
+    }
+
+    #[test]
+    fn fully_masked_rows_give_zeros_not_nan() {
+        let x = constant(&[1, 2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        let all = Mask::new(&[2, 2], vec![true, true, false, false]).unwrap();
+        let out = scaled_dot_product_attention(&x, &x, &x, Some(&all)).unwrap();
+        let o = out.output().value().unwrap();
+        assert_eq!(&o.as_slice()[..2], &[0.0, 0.0]);
+        assert!(o.all_finite());
+    }
+
+    #[test]
+    fn shape_errors_name_every_operand() {
+        let q = constant(&[1, 3, 2], &[0.0; 6]).unwrap();
+        let k = constant(&[1, 3, 4], &[0.0; 12]).unwrap();
+        let err = causal_scaled_dot_product_self_attention(&q, &k, &k).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "attention: query [1,3,2], key [1,3,4], value [1,3,4] do not fit (query and key need the same head width)"
+        );
+        let short = constant(&[1, 2, 2], &[0.0; 4]).unwrap();
+        assert!(matches!(
+            causal_scaled_dot_product_self_attention(&q, &short, &short),
+            Err(AttentionError::QkvShapes { .. })
+        ));
+        let bad_mask = Mask::causal(2, 2, 0);
+        let err = scaled_dot_product_attention(&q, &q, &q, Some(&bad_mask)).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("attention softmax: masked_fill"),
+            "{err}"
+        );
+        q.release();
+        let err = causal_scaled_dot_product_self_attention(&q, &q, &q).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AttentionError::Stage {
+                    stage: Stage::Scores,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn gradcheck_causal_attention() {
+        let mut rng = SplitMix64::new(21);
+        let mut mk = |shape: &[usize]| {
+            let n = shape.iter().product();
+            Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()).unwrap()
+        };
+        let inputs = vec![
+            ("q", mk(&[2, 4, 3])),
+            ("k", mk(&[2, 4, 3])),
+            ("v", mk(&[2, 4, 2])),
+        ];
+        let r = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
+            causal_scaled_dot_product_self_attention(&v[0], &v[1], &v[2])
+                .map(|o| o.output().clone())
+                .map_err(stage_source)
+        })
+        .unwrap();
+        assert!(r.passed(), "{r:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn perturbing_token_t_never_changes_earlier_outputs(t in 2usize..6, which in 0usize..6, seed in any::<u64>(), bump in -3.0f64..3.0) {
+            let which = which % t;
+            let mut rng = SplitMix64::new(seed);
+            let values: Vec<f64> = (0..t * 4).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let mut changed = values.clone();
+            for c in 0..4 { changed[which * 4 + c] += bump; }
+            let run = |vals: &[f64]| {
+                let x = constant(&[1, t, 4], vals).unwrap();
+                causal_scaled_dot_product_self_attention(&x, &x, &x).unwrap().output().value().unwrap()
+            };
+            let (a, b) = (run(&values), run(&changed));
+            for i in 0..which * 4 {
+                prop_assert_eq!(a.as_slice()[i].to_bits(), b.as_slice()[i].to_bits());
+            }
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! [`QkvProjections`]: the query, key and value projections, packed into one product.
+
+use crate::autodiff::{TensorValue, concat};
+use crate::error::Shape;
+use crate::nn::linear::uniform_tensor;
+use crate::nn::{NamedParameter, NnError, SplitMix64};
+
+/// Three projections of the same input: `Q = x·W_Q (+b_Q)`, `K = x·W_K (+b_K)`, `V = x·W_V (+b_V)`.
+///
+/// They run as one product with the packed weight `[W_Q | W_K | W_V]` (`[d, d_q + 2·d_kv]`), whose
+/// output is sliced back into three; the tape routes each slice's adjoint to its own weight.
+/// Key and value share a width that may be smaller than the query's (grouped-query attention).
+///
+/// # Shapes
+/// `x [..., d] → Q [..., d_q], K [..., d_kv], V [..., d_kv]`.
+#[derive(Clone, Debug)]
+pub struct QkvProjections {
+    prefix: String,
+    weights: [TensorValue; 3],
+    biases: Option<[TensorValue; 3]>,
+}
+
+/// The three projected tensors.
+#[derive(Clone, Debug)]
+pub struct QkvOutput {
+    query: TensorValue,
+    key: TensorValue,
+    value: TensorValue,
+}
+
+impl QkvOutput {
+    /// `Q [..., d_q]`.
+    pub fn query(&self) -> &TensorValue {
+        &self.query
+    }
+    /// `K [..., d_kv]`.
+    pub fn key(&self) -> &TensorValue {
+        &self.key
+    }
+    /// `V [..., d_kv]`.
+    pub fn value(&self) -> &TensorValue {
+        &self.value
+    }
+}
+
+const BRANCHES: [&str; 3] = ["query", "key", "value"];
+
+impl QkvProjections {
+    /// Bias-free projections `d → projected_width` for all three, initialised in `±1/√d`
+    /// (names `prefix.query.weight`, `prefix.key.weight`, `prefix.value.weight`).
+    ///
+    /// # Errors
+    /// [`NnError::InvalidConfig`] for a zero width; the generator is then untouched.
+    pub fn new(
+        prefix: &str,
+        model_width: usize,
+        projected_width: usize,
+        rng: &mut SplitMix64,
+    ) -> Result<Self, NnError> {
+        Self::with_widths(
+            prefix,
+            model_width,
+            projected_width,
+            projected_width,
+            false,
+            rng,
+        )
+    }
+
+    /// Projections with a query width, a (shared) key/value width and optional biases.
+    ///
+    /// # Errors
+    /// [`NnError::InvalidConfig`] for a zero width; the generator is then untouched.
+    pub fn with_widths(
+        prefix: &str,
+        model_width: usize,
+        query_width: usize,
+        kv_width: usize,
+        bias: bool,
+        rng: &mut SplitMix64,
+    ) -> Result<Self, NnError> {
+        for (setting, value) in [
+            ("model width", model_width),
+            ("query width", query_width),
+            ("key/value width", kv_width),
+        ] {
+            if value == 0 {
+                return Err(NnError::InvalidConfig {
+                    module: format!("qkv {prefix}"),
+                    setting,
+                    value: "0".into(),
+                    reason: "projections need positive widths",
+                });
+            }
+        }
+        let mut trial = rng.clone();
+        let bound = 1.0 / (model_width as f64).sqrt();
+        let widths = [query_width, kv_width, kv_width];
+        let weights = widths
+            .map(|w| TensorValue::leaf(uniform_tensor(&[model_width, w], bound, &mut trial), true));
+        let biases = bias.then(|| {
+            widths.map(|w| TensorValue::leaf(uniform_tensor(&[w], bound, &mut trial), true))
+        });
+        *rng = trial;
+        Ok(Self {
+            prefix: prefix.to_string(),
+            weights,
+            biases,
+        })
+    }
+
+    /// Projections from existing bias-free weights `[d, d_q]`, `[d, d_kv]`, `[d, d_kv]`.
+    ///
+    /// # Errors
+    /// [`NnError::ParameterShape`] naming the branch whose weight does not fit.
+    pub fn from_weights(
+        query: TensorValue,
+        key: TensorValue,
+        value: TensorValue,
+    ) -> Result<Self, NnError> {
+        Self::from_parameters("attention", [query, key, value], None)
+    }
+
+    /// Projections from weights and optional biases `[d_q]`, `[d_kv]`, `[d_kv]`, named under `prefix`.
+    ///
+    /// # Errors
+    /// [`NnError::ParameterShape`] naming the branch whose weight or bias does not fit.
+    pub fn from_parameters(
+        prefix: &str,
+        weights: [TensorValue; 3],
+        biases: Option<[TensorValue; 3]>,
+    ) -> Result<Self, NnError> {
+        let d = weights[0].shape().first().copied().unwrap_or(0);
+        let kv = weights[1].shape().get(1).copied().unwrap_or(0);
+        for (i, w) in weights.iter().enumerate() {
+            let s = w.shape();
+            let fits = s.len() == 2 && s[0] == d && d > 0 && s[1] > 0 && (i == 0 || s[1] == kv);
+            if !fits {
+                return Err(NnError::ParameterShape {
+                    module: format!("qkv {prefix}"),
+                    name: ["query weight", "key weight", "value weight"][i],
+                    expected: if i == 0 {
+                        "[d, d_q] with d, d_q > 0".into()
+                    } else {
+                        format!("[{d}, d_kv] with key and value of equal width")
+                    },
+                    actual: Shape::from(s),
+                });
+            }
+        }
+        if let Some(bs) = &biases {
+            for (i, b) in bs.iter().enumerate() {
+                if b.shape() != [weights[i].shape()[1]] {
+                    return Err(NnError::ParameterShape {
+                        module: format!("qkv {prefix}"),
+                        name: ["query bias", "key bias", "value bias"][i],
+                        expected: crate::fmt_shape(&[weights[i].shape()[1]]),
+                        actual: Shape::from(b.shape()),
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            prefix: prefix.to_string(),
+            weights,
+            biases,
+        })
+    }
+
+    /// Projects `x [..., d]` into query, key and value.
+    ///
+    /// # Errors
+    /// [`NnError::InputShape`] if the last axis is not `d` (or `x` is a scalar or vector);
+    /// [`NnError::Tensor`] if a value was released.
+    pub fn forward(&self, x: &TensorValue) -> Result<QkvOutput, NnError> {
+        let d = self.model_width();
+        if x.shape().len() < 2 || x.shape().last() != Some(&d) {
+            return Err(NnError::InputShape {
+                module: format!("qkv {}", self.prefix),
+                expected: format!("[..., T, {d}]"),
+                actual: Shape::from(x.shape()),
+            });
+        }
+        let run = || {
+            let w = &self.weights;
+            // [d, d_q + 2·d_kv]: one product instead of three
+            let packed = concat(&[&w[0], &w[1], &w[2]], 1)?;
+            let mut y = x.matmul(&packed)?; // [..., d_q + 2·d_kv]
+            if let Some(b) = &self.biases {
+                y = y.add(&concat(&[&b[0], &b[1], &b[2]], 0)?)?;
+            }
+            let last = y.shape().len() - 1;
+            let (q, kv) = (self.head_width(), self.kv_width());
+            Ok(QkvOutput {
+                query: y.slice_axis(last, 0, q)?,
+                key: y.slice_axis(last, q, q + kv)?,
+                value: y.slice_axis(last, q + kv, q + 2 * kv)?,
+            })
+        };
+        run().map_err(NnError::tensor(&self.prefix))
+    }
+
+    /// `d`, the width of the input.
+    pub fn model_width(&self) -> usize {
+        self.weights[0].shape()[0]
+    }
+
+    /// The projected width of the query (all heads together, `h · d_h`).
+    pub fn head_width(&self) -> usize {
+        self.weights[0].shape()[1]
+    }
+
+    /// The projected width of key and value (`G · d_h`).
+    pub fn kv_width(&self) -> usize {
+        self.weights[1].shape()[1]
+    }
+
+    /// The weights `[W_Q, W_K, W_V]`.
+    pub fn weights(&self) -> &[TensorValue; 3] {
+        &self.weights
+    }
+
+    /// The biases, if any.
+    pub fn biases(&self) -> Option<&[TensorValue; 3]> {
+        self.biases.as_ref()
+    }
+
+    /// `prefix.query.weight`, `prefix.key.weight`, `prefix.value.weight` (then the biases).
+    pub fn parameters(&self) -> Vec<NamedParameter> {
+        let mut list: Vec<NamedParameter> = BRANCHES
+            .iter()
+            .zip(&self.weights)
+            .map(|(b, w)| NamedParameter::new(format!("{}.{b}.weight", self.prefix), w.clone()))
+            .collect();
+        if let Some(bs) = &self.biases {
+            list.extend(
+                BRANCHES.iter().zip(bs).map(|(b, v)| {
+                    NamedParameter::new(format!("{}.{b}.bias", self.prefix), v.clone())
+                }),
+            );
+        }
+        list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn packed_product_equals_three_products() {
+        let mut rng = SplitMix64::new(2);
+        let qkv = QkvProjections::with_widths("attn", 4, 6, 2, true, &mut rng).unwrap();
+        let x = constant(
+            &[2, 3, 4],
+            &(0..24).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let out = qkv.forward(&x).unwrap();
+        let bs = qkv.biases().unwrap();
+        for (i, got) in [out.query(), out.key(), out.value()]
+            .into_iter()
+            .enumerate()
+        {
+            let want = x
+                .matmul(&qkv.weights()[i])
+                .unwrap()
+                .add(&bs[i])
+                .unwrap()
+                .value()
+                .unwrap();
+            assert!(got.value().unwrap().max_abs_diff(&want).unwrap() < 1e-14);
+        }
+        assert_eq!(out.key().shape(), &[2, 3, 2]);
+        let names: Vec<String> = qkv
+            .parameters()
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        assert_eq!(names[0], "attn.query.weight");
+        assert_eq!(names[5], "attn.value.bias");
+    }
+
+    #[test]
+    fn errors_name_the_branch_and_leave_the_rng() {
+        let mut rng = SplitMix64::new(2);
+        assert!(QkvProjections::new("a", 0, 4, &mut rng).is_err());
+        assert_eq!(rng, SplitMix64::new(2));
+        let w = |r, c| crate::parameter(&[r, c], &vec![0.0; r * c]).unwrap();
+        let err = QkvProjections::from_weights(w(4, 4), w(4, 2), w(4, 3)).unwrap_err();
+        assert!(
+            err.to_string().contains("value weight has shape [4,3]"),
+            "{err}"
+        );
+        let err = QkvProjections::from_weights(w(4, 4), w(3, 4), w(4, 4)).unwrap_err();
+        assert!(err.to_string().contains("key weight"), "{err}");
+        let q = QkvProjections::from_weights(w(4, 4), w(4, 4), w(4, 4)).unwrap();
+        assert!(matches!(
+            q.forward(&constant(&[2, 3], &[0.0; 6]).unwrap()),
+            Err(NnError::InputShape { .. })
+        ));
+    }
+
+    #[test]
+    fn gradcheck_packed_projections() {
+        let mut rng = SplitMix64::new(8);
+        let mk = |shape: &[usize], rng: &mut SplitMix64| uniform_tensor(shape, 1.0, rng);
+        let inputs = vec![
+            ("x", mk(&[2, 2, 3], &mut rng)),
+            ("wq", mk(&[3, 4], &mut rng)),
+            ("wk", mk(&[3, 2], &mut rng)),
+            ("wv", mk(&[3, 2], &mut rng)),
+        ];
+        let r = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
+            let qkv =
+                QkvProjections::from_weights(v[1].clone(), v[2].clone(), v[3].clone()).unwrap();
+            let out = qkv.forward(&v[0]).unwrap();
+            // use all three outputs: Q·[K|V]ᵀ-like mix
+            out.query()
+                .matmul(&concat(&[out.key(), out.value()], 2)?.transpose(1, 2)?)
+        })
+        .unwrap();
+        assert!(r.passed(), "{r:?}");
+        let _ = Tensor::scalar(0.0);
+    }
+}

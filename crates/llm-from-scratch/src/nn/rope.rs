@@ -1,0 +1,475 @@
+//! Rotary position embedding (RoPE).
+//!
+//! Each head vector is cut into coordinate pairs; pair `i` of the token at absolute position `p`
+//! is rotated by the angle `p · θ_i` with `θ_i = base^(−2i/d_h)`:
+//!
+//! ```text
+//! (x, y) ↦ (x·cos(pθ_i) − y·sin(pθ_i),  x·sin(pθ_i) + y·cos(pθ_i))
+//! ```
+//!
+//! Rotations compose by adding angles, so after rotating a query at position `m` and a key at
+//! position `n`, their dot product depends only on `m − n`: attention sees relative positions.
+//! Rotations keep lengths, so norms are unchanged.
+//!
+//! Two pairings are in use:
+//! - [`RopeLayout::AdjacentPairs`]: `(0,1), (2,3), …` — the original paper and the course.
+//! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
+//!   checkpoints. Choosing it lets such weights be used without permuting their rows.
+
+use thiserror::Error;
+
+use crate::autodiff::TensorValue;
+use crate::error::{Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+
+/// Which coordinates form a rotated pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// Pairs `(2i, 2i+1)`.
+    AdjacentPairs,
+    /// Pairs `(i, i + d_h/2)`.
+    SplitHalves,
+}
+
+/// Errors of rotary embedding: configuration, positions and inputs.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum RopeError {
+    /// Head width 0: nothing to rotate.
+    #[error("rope: head width must be positive, got 0")]
+    ZeroHeadWidth,
+    /// Coordinates come in pairs.
+    #[error("rope: head width must be even to form coordinate pairs, got {head_width}")]
+    OddHeadWidth {
+        /// The width given.
+        head_width: usize,
+    },
+    /// No position can be encoded.
+    #[error("rope: capacity (max positions) must be positive, got 0")]
+    ZeroCapacity,
+    /// The frequency base must be finite and positive (θ_i = base^(−2i/d_h)).
+    #[error("rope: base must be finite and positive, got {base}")]
+    InvalidBase {
+        /// The base given.
+        base: f64,
+    },
+    /// `offset + tokens` does not fit in `usize`.
+    #[error("rope: position interval starting at {offset} with {tokens} tokens overflows")]
+    PositionOverflow {
+        /// First position.
+        offset: usize,
+        /// Number of tokens.
+        tokens: usize,
+    },
+    /// Some position is at or past the capacity.
+    #[error("rope: positions {start}..{end} exceed capacity {capacity}")]
+    PositionOutOfRange {
+        /// First position of the interval.
+        start: usize,
+        /// One past the last position.
+        end: usize,
+        /// `max_positions`.
+        capacity: usize,
+    },
+    /// The input is not `[..., T, d_h]`, or explicit positions do not match it.
+    #[error("rope: input {shape} does not fit ({reason})")]
+    InputShape {
+        /// The input's shape.
+        shape: Shape,
+        /// What was required.
+        reason: String,
+    },
+    /// A tensor operation failed (e.g. a released input).
+    #[error("rope: {0}")]
+    Tensor(#[from] TensorAutodiffError),
+}
+
+/// Precomputed rotation tables for `max_positions` positions of one head width.
+#[derive(Clone, Debug)]
+pub struct RotaryEmbedding {
+    head_width: usize,
+    max_positions: usize,
+    base: f64,
+    layout: RopeLayout,
+    /// `cos(p·θ_i)` at `[p, i]`, `max_positions × d_h/2`.
+    cos: Vec<f64>,
+    /// `sin(p·θ_i)` at `[p, i]`.
+    sin: Vec<f64>,
+}
+
+impl RotaryEmbedding {
+    /// Tables for heads of width `head_width`, positions `0..max_positions`, frequency `base`
+    /// (10 000 in most models), adjacent-pair layout.
+    ///
+    /// ```
+    /// use llm_from_scratch::{constant, nn::RotaryEmbedding};
+    /// // d_h = 2 has one pair with θ₀ = 1: position 1 rotates [1, 0] by one radian.
+    /// let rope = RotaryEmbedding::new(2, 4, 100.0)?;
+    /// let x = constant(&[2, 2], &[1.0, 0.0, 1.0, 0.0])?;
+    /// let y = rope.rotate(&x, 0)?.value()?;
+    /// assert_eq!(&y.as_slice()[..2], &[1.0, 0.0]);
+    /// assert!((y.as_slice()[2] - 1f64.cos()).abs() < 1e-15 && (y.as_slice()[3] - 1f64.sin()).abs() < 1e-15);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`RopeError::ZeroHeadWidth`], [`RopeError::OddHeadWidth`], [`RopeError::ZeroCapacity`],
+    /// [`RopeError::InvalidBase`] — checked in that order.
+    pub fn new(head_width: usize, max_positions: usize, base: f64) -> Result<Self, RopeError> {
+        if head_width == 0 {
+            return Err(RopeError::ZeroHeadWidth);
+        }
+        if head_width % 2 != 0 {
+            return Err(RopeError::OddHeadWidth { head_width });
+        }
+        if max_positions == 0 {
+            return Err(RopeError::ZeroCapacity);
+        }
+        if !(base.is_finite() && base > 0.0) {
+            return Err(RopeError::InvalidBase { base });
+        }
+        let pairs = head_width / 2;
+        let thetas: Vec<f64> = (0..pairs)
+            .map(|i| base.powf(-2.0 * i as f64 / head_width as f64))
+            .collect();
+        let mut cos = Vec::with_capacity(max_positions * pairs);
+        let mut sin = Vec::with_capacity(max_positions * pairs);
+        for p in 0..max_positions {
+            for theta in &thetas {
+                let angle = p as f64 * theta;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        Ok(Self {
+            head_width,
+            max_positions,
+            base,
+            layout: RopeLayout::AdjacentPairs,
+            cos,
+            sin,
+        })
+    }
+
+    /// The same tables with another pairing.
+    pub fn with_layout(mut self, layout: RopeLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// `d_h`.
+    pub fn head_width(&self) -> usize {
+        self.head_width
+    }
+
+    /// Number of positions the tables cover.
+    pub fn max_positions(&self) -> usize {
+        self.max_positions
+    }
+
+    /// The frequency base.
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
+    /// The pairing in use.
+    pub fn layout(&self) -> RopeLayout {
+        self.layout
+    }
+
+    /// Checks that positions `offset..offset+tokens` exist (with overflow detection).
+    ///
+    /// # Errors
+    /// [`RopeError::PositionOverflow`] or [`RopeError::PositionOutOfRange`].
+    pub fn check_interval(&self, offset: usize, tokens: usize) -> Result<(), RopeError> {
+        let end = offset
+            .checked_add(tokens)
+            .ok_or(RopeError::PositionOverflow { offset, tokens })?;
+        if end > self.max_positions {
+            return Err(RopeError::PositionOutOfRange {
+                start: offset,
+                end,
+                capacity: self.max_positions,
+            });
+        }
+        Ok(())
+    }
+
+    /// Rotates `x [..., T, d_h]` with token `t` at absolute position `position_offset + t`.
+    ///
+    /// # Errors
+    /// [`RopeError::InputShape`] if `x` is not `[..., T, d_h]`; the interval errors of
+    /// [`RotaryEmbedding::check_interval`]; [`RopeError::Tensor`] for a released input.
+    pub fn rotate(
+        &self,
+        x: &TensorValue,
+        position_offset: usize,
+    ) -> Result<TensorValue, RopeError> {
+        let tokens = self.check_input(x)?;
+        self.check_interval(position_offset, tokens)?;
+        let positions: Vec<usize> = (position_offset..position_offset + tokens).collect();
+        self.rotate_unchecked(x, positions)
+    }
+
+    /// Rotates `x [..., T, d_h]` with explicit positions: either `T` of them (shared by every
+    /// leading index) or `x.shape()[0] · T` (one row of `T` per index of the first axis, e.g. per
+    /// batch row when left padding shifts each sequence differently).
+    ///
+    /// # Errors
+    /// [`RopeError::InputShape`] if the count fits neither form; [`RopeError::PositionOutOfRange`]
+    /// for a position at or past capacity; [`RopeError::Tensor`] for a released input.
+    pub fn rotate_at(
+        &self,
+        x: &TensorValue,
+        positions: &[usize],
+    ) -> Result<TensorValue, RopeError> {
+        let tokens = self.check_input(x)?;
+        let rows = x.shape()[0];
+        if positions.len() != tokens && positions.len() != rows * tokens {
+            return Err(RopeError::InputShape {
+                shape: Shape::from(x.shape()),
+                reason: format!(
+                    "{} positions given; need {tokens} or {}",
+                    positions.len(),
+                    rows * tokens
+                ),
+            });
+        }
+        if let Some(&bad) = positions.iter().find(|&&p| p >= self.max_positions) {
+            return Err(RopeError::PositionOutOfRange {
+                start: bad,
+                end: bad.saturating_add(1),
+                capacity: self.max_positions,
+            });
+        }
+        self.rotate_unchecked(x, positions.to_vec())
+    }
+
+    /// `T` for an input `[..., T, d_h]`.
+    fn check_input(&self, x: &TensorValue) -> Result<usize, RopeError> {
+        let shape = x.shape();
+        if shape.len() < 2 || shape[shape.len() - 1] != self.head_width {
+            return Err(RopeError::InputShape {
+                shape: Shape::from(shape),
+                reason: format!("expected [..., T, {}]", self.head_width),
+            });
+        }
+        Ok(shape[shape.len() - 2])
+    }
+
+    /// The coordinate indices of pair `i`.
+    fn pair(&self, i: usize) -> (usize, usize) {
+        match self.layout {
+            RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
+            RopeLayout::SplitHalves => (i, i + self.head_width / 2),
+        }
+    }
+
+    /// Rotates every row by `sign ·` its angle (sign −1 is the inverse rotation, the backward).
+    fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
+        let d = self.head_width;
+        let half = d / 2;
+        let tokens = x.shape()[x.rank() - 2];
+        let per_row = positions.len() > tokens; // one row of positions per index of axis 0
+        let lanes_per_row = x.len() / (x.shape()[0].max(1) * tokens * d).max(1);
+        let mut out = x.as_slice().to_vec();
+        for (r, row) in out.chunks_mut(d).enumerate() {
+            let t = r % tokens;
+            let p = if per_row {
+                positions[(r / tokens / lanes_per_row) * tokens + t]
+            } else {
+                positions[t]
+            };
+            for i in 0..half {
+                let (a, b) = self.pair(i);
+                let (c, s) = (self.cos[p * half + i], sign * self.sin[p * half + i]);
+                let (xa, xb) = (row[a], row[b]);
+                row[a] = xa * c - xb * s;
+                row[b] = xa * s + xb * c;
+            }
+        }
+        Tensor::from_parts(x.shape().to_vec(), out)
+    }
+
+    fn rotate_unchecked(
+        &self,
+        x: &TensorValue,
+        positions: Vec<usize>,
+    ) -> Result<TensorValue, RopeError> {
+        let out = self.apply(&x.read("rope")?, &positions, 1.0);
+        let tables = self.clone();
+        Ok(TensorValue::record(
+            "rope",
+            vec![x.clone()],
+            out,
+            move |ctx| {
+                // forward: y = R(pθ)·x per pair  =>  dx = R(pθ)ᵀ·dy = R(−pθ)·dy
+                Ok(vec![Some(tables.apply(ctx.grad(), &positions, -1.0))])
+            },
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::nn::SplitMix64;
+
+    #[test]
+    fn configuration_errors_in_order() {
+        assert_eq!(
+            RotaryEmbedding::new(0, 0, -1.0).unwrap_err(),
+            RopeError::ZeroHeadWidth
+        );
+        assert_eq!(
+            RotaryEmbedding::new(3, 0, -1.0).unwrap_err(),
+            RopeError::OddHeadWidth { head_width: 3 }
+        );
+        assert_eq!(
+            RotaryEmbedding::new(4, 0, -1.0).unwrap_err(),
+            RopeError::ZeroCapacity
+        );
+        assert_eq!(
+            RotaryEmbedding::new(4, 8, 0.0).unwrap_err(),
+            RopeError::InvalidBase { base: 0.0 }
+        );
+        assert!(RotaryEmbedding::new(4, 8, f64::NAN).is_err());
+        assert_eq!(
+            RotaryEmbedding::new(4, 8, f64::INFINITY)
+                .unwrap_err()
+                .to_string(),
+            "rope: base must be finite and positive, got inf"
+        );
+    }
+
+    #[test]
+    fn position_and_input_errors() {
+        let rope = RotaryEmbedding::new(2, 4, 100.0).unwrap();
+        let x = constant(&[3, 2], &[0.0; 6]).unwrap();
+        assert_eq!(
+            rope.rotate(&x, 2).unwrap_err(),
+            RopeError::PositionOutOfRange {
+                start: 2,
+                end: 5,
+                capacity: 4
+            }
+        );
+        assert_eq!(
+            rope.rotate(&x, usize::MAX).unwrap_err(),
+            RopeError::PositionOverflow {
+                offset: usize::MAX,
+                tokens: 3
+            }
+        );
+        assert!(matches!(
+            rope.rotate(&constant(&[3, 4], &[0.0; 12]).unwrap(), 0),
+            Err(RopeError::InputShape { .. })
+        ));
+        assert!(matches!(
+            rope.rotate(&constant(&[2], &[0.0; 2]).unwrap(), 0),
+            Err(RopeError::InputShape { .. })
+        ));
+        assert!(matches!(
+            rope.rotate_at(&x, &[0, 1]),
+            Err(RopeError::InputShape { .. })
+        ));
+        assert!(matches!(
+            rope.rotate_at(&x, &[0, 1, 4]),
+            Err(RopeError::PositionOutOfRange { start: 4, .. })
+        ));
+        x.release();
+        assert!(matches!(
+            rope.rotate(&x, 0),
+            Err(RopeError::Tensor(TensorAutodiffError::Released { .. }))
+        ));
+    }
+
+    #[test]
+    fn split_halves_is_adjacent_pairs_after_permuting_coordinates() {
+        // adjacent pairs (0,1),(2,3) on [a,b,c,d] equal split halves (0,2),(1,3) on [a,c,b,d]
+        let adjacent = RotaryEmbedding::new(4, 8, 10.0).unwrap();
+        let halves = adjacent.clone().with_layout(RopeLayout::SplitHalves);
+        let x = [0.3, -1.2, 0.7, 2.0];
+        let a = adjacent
+            .rotate(&constant(&[1, 4], &x).unwrap(), 5)
+            .unwrap()
+            .value()
+            .unwrap();
+        let h = halves
+            .rotate(&constant(&[1, 4], &[x[0], x[2], x[1], x[3]]).unwrap(), 5)
+            .unwrap()
+            .value()
+            .unwrap();
+        let (a, h) = (a.as_slice(), h.as_slice());
+        for (i, j) in [(0, 0), (1, 2), (2, 1), (3, 3)] {
+            assert!((a[i] - h[j]).abs() < 1e-15);
+        }
+    }
+
+    #[test]
+    fn explicit_per_row_positions_match_offsets() {
+        let rope = RotaryEmbedding::new(4, 16, 10.0).unwrap();
+        let mut rng = SplitMix64::new(3);
+        let values: Vec<f64> = (0..2 * 3 * 2 * 4).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        // [B=2, h=3, T=2, d=4]: row 0 at positions 0,1; row 1 at positions 5,6
+        let x = constant(&[2, 3, 2, 4], &values).unwrap();
+        let y = rope.rotate_at(&x, &[0, 1, 5, 6]).unwrap().value().unwrap();
+        let row0 = rope
+            .rotate(&x.slice_axis(0, 0, 1).unwrap(), 0)
+            .unwrap()
+            .value()
+            .unwrap();
+        let row1 = rope
+            .rotate(&x.slice_axis(0, 1, 2).unwrap(), 5)
+            .unwrap()
+            .value()
+            .unwrap();
+        assert!(y.as_slice()[..24] == *row0.as_slice() && y.as_slice()[24..] == *row1.as_slice());
+    }
+
+    #[test]
+    fn gradcheck_rope_both_layouts_with_offset() {
+        let mut rng = SplitMix64::new(11);
+        let x = Tensor::new(
+            &[2, 3, 6],
+            (0..36).map(|_| rng.uniform(-1.0, 1.0)).collect(),
+        )
+        .unwrap();
+        for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
+            let rope = RotaryEmbedding::new(6, 10, 10_000.0)
+                .unwrap()
+                .with_layout(layout);
+            let r = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
+                rope.rotate(&v[0], 4).map_err(|e| match e {
+                    RopeError::Tensor(t) => t,
+                    other => panic!("{other}"),
+                })
+            })
+            .unwrap();
+            assert!(r.passed(), "{layout:?}: {r:?}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn keeps_norms_and_dot_products_depend_only_on_relative_position(
+            seed in any::<u64>(), m in 0usize..40, n in 0usize..40, shift in 0usize..20, halves in any::<bool>()
+        ) {
+            let layout = if halves { RopeLayout::SplitHalves } else { RopeLayout::AdjacentPairs };
+            let rope = RotaryEmbedding::new(8, 64, 10_000.0).unwrap().with_layout(layout);
+            let mut rng = SplitMix64::new(seed);
+            let q: Vec<f64> = (0..8).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let k: Vec<f64> = (0..8).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let rot = |v: &[f64], p: usize| rope.rotate(&constant(&[1, 8], v).unwrap(), p).unwrap().value().unwrap().into_vec();
+            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+            let rq = rot(&q, m);
+            prop_assert!((dot(&rq, &rq) - dot(&q, &q)).abs() <= 1e-12);
+            let before = dot(&rot(&q, m), &rot(&k, n));
+            let after = dot(&rot(&q, m + shift), &rot(&k, n + shift));
+            prop_assert!((before - after).abs() <= 1e-12, "{} vs {}", before, after);
+        }
+    }
+}
