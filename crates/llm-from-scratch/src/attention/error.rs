@@ -225,3 +225,23 @@ impl AttentionError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_and_rope_errors_are_translated_with_their_stage() {
+        let layer = NnError::InputShape { module: "qkv attention".into(), expected: "[..., T, 4]".into(), actual: Shape(vec![3]) };
+        let err = AttentionError::from_nn(Stage::Projection, layer);
+        assert!(matches!(err, AttentionError::Layer { stage: Stage::Projection, .. }));
+        assert_eq!(err.to_string(), "attention qkv projection: qkv attention: input of shape [3] does not fit (expected [..., T, 4])");
+        let rope = AttentionError::from_rope(Branch::Key, RopeError::OddHeadWidth { head_width: 3 });
+        assert_eq!(rope.to_string(), "attention config: rope: head width must be even to form coordinate pairs, got 3");
+        let released = TensorAutodiffError::Released { op: "rope", node: 7, created_by: "transpose" };
+        assert!(matches!(
+            AttentionError::from_rope(Branch::Key, RopeError::Tensor(released)),
+            AttentionError::Stage { stage: Stage::Rotary(Branch::Key), .. }
+        ));
+    }
+}

@@ -90,15 +90,12 @@ pub fn scaled_dot_product_attention(
         )
         .and_then(|s| s.scale(scale))
         .map_err(AttentionError::at(Stage::Scores))?;
-    let masked = match mask {
-        Some(m) => scores
-            .masked_fill(m, f64::NEG_INFINITY)
-            .map_err(AttentionError::at(Stage::Softmax))?,
-        None => scores.clone(),
-    };
-    let weights = masked
-        .softmax_last_axis()
-        .map_err(AttentionError::at(Stage::Softmax))?;
+    // hidden keys count as −∞ inside the softmax (fused, so no −∞ is stored on the tape)
+    let weights = match mask {
+        Some(m) => scores.masked_softmax_last_axis(m),
+        None => scores.softmax_last_axis(),
+    }
+    .map_err(AttentionError::at(Stage::Softmax))?;
     let output = weights
         .matmul(v)
         .map_err(AttentionError::at(Stage::WeightedValues))?;
@@ -204,7 +201,7 @@ mod tests {
         let err = scaled_dot_product_attention(&q, &q, &q, Some(&bad_mask)).unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("attention softmax: masked_fill"),
+                .starts_with("attention softmax: masked_softmax"),
             "{err}"
         );
         q.release();

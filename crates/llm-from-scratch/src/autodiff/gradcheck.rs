@@ -91,23 +91,25 @@ impl GradcheckReport {
 /// # Errors
 /// [`TensorAutodiffError::Gradcheck`] for a non-positive δ or ε or an empty input list; any
 /// error of `f` or of the backward sweep.
-pub fn gradcheck(
+pub fn gradcheck<E: From<TensorAutodiffError>>(
     inputs: &[(&str, Tensor)],
     config: &GradcheckConfig,
-    f: impl Fn(&[TensorValue]) -> Result<TensorValue>,
-) -> Result<GradcheckReport> {
+    f: impl Fn(&[TensorValue]) -> Result<TensorValue, E>,
+) -> Result<GradcheckReport, E> {
     if !(config.delta > 0.0 && config.delta.is_finite() && config.tolerance > 0.0) {
         return Err(TensorAutodiffError::Gradcheck {
             detail: format!(
                 "step {} and tolerance {} must be positive",
                 config.delta, config.tolerance
             ),
-        });
+        }
+        .into());
     }
     if inputs.is_empty() {
         return Err(TensorAutodiffError::Gradcheck {
             detail: "no inputs to check".into(),
-        });
+        }
+        .into());
     }
     let leaves: Vec<TensorValue> = inputs
         .iter()
@@ -123,7 +125,7 @@ pub fn gradcheck(
         }
     };
     let grads = output.backward_with(&upstream)?;
-    let loss_at = |values: &[Tensor]| -> Result<f64> {
+    let loss_at = |values: &[Tensor]| -> Result<f64, E> {
         let leaves: Vec<TensorValue> = values
             .iter()
             .map(|t| TensorValue::leaf(t.clone(), false))
@@ -200,8 +202,8 @@ mod tests {
             delta: 0.0,
             ..GradcheckConfig::default()
         };
-        let err = gradcheck(&[("x", x)], &cfg, |v| Ok(v[0].clone())).unwrap_err();
+        let err = gradcheck(&[("x", x)], &cfg, |v| Ok::<_, TensorAutodiffError>(v[0].clone())).unwrap_err();
         assert!(err.to_string().starts_with("gradcheck: step 0"), "{err}");
-        assert!(gradcheck(&[], &GradcheckConfig::default(), |v| Ok(v[0].clone())).is_err());
+        assert!(gradcheck(&[], &GradcheckConfig::default(), |v| Ok::<_, TensorAutodiffError>(v[0].clone())).is_err());
     }
 }

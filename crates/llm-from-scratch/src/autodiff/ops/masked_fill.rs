@@ -6,11 +6,11 @@ use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
 use crate::tensor::{Mask, Tensor, broadcast_shapes};
 
 /// For every element of `shape`, whether the (broadcast) mask covers it.
-fn expand(mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
-    let out = broadcast_shapes("masked_fill", shape, mask.shape())?;
+pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
+    let out = broadcast_shapes(op, shape, mask.shape())?;
     if out != shape {
         return Err(TensorAutodiffError::ShapeMismatch {
-            op: "masked_fill",
+            op,
             lhs: Shape::from(shape),
             rhs: Shape::from(mask.shape()),
             reason: "the mask must broadcast to the value's shape",
@@ -32,7 +32,7 @@ impl TensorValue {
     /// [`TensorAutodiffError::ShapeMismatch`] if the mask does not broadcast to the value's
     /// shape; `Released`.
     pub fn masked_fill(&self, mask: &Mask, fill: f64) -> Result<TensorValue> {
-        let covered = expand(mask, self.shape())?;
+        let covered = expand("masked_fill", mask, self.shape())?;
         let x = self.read("masked_fill")?;
         let values = x
             .as_slice()

@@ -3,7 +3,7 @@
 mod concat_slice;
 mod dropout;
 mod elementwise;
-mod masked_fill;
+pub(crate) mod masked_fill;
 mod matmul;
 mod reduce;
 mod rms_norm;

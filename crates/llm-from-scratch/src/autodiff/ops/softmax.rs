@@ -13,7 +13,8 @@ use rayon::prelude::*;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
-use crate::tensor::Tensor;
+use crate::autodiff::ops::masked_fill::expand;
+use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
 const ROWS_PER_TASK: usize = 64;
@@ -69,53 +70,71 @@ impl TensorValue {
     /// # Errors
     /// [`TensorAutodiffError::RankMismatch`] for a scalar; `Released`.
     pub fn softmax_last_axis(&self) -> Result<TensorValue> {
+        self.softmax_with("softmax", None)
+    }
+
+    /// Softmax over the last axis with the keys where `mask` is true treated as −∞: the fused
+    /// form of `masked_fill(mask, −∞)` followed by [`TensorValue::softmax_last_axis`]. Masked
+    /// entries get exactly 0, and no −∞ is ever stored on the tape.
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeMismatch`] if the mask does not broadcast to the value's
+    /// shape; as [`TensorValue::softmax_last_axis`] otherwise.
+    pub fn masked_softmax_last_axis(&self, mask: &Mask) -> Result<TensorValue> {
+        let covered = expand("masked_softmax", mask, self.shape())?;
+        self.softmax_with("masked_softmax", Some(covered))
+    }
+
+    fn softmax_with(&self, op: &'static str, masked: Option<Vec<bool>>) -> Result<TensorValue> {
         let width = match self.shape().last() {
             Some(&w) => w,
             None => {
                 return Err(TensorAutodiffError::RankMismatch {
-                    op: "softmax",
+                    op,
                     expected: "at least 1".into(),
                     shape: Shape::from(self.shape()),
                 });
             }
         };
-        let x = self.read("softmax")?;
+        let x = self.read(op)?;
         let mut out = vec![0.0; x.len()];
         if width > 0 {
-            out.par_chunks_mut(width * ROWS_PER_TASK)
-                .zip(x.as_slice().par_chunks(width * ROWS_PER_TASK))
-                .for_each(|(o, xs)| {
-                    for (orow, xrow) in o.chunks_mut(width).zip(xs.chunks(width)) {
-                        softmax_row(xrow, orow);
+            let chunk = width * ROWS_PER_TASK;
+            out.par_chunks_mut(chunk).zip(x.as_slice().par_chunks(chunk)).enumerate().for_each(|(c, (o, xs))| {
+                let mut row_buf = vec![0.0; width];
+                for (r, (orow, xrow)) in o.chunks_mut(width).zip(xs.chunks(width)).enumerate() {
+                    match &masked {
+                        None => softmax_row(xrow, orow),
+                        Some(m) => {
+                            let start = c * chunk + r * width;
+                            for ((b, &v), &hide) in row_buf.iter_mut().zip(xrow).zip(&m[start..start + width]) {
+                                *b = if hide { f64::NEG_INFINITY } else { v };
+                            }
+                            softmax_row(&row_buf, orow);
+                        }
                     }
-                });
+                }
+            });
         }
         let out = Tensor::from_parts(x.shape().to_vec(), out);
-        Ok(TensorValue::record(
-            "softmax",
-            vec![self.clone()],
-            out,
-            move |ctx| {
-                // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
-                let (y, g) = (ctx.output()?, ctx.grad());
-                let mut dx = vec![0.0; y.len()];
-                if width > 0 {
-                    dx.par_chunks_mut(width * ROWS_PER_TASK)
-                        .zip(y.as_slice().par_chunks(width * ROWS_PER_TASK))
-                        .zip(g.as_slice().par_chunks(width * ROWS_PER_TASK))
-                        .for_each(|((d, ys), gs)| {
-                            for ((drow, yrow), grow) in d
-                                .chunks_mut(width)
-                                .zip(ys.chunks(width))
-                                .zip(gs.chunks(width))
-                            {
-                                softmax_row_backward(yrow, grow, drow);
-                            }
-                        });
-                }
-                Ok(vec![Some(Tensor::from_parts(y.shape().to_vec(), dx))])
-            },
-        ))
+        Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {
+            // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
+            // (masked entries have y_j = 0, so they receive no adjoint)
+            let (y, g) = (ctx.output()?, ctx.grad());
+            let mut dx = vec![0.0; y.len()];
+            if width > 0 {
+                let chunk = width * ROWS_PER_TASK;
+                dx.par_chunks_mut(chunk)
+                    .zip(y.as_slice().par_chunks(chunk))
+                    .zip(g.as_slice().par_chunks(chunk))
+                    .for_each(|((d, ys), gs)| {
+                        for ((drow, yrow), grow) in d.chunks_mut(width).zip(ys.chunks(width)).zip(gs.chunks(width)) {
+                            softmax_row_backward(yrow, grow, drow);
+                        }
+                    });
+            }
+            Ok(vec![Some(Tensor::from_parts(y.shape().to_vec(), dx))])
+        }))
     }
 }
 
@@ -152,6 +171,20 @@ mod tests {
             .unwrap();
         assert_eq!(big.value().unwrap().as_slice(), &[1.0, 0.0]);
         assert!(constant(&[], &[1.0]).unwrap().softmax_last_axis().is_err());
+    }
+
+    #[test]
+    fn fused_masked_softmax_equals_fill_then_softmax() {
+        let x = constant(&[2, 3, 3], &(0..18).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<_>>()).unwrap();
+        let mask = crate::tensor::Mask::causal(3, 3, 0);
+        let fused = x.masked_softmax_last_axis(&mask).unwrap().value().unwrap();
+        let explicit = x.masked_fill(&mask, f64::NEG_INFINITY).unwrap().softmax_last_axis().unwrap().value().unwrap();
+        assert!(fused.bitwise_eq(&explicit));
+        let err = x.masked_softmax_last_axis(&crate::tensor::Mask::causal(2, 2, 0)).unwrap_err();
+        assert!(err.to_string().starts_with("masked_softmax: shapes [2,3,3] and [2,2]"), "{err}");
+        let x = Tensor::new(&[2, 3, 3], (0..18).map(|i| (i as f64 * 0.3).cos()).collect()).unwrap();
+        let r = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| v[0].masked_softmax_last_axis(&mask)).unwrap();
+        assert!(r.passed(), "{r:?}");
     }
 
     #[test]
