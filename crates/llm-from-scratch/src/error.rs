@@ -144,9 +144,7 @@ pub enum TensorAutodiffError {
         created_by: &'static str,
     },
     /// `backward` without an upstream adjoint needs a scalar output.
-    #[error(
-        "{op}: backward without an upstream adjoint needs one value but the output has shape {shape}"
-    )]
+    #[error("{op}: backward without an upstream adjoint needs one value but the output has shape {shape}")]
     NotScalar {
         /// The stage that failed.
         op: &'static str,

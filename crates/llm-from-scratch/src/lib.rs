@@ -31,8 +31,8 @@ pub mod report;
 pub mod tensor;
 
 pub use autodiff::{
-    GradcheckConfig, GradcheckReport, GradcheckTensor, Gradients, Tape, TensorValue, concat,
-    constant, gradcheck, parameter,
+    GradcheckConfig, GradcheckReport, GradcheckTensor, Gradients, Tape, TensorValue, concat, constant, gradcheck,
+    parameter,
 };
 pub use error::{TensorAutodiffError, fmt_shape};
 pub use tensor::{Mask, Tensor};

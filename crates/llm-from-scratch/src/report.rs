@@ -10,11 +10,7 @@ use crate::tensor::Tensor;
 /// ```
 pub fn fmt_f64(value: f64) -> String {
     let text = format!("{value:.6}");
-    if text == "-0.000000" {
-        "0.000000".to_string()
-    } else {
-        text
-    }
+    if text == "-0.000000" { "0.000000".to_string() } else { text }
 }
 
 /// `[a,b,…]` with [`fmt_f64`] entries.
@@ -25,9 +21,5 @@ pub fn fmt_values(values: &[f64]) -> String {
 
 /// `shape:[..] values:[..]`, the way reports print a tensor.
 pub fn fmt_tensor(tensor: &Tensor) -> String {
-    format!(
-        "shape:{} values:{}",
-        crate::fmt_shape(tensor.shape()),
-        fmt_values(tensor.as_slice())
-    )
+    format!("shape:{} values:{}", crate::fmt_shape(tensor.shape()), fmt_values(tensor.as_slice()))
 }

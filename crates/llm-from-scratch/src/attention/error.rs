@@ -82,7 +82,7 @@ pub enum AttentionError {
     },
     /// RoPE rotates coordinate pairs, so `d_h` must be even.
     #[error(
-        "attention config: head width {head_width} (= {model_width}/{heads}) is odd; rotary embedding needs pairs"
+        "attention config: head width {head_width} (model width {model_width}, {heads} heads) is odd; rotary embedding needs pairs"
     )]
     OddHeadWidth {
         /// `d_h`.
@@ -91,6 +91,53 @@ pub enum AttentionError {
         model_width: usize,
         /// `h`.
         heads: usize,
+    },
+    /// `G = 0` key/value heads.
+    #[error("attention config: number of key/value heads must be positive, got 0")]
+    ZeroKvHeads,
+    /// `H` query heads cannot be split into groups over `G` key/value heads.
+    #[error("attention config: {query_heads} query heads are not divisible by {kv_heads} key/value heads")]
+    GroupsDoNotDivide {
+        /// `H`.
+        query_heads: usize,
+        /// `G`.
+        kv_heads: usize,
+    },
+    /// A sliding window that lets no key through.
+    #[error("attention config: window {window} is meaningless ({reason})")]
+    InvalidWindow {
+        /// The window as given, e.g. `exclusive(0)`.
+        window: String,
+        /// Why it cannot be used.
+        reason: &'static str,
+    },
+    /// A dropout probability outside `0 ≤ p < 1`.
+    #[error("attention config: {which} dropout p = {p} must satisfy 0 ≤ p < 1")]
+    InvalidDropout {
+        /// `attention` or `output`.
+        which: &'static str,
+        /// The probability given.
+        p: f64,
+    },
+    /// A key-padding mask that is not `[B, T]`, or explicit positions of the wrong count.
+    #[error("attention input: {what} has shape {actual} but {expected} was needed")]
+    PaddingShape {
+        /// `key padding` or `positions`.
+        what: &'static str,
+        /// The shape that fits.
+        expected: Shape,
+        /// The shape given.
+        actual: Shape,
+    },
+    /// A KV cache made for another layer (or batch).
+    #[error("attention cache: {what} is {actual} in the cache but {expected} in this call")]
+    CacheMismatch {
+        /// `key/value heads`, `head width`, `batch`, `window`, `capacity`.
+        what: &'static str,
+        /// What the layer or input needs.
+        expected: usize,
+        /// What the cache holds.
+        actual: usize,
     },
     /// Another configuration value is unusable (capacity, RoPE base, …).
     #[error("attention config: {0}")]
@@ -195,32 +242,18 @@ impl AttentionError {
     pub(crate) fn from_nn(stage: Stage, err: NnError) -> AttentionError {
         match err {
             NnError::Tensor { source, .. } => AttentionError::Stage { stage, source },
-            other => AttentionError::Layer {
-                stage,
-                source: other,
-            },
+            other => AttentionError::Layer { stage, source: other },
         }
     }
 
     /// Translates a rotary error of `branch`: tensor failures become stage errors.
     pub(crate) fn from_rope(branch: Branch, err: RopeError) -> AttentionError {
         match err {
-            RopeError::Tensor(source) => AttentionError::Stage {
-                stage: Stage::Rotary(branch),
-                source,
-            },
-            RopeError::PositionOverflow { offset, tokens } => {
-                AttentionError::PositionOverflow { offset, tokens }
+            RopeError::Tensor(source) => AttentionError::Stage { stage: Stage::Rotary(branch), source },
+            RopeError::PositionOverflow { offset, tokens } => AttentionError::PositionOverflow { offset, tokens },
+            RopeError::PositionOutOfRange { start, end, capacity } => {
+                AttentionError::PositionOutOfRange { start, end, capacity }
             }
-            RopeError::PositionOutOfRange {
-                start,
-                end,
-                capacity,
-            } => AttentionError::PositionOutOfRange {
-                start,
-                end,
-                capacity,
-            },
             other => AttentionError::Rope(other),
         }
     }
@@ -232,10 +265,17 @@ mod tests {
 
     #[test]
     fn layer_and_rope_errors_are_translated_with_their_stage() {
-        let layer = NnError::InputShape { module: "qkv attention".into(), expected: "[..., T, 4]".into(), actual: Shape(vec![3]) };
+        let layer = NnError::InputShape {
+            module: "qkv attention".into(),
+            expected: "[..., T, 4]".into(),
+            actual: Shape(vec![3]),
+        };
         let err = AttentionError::from_nn(Stage::Projection, layer);
         assert!(matches!(err, AttentionError::Layer { stage: Stage::Projection, .. }));
-        assert_eq!(err.to_string(), "attention qkv projection: qkv attention: input of shape [3] does not fit (expected [..., T, 4])");
+        assert_eq!(
+            err.to_string(),
+            "attention qkv projection: qkv attention: input of shape [3] does not fit (expected [..., T, 4])"
+        );
         let rope = AttentionError::from_rope(Branch::Key, RopeError::OddHeadWidth { head_width: 3 });
         assert_eq!(rope.to_string(), "attention config: rope: head width must be even to form coordinate pairs, got 3");
         let released = TensorAutodiffError::Released { op: "rope", node: 7, created_by: "transpose" };

@@ -25,11 +25,7 @@ pub(crate) fn split_heads_of(
 ) -> Result<TensorValue, AttentionError> {
     let shape = x.shape();
     if shape.len() != 3 || heads == 0 || shape[2] % heads != 0 {
-        return Err(AttentionError::HeadShape {
-            op: "split_heads",
-            shape: Shape::from(shape),
-            heads,
-        });
+        return Err(AttentionError::HeadShape { op: "split_heads", shape: Shape::from(shape), heads });
     }
     let (b, t, d_h) = (shape[0], shape[1], shape[2] / heads);
     let run = || {
@@ -81,10 +77,7 @@ mod tests {
         );
         assert!(split_heads(&x, 0).is_err());
         assert!(merge_heads(&x).is_err());
-        assert!(matches!(
-            split_heads(&constant(&[4], &[0.0; 4]).unwrap(), 2),
-            Err(AttentionError::HeadShape { .. })
-        ));
+        assert!(matches!(split_heads(&constant(&[4], &[0.0; 4]).unwrap(), 2), Err(AttentionError::HeadShape { .. })));
     }
 
     #[test]

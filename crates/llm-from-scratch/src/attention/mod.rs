@@ -1,13 +1,15 @@
 //! The attention family: scaled dot-product attention, heads, and the layers built from them.
 
 mod error;
+mod grouped_query;
 mod heads;
 mod multi_head;
 mod scaled_dot_product;
+mod window;
 
 pub use error::{AttentionError, Branch, Stage};
+pub use grouped_query::{AttentionConfig, AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};
 pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
-pub use scaled_dot_product::{
-    AttentionOutput, causal_scaled_dot_product_self_attention, scaled_dot_product_attention,
-};
+pub use scaled_dot_product::{AttentionOutput, causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
+pub use window::{SlidingWindow, attention_mask, visible};

@@ -16,6 +16,7 @@
 use crate::attention::{AttentionError, Stage};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
+use crate::nn::SplitMix64;
 use crate::tensor::Mask;
 
 /// The intermediate and final values of one attention call.
@@ -59,8 +60,11 @@ fn check_shapes(q: &TensorValue, k: &TensorValue, v: &TensorValue) -> Result<(),
     if ks[r - 2] != vs[r - 2] {
         return Err(fail("key and value need the same number of positions"));
     }
-    if qs[..r - 2] != ks[..r - 2] || ks[..r - 2] != vs[..r - 2] {
-        return Err(fail("leading (batch, head) axes must agree"));
+    // key and value share their leading axes; the query's may repeat them (a key/value axis of 1
+    // broadcasts over a query axis: grouped and multi-query attention, with no copy of K or V)
+    let broadcasts = qs[..r - 2].iter().zip(&ks[..r - 2]).all(|(&q, &k)| q == k || k == 1);
+    if ks[..r - 2] != vs[..r - 2] || !broadcasts {
+        return Err(fail("leading axes must agree (a key/value axis of 1 may broadcast over the query's)"));
     }
     Ok(())
 }
@@ -78,16 +82,25 @@ pub fn scaled_dot_product_attention(
     v: &TensorValue,
     mask: Option<&Mask>,
 ) -> Result<AttentionOutput, AttentionError> {
+    attend(q, k, v, mask, None)
+}
+
+/// [`scaled_dot_product_attention`] with optional dropout `(p, rng)` on the weights after the
+/// softmax (training only); the returned weights are the ones actually applied to `v`.
+pub(crate) fn attend(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    mask: Option<&Mask>,
+    dropout: Option<(f64, &mut SplitMix64)>,
+) -> Result<AttentionOutput, AttentionError> {
     check_shapes(q, k, v)?;
     let r = q.shape().len();
     let d_h = q.shape()[r - 1];
     let scale = 1.0 / (d_h.max(1) as f64).sqrt();
     // scores: [..., T_q, d_h] · [..., d_h, T_k] → [..., T_q, T_k]
     let scores = q
-        .matmul(
-            &k.transpose(r - 2, r - 1)
-                .map_err(AttentionError::at(Stage::Scores))?,
-        )
+        .matmul(&k.transpose(r - 2, r - 1).map_err(AttentionError::at(Stage::Scores))?)
         .and_then(|s| s.scale(scale))
         .map_err(AttentionError::at(Stage::Scores))?;
     // hidden keys count as −∞ inside the softmax (fused, so no −∞ is stored on the tape)
@@ -96,14 +109,12 @@ pub fn scaled_dot_product_attention(
         None => scores.softmax_last_axis(),
     }
     .map_err(AttentionError::at(Stage::Softmax))?;
-    let output = weights
-        .matmul(v)
-        .map_err(AttentionError::at(Stage::WeightedValues))?;
-    Ok(AttentionOutput {
-        scores,
-        weights,
-        output,
-    })
+    let weights = match dropout {
+        Some((p, rng)) => weights.dropout(p, rng).map_err(AttentionError::at(Stage::Softmax))?,
+        None => weights,
+    };
+    let output = weights.matmul(v).map_err(AttentionError::at(Stage::WeightedValues))?;
+    Ok(AttentionOutput { scores, weights, output })
 }
 
 /// Causal self-attention on `[lanes, T, d_h]` (or any `[..., T, d_h]`): query `i` sees keys
@@ -167,10 +178,7 @@ mod tests {
         let e = (1.0 / 2f64.sqrt()).exp();
         assert!((w[3] - 1.0 / (1.0 + e)).abs() < 1e-15 && (w[4] - e / (1.0 + e)).abs() < 1e-15);
         assert_eq!(w[5], 0.0, "masked probabilities are exactly zero");
-        assert_eq!(
-            out.scores().value().unwrap().as_slice()[4],
-            1.0 / 2f64.sqrt()
-        );
+        assert_eq!(out.scores().value().unwrap().as_slice()[4], 1.0 / 2f64.sqrt());
     }
 
     #[test]
@@ -199,23 +207,10 @@ mod tests {
         ));
         let bad_mask = Mask::causal(2, 2, 0);
         let err = scaled_dot_product_attention(&q, &q, &q, Some(&bad_mask)).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("attention softmax: masked_softmax"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("attention softmax: masked_softmax"), "{err}");
         q.release();
         let err = causal_scaled_dot_product_self_attention(&q, &q, &q).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                AttentionError::Stage {
-                    stage: Stage::Scores,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert!(matches!(err, AttentionError::Stage { stage: Stage::Scores, .. }), "{err}");
     }
 
     #[test]
@@ -225,11 +220,7 @@ mod tests {
             let n = shape.iter().product();
             Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()).unwrap()
         };
-        let inputs = vec![
-            ("q", mk(&[2, 4, 3])),
-            ("k", mk(&[2, 4, 3])),
-            ("v", mk(&[2, 4, 2])),
-        ];
+        let inputs = vec![("q", mk(&[2, 4, 3])), ("k", mk(&[2, 4, 3])), ("v", mk(&[2, 4, 2]))];
         let r = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
             causal_scaled_dot_product_self_attention(&v[0], &v[1], &v[2])
                 .map(|o| o.output().clone())

@@ -48,13 +48,7 @@ impl Tape {
 
     /// `true` when every value still stored on the tape is finite (released values are skipped).
     pub fn all_finite(&self) -> bool {
-        self.nodes.iter().all(|node| {
-            node.0
-                .value
-                .borrow()
-                .as_ref()
-                .is_none_or(Tensor::all_finite)
-        })
+        self.nodes.iter().all(|node| node.0.value.borrow().as_ref().is_none_or(Tensor::all_finite))
     }
 }
 
@@ -72,9 +66,7 @@ impl Gradients {
 
     /// The gradient of `leaf`, zeros of its shape when no adjoint reached it.
     pub fn get_or_zeros(&self, leaf: &TensorValue) -> Tensor {
-        self.get(leaf)
-            .cloned()
-            .unwrap_or_else(|| Tensor::from_parts(leaf.shape().to_vec(), vec![0.0; leaf.len()]))
+        self.get(leaf).cloned().unwrap_or_else(|| Tensor::from_parts(leaf.shape().to_vec(), vec![0.0; leaf.len()]))
     }
 
     /// Number of leaves that received a gradient.
@@ -96,10 +88,7 @@ impl TensorValue {
     /// of a backward rule (e.g. [`TensorAutodiffError::Released`] when a rule needs a freed value).
     pub fn backward(&self) -> Result<Gradients> {
         if self.len() != 1 {
-            return Err(TensorAutodiffError::NotScalar {
-                op: "backward",
-                shape: Shape::from(self.shape()),
-            });
+            return Err(TensorAutodiffError::NotScalar { op: "backward", shape: Shape::from(self.shape()) });
         }
         self.backward_with(&Tensor::from_parts(self.shape().to_vec(), vec![1.0]))
     }

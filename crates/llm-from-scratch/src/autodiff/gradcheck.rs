@@ -28,12 +28,7 @@ pub struct GradcheckConfig {
 
 impl Default for GradcheckConfig {
     fn default() -> Self {
-        Self {
-            delta: 1e-6,
-            tolerance: 8e-6,
-            upstream: None,
-            seed: 0x5EED,
-        }
+        Self { delta: 1e-6, tolerance: 8e-6, upstream: None, seed: 0x5EED }
     }
 }
 
@@ -98,23 +93,14 @@ pub fn gradcheck<E: From<TensorAutodiffError>>(
 ) -> Result<GradcheckReport, E> {
     if !(config.delta > 0.0 && config.delta.is_finite() && config.tolerance > 0.0) {
         return Err(TensorAutodiffError::Gradcheck {
-            detail: format!(
-                "step {} and tolerance {} must be positive",
-                config.delta, config.tolerance
-            ),
+            detail: format!("step {} and tolerance {} must be positive", config.delta, config.tolerance),
         }
         .into());
     }
     if inputs.is_empty() {
-        return Err(TensorAutodiffError::Gradcheck {
-            detail: "no inputs to check".into(),
-        }
-        .into());
+        return Err(TensorAutodiffError::Gradcheck { detail: "no inputs to check".into() }.into());
     }
-    let leaves: Vec<TensorValue> = inputs
-        .iter()
-        .map(|(_, t)| TensorValue::leaf(t.clone(), true))
-        .collect();
+    let leaves: Vec<TensorValue> = inputs.iter().map(|(_, t)| TensorValue::leaf(t.clone(), true)).collect();
     let output = f(&leaves)?;
     let upstream = match &config.upstream {
         Some(u) => u.clone(),
@@ -126,17 +112,9 @@ pub fn gradcheck<E: From<TensorAutodiffError>>(
     };
     let grads = output.backward_with(&upstream)?;
     let loss_at = |values: &[Tensor]| -> Result<f64, E> {
-        let leaves: Vec<TensorValue> = values
-            .iter()
-            .map(|t| TensorValue::leaf(t.clone(), false))
-            .collect();
+        let leaves: Vec<TensorValue> = values.iter().map(|t| TensorValue::leaf(t.clone(), false)).collect();
         let out = f(&leaves)?.value()?;
-        Ok(out
-            .as_slice()
-            .iter()
-            .zip(upstream.as_slice())
-            .map(|(a, b)| a * b)
-            .sum())
+        Ok(out.as_slice().iter().zip(upstream.as_slice()).map(|(a, b)| a * b).sum())
     };
     let mut current: Vec<Tensor> = inputs.iter().map(|(_, t)| t.clone()).collect();
     let mut tensors = Vec::with_capacity(inputs.len());
@@ -160,12 +138,7 @@ pub fn gradcheck<E: From<TensorAutodiffError>>(
             }
             max_error = max_error.max(if error.is_nan() { f64::INFINITY } else { error });
         }
-        tensors.push(GradcheckTensor {
-            name: (*name).to_string(),
-            coordinates: original.len(),
-            failures,
-            max_error,
-        });
+        tensors.push(GradcheckTensor { name: (*name).to_string(), coordinates: original.len(), failures, max_error });
     }
     Ok(GradcheckReport { tensors })
 }
@@ -179,10 +152,7 @@ mod tests {
         // scale's backward is right; pretend the rule were wrong by checking against a different
         // function: f(x) = x ⊙ x has derivative 2x, and a 1e-3 tolerance still catches 2x vs x.
         let x = Tensor::new(&[2], vec![1.0, 2.0]).unwrap();
-        let report = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
-            v[0].mul(&v[0])
-        })
-        .unwrap();
+        let report = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| v[0].mul(&v[0])).unwrap();
         assert!(report.passed());
         // A function whose tape is cut (a constant copy of the input) has zero analytic gradient
         // but a non-zero numerical one: the check must fail.
@@ -198,10 +168,7 @@ mod tests {
     #[test]
     fn bad_configuration_is_a_typed_error() {
         let x = Tensor::new(&[1], vec![1.0]).unwrap();
-        let cfg = GradcheckConfig {
-            delta: 0.0,
-            ..GradcheckConfig::default()
-        };
+        let cfg = GradcheckConfig { delta: 0.0, ..GradcheckConfig::default() };
         let err = gradcheck(&[("x", x)], &cfg, |v| Ok::<_, TensorAutodiffError>(v[0].clone())).unwrap_err();
         assert!(err.to_string().starts_with("gradcheck: step 0"), "{err}");
         assert!(gradcheck(&[], &GradcheckConfig::default(), |v| Ok::<_, TensorAutodiffError>(v[0].clone())).is_err());

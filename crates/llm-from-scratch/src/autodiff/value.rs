@@ -73,10 +73,7 @@ impl std::fmt::Debug for TensorValue {
 /// # Errors
 /// [`TensorAutodiffError::LengthMismatch`] if `values` does not fill `shape`.
 pub fn constant(shape: &[usize], values: &[f64]) -> Result<TensorValue> {
-    Ok(TensorValue::leaf(
-        Tensor::new(shape, values.to_vec())?,
-        false,
-    ))
+    Ok(TensorValue::leaf(Tensor::new(shape, values.to_vec())?, false))
 }
 
 /// A leaf whose gradient [`TensorValue::backward`] computes (weights, or an input whose gradient
@@ -85,10 +82,7 @@ pub fn constant(shape: &[usize], values: &[f64]) -> Result<TensorValue> {
 /// # Errors
 /// [`TensorAutodiffError::LengthMismatch`] if `values` does not fill `shape`.
 pub fn parameter(shape: &[usize], values: &[f64]) -> Result<TensorValue> {
-    Ok(TensorValue::leaf(
-        Tensor::new(shape, values.to_vec())?,
-        true,
-    ))
+    Ok(TensorValue::leaf(Tensor::new(shape, values.to_vec())?, true))
 }
 
 impl TensorValue {
@@ -96,11 +90,7 @@ impl TensorValue {
     pub fn leaf(tensor: Tensor, requires_grad: bool) -> Self {
         Self(Rc::new(Node {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            op: if requires_grad {
-                "parameter"
-            } else {
-                "constant"
-            },
+            op: if requires_grad { "parameter" } else { "constant" },
             shape: tensor.shape().to_vec(),
             value: RefCell::new(Some(tensor)),
             requires_grad,
@@ -134,15 +124,11 @@ impl TensorValue {
 
     /// The value, for an operation named `op` that needs it.
     pub(crate) fn read(&self, op: &'static str) -> Result<Tensor> {
-        self.0
-            .value
-            .borrow()
-            .clone()
-            .ok_or(TensorAutodiffError::Released {
-                op,
-                node: self.0.id,
-                created_by: self.0.op,
-            })
+        self.0.value.borrow().clone().ok_or(TensorAutodiffError::Released {
+            op,
+            node: self.0.id,
+            created_by: self.0.op,
+        })
     }
 
     /// The value of this node.
@@ -257,15 +243,11 @@ impl BackwardContext<'_> {
     /// # Errors
     /// [`TensorAutodiffError::Released`] if the output's value was freed.
     pub fn output(&self) -> Result<Tensor> {
-        self.node
-            .value
-            .borrow()
-            .clone()
-            .ok_or(TensorAutodiffError::Released {
-                op: self.node.op,
-                node: self.node.id,
-                created_by: self.node.op,
-            })
+        self.node.value.borrow().clone().ok_or(TensorAutodiffError::Released {
+            op: self.node.op,
+            node: self.node.id,
+            created_by: self.node.op,
+        })
     }
 
     /// The adjoint of the output, `∂loss/∂output`.

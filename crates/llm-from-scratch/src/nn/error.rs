@@ -75,9 +75,6 @@ pub enum NnError {
 impl NnError {
     /// Wraps a tensor error with the layer's name.
     pub(crate) fn tensor(module: &str) -> impl FnOnce(TensorAutodiffError) -> NnError + '_ {
-        move |source| NnError::Tensor {
-            module: module.to_string(),
-            source,
-        }
+        move |source| NnError::Tensor { module: module.to_string(), source }
     }
 }

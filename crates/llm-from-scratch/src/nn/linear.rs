@@ -28,10 +28,7 @@ pub struct Linear {
 /// Draws a `[rows, cols]` tensor uniformly in `±bound`.
 pub(crate) fn uniform_tensor(shape: &[usize], bound: f64, rng: &mut SplitMix64) -> Tensor {
     let len = shape.iter().product();
-    Tensor::from_parts(
-        shape.to_vec(),
-        (0..len).map(|_| rng.uniform(-bound, bound)).collect(),
-    )
+    Tensor::from_parts(shape.to_vec(), (0..len).map(|_| rng.uniform(-bound, bound)).collect())
 }
 
 impl Linear {
@@ -60,18 +57,10 @@ impl Linear {
         }
         let mut trial = rng.clone();
         let bound = 1.0 / (in_width as f64).sqrt();
-        let weight = TensorValue::leaf(
-            uniform_tensor(&[in_width, out_width], bound, &mut trial),
-            true,
-        );
-        let bias =
-            bias.then(|| TensorValue::leaf(uniform_tensor(&[out_width], bound, &mut trial), true));
+        let weight = TensorValue::leaf(uniform_tensor(&[in_width, out_width], bound, &mut trial), true);
+        let bias = bias.then(|| TensorValue::leaf(uniform_tensor(&[out_width], bound, &mut trial), true));
         *rng = trial;
-        Ok(Self {
-            name: name.to_string(),
-            weight,
-            bias,
-        })
+        Ok(Self { name: name.to_string(), weight, bias })
     }
 
     /// A layer from existing parameters (named `linear.weight` / `linear.bias`; see [`Linear::named`]).
@@ -79,10 +68,7 @@ impl Linear {
     /// # Errors
     /// [`NnError::ParameterShape`] if the weight is not rank 2 with both axes > 0, or the bias is
     /// not `[out]`.
-    pub fn from_parameters(
-        weight: TensorValue,
-        bias: Option<TensorValue>,
-    ) -> Result<Self, NnError> {
+    pub fn from_parameters(weight: TensorValue, bias: Option<TensorValue>) -> Result<Self, NnError> {
         let ws = weight.shape();
         if ws.len() != 2 || ws[0] == 0 || ws[1] == 0 {
             return Err(NnError::ParameterShape {
@@ -102,11 +88,7 @@ impl Linear {
                 });
             }
         }
-        Ok(Self {
-            name: "linear".into(),
-            weight,
-            bias,
-        })
+        Ok(Self { name: "linear".into(), weight, bias })
     }
 
     /// The same layer under another name prefix.
@@ -133,9 +115,7 @@ impl Linear {
         let run = || {
             // [..., in] · [in, out] → [..., out]; a vector is treated as one row
             let y = if shape.len() == 1 {
-                x.reshape(&[1, shape[0]])?
-                    .matmul(&self.weight)?
-                    .reshape(&[self.output_width()])?
+                x.reshape(&[1, shape[0]])?.matmul(&self.weight)?.reshape(&[self.output_width()])?
             } else {
                 x.matmul(&self.weight)?
             };
@@ -169,15 +149,9 @@ impl Linear {
 
     /// `name.weight` and (if present) `name.bias`.
     pub fn parameters(&self) -> Vec<NamedParameter> {
-        let mut list = vec![NamedParameter::new(
-            format!("{}.weight", self.name),
-            self.weight.clone(),
-        )];
+        let mut list = vec![NamedParameter::new(format!("{}.weight", self.name), self.weight.clone())];
         if let Some(b) = &self.bias {
-            list.push(NamedParameter::new(
-                format!("{}.bias", self.name),
-                b.clone(),
-            ));
+            list.push(NamedParameter::new(format!("{}.bias", self.name), b.clone()));
         }
         list
     }
@@ -207,44 +181,22 @@ mod tests {
         assert_eq!(lin.parameter_count(), 15);
         assert_eq!(lin.parameters()[1].name(), "proj.bias");
         let bound = 0.5;
-        assert!(
-            lin.weight()
-                .value()
-                .unwrap()
-                .as_slice()
-                .iter()
-                .all(|w| w.abs() <= bound)
-        );
+        assert!(lin.weight().value().unwrap().as_slice().iter().all(|w| w.abs() <= bound));
     }
 
     #[test]
     fn shape_errors() {
         let w = crate::parameter(&[2, 3], &[0.0; 6]).unwrap();
-        let err =
-            Linear::from_parameters(w.clone(), Some(crate::parameter(&[2], &[0.0; 2]).unwrap()))
-                .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "linear: parameter bias has shape [2] but [3] was needed"
-        );
+        let err = Linear::from_parameters(w.clone(), Some(crate::parameter(&[2], &[0.0; 2]).unwrap())).unwrap_err();
+        assert_eq!(err.to_string(), "linear: parameter bias has shape [2] but [3] was needed");
         assert!(Linear::from_parameters(crate::parameter(&[6], &[0.0; 6]).unwrap(), None).is_err());
         let lin = Linear::from_parameters(w, None).unwrap();
-        let err = lin
-            .forward(&constant(&[4, 3], &[0.0; 12]).unwrap())
-            .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "linear linear: input of shape [4,3] does not fit (expected [..., 2])"
-        );
+        let err = lin.forward(&constant(&[4, 3], &[0.0; 12]).unwrap()).unwrap_err();
+        assert_eq!(err.to_string(), "linear linear: input of shape [4,3] does not fit (expected [..., 2])");
         let x = constant(&[2], &[1.0, 2.0]).unwrap();
         x.release();
         assert!(matches!(lin.forward(&x), Err(NnError::Tensor { .. })));
-        assert_eq!(
-            lin.forward(&constant(&[2], &[1.0, 2.0]).unwrap())
-                .unwrap()
-                .shape(),
-            &[3]
-        );
+        assert_eq!(lin.forward(&constant(&[2], &[1.0, 2.0]).unwrap()).unwrap().shape(), &[3]);
     }
 
     #[test]
@@ -253,18 +205,14 @@ mod tests {
         let x = uniform_tensor(&[2, 3, 4], 1.0, &mut rng);
         let w = uniform_tensor(&[4, 2], 1.0, &mut rng);
         let b = uniform_tensor(&[2], 1.0, &mut rng);
-        let r = gradcheck(
-            &[("x", x), ("w", w), ("b", b)],
-            &GradcheckConfig::default(),
-            |v| {
-                Linear::from_parameters(v[1].clone(), Some(v[2].clone()))
-                    .and_then(|l| l.forward(&v[0]))
-                    .map_err(|e| match e {
-                        NnError::Tensor { source, .. } => source,
-                        other => panic!("{other}"),
-                    })
-            },
-        )
+        let r = gradcheck(&[("x", x), ("w", w), ("b", b)], &GradcheckConfig::default(), |v| {
+            Linear::from_parameters(v[1].clone(), Some(v[2].clone())).and_then(|l| l.forward(&v[0])).map_err(
+                |e| match e {
+                    NnError::Tensor { source, .. } => source,
+                    other => panic!("{other}"),
+                },
+            )
+        })
         .unwrap();
         assert!(r.passed(), "{r:?}");
     }

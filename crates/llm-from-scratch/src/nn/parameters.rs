@@ -15,10 +15,7 @@ pub struct NamedParameter {
 impl NamedParameter {
     /// Names a parameter leaf.
     pub fn new(name: impl Into<String>, value: TensorValue) -> Self {
-        Self {
-            name: name.into(),
-            value,
-        }
+        Self { name: name.into(), value }
     }
 
     /// The dotted name.
@@ -50,11 +47,7 @@ impl NamedParameters {
         let mut nodes: BTreeMap<u64, usize> = BTreeMap::new();
         for (i, p) in list.iter().enumerate() {
             if let Some(&first) = names.get(p.name()) {
-                return Err(NnError::DuplicateParameterName {
-                    name: p.name.clone(),
-                    first,
-                    second: i,
-                });
+                return Err(NnError::DuplicateParameterName { name: p.name.clone(), first, second: i });
             }
             if let Some(&first) = nodes.get(&p.value.id()) {
                 return Err(NnError::DuplicateParameterNode {
@@ -95,13 +88,8 @@ impl NamedParameters {
     }
 
     /// `(name, gradient)` for every parameter, zeros where no adjoint arrived.
-    pub fn gradients<'a>(
-        &'a self,
-        grads: &'a Gradients,
-    ) -> impl Iterator<Item = (&'a str, crate::Tensor)> + 'a {
-        self.list
-            .iter()
-            .map(|p| (p.name(), grads.get_or_zeros(&p.value)))
+    pub fn gradients<'a>(&'a self, grads: &'a Gradients) -> impl Iterator<Item = (&'a str, crate::Tensor)> + 'a {
+        self.list.iter().map(|p| (p.name(), grads.get_or_zeros(&p.value)))
     }
 }
 
@@ -114,31 +102,16 @@ mod tests {
     fn duplicates_are_rejected_with_names() {
         let a = parameter(&[1], &[1.0]).unwrap();
         let b = parameter(&[1], &[2.0]).unwrap();
-        let ok = NamedParameters::try_new(vec![
-            NamedParameter::new("a", a.clone()),
-            NamedParameter::new("b", b.clone()),
-        ])
-        .unwrap();
+        let ok =
+            NamedParameters::try_new(vec![NamedParameter::new("a", a.clone()), NamedParameter::new("b", b.clone())])
+                .unwrap();
         assert_eq!((ok.len(), ok.scalar_count()), (2, 2));
-        let err = NamedParameters::try_new(vec![
-            NamedParameter::new("w", a.clone()),
-            NamedParameter::new("w", b),
-        ])
-        .unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "parameters: the name \"w\" appears twice (positions 0 and 1)"
-        );
-        let err = NamedParameters::try_new(vec![
-            NamedParameter::new("x", a.clone()),
-            NamedParameter::new("y", a),
-        ])
-        .unwrap_err();
+        let err = NamedParameters::try_new(vec![NamedParameter::new("w", a.clone()), NamedParameter::new("w", b)])
+            .unwrap_err();
+        assert_eq!(err.to_string(), "parameters: the name \"w\" appears twice (positions 0 and 1)");
+        let err = NamedParameters::try_new(vec![NamedParameter::new("x", a.clone()), NamedParameter::new("y", a)])
+            .unwrap_err();
         assert!(matches!(err, NnError::DuplicateParameterNode { .. }));
-        assert!(
-            err.to_string()
-                .contains("\"x\" and \"y\" are the same node"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("\"x\" and \"y\" are the same node"), "{err}");
     }
 }

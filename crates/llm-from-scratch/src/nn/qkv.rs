@@ -57,14 +57,7 @@ impl QkvProjections {
         projected_width: usize,
         rng: &mut SplitMix64,
     ) -> Result<Self, NnError> {
-        Self::with_widths(
-            prefix,
-            model_width,
-            projected_width,
-            projected_width,
-            false,
-            rng,
-        )
+        Self::with_widths(prefix, model_width, projected_width, projected_width, false, rng)
     }
 
     /// Projections with a query width, a (shared) key/value width and optional biases.
@@ -79,11 +72,9 @@ impl QkvProjections {
         bias: bool,
         rng: &mut SplitMix64,
     ) -> Result<Self, NnError> {
-        for (setting, value) in [
-            ("model width", model_width),
-            ("query width", query_width),
-            ("key/value width", kv_width),
-        ] {
+        for (setting, value) in
+            [("model width", model_width), ("query width", query_width), ("key/value width", kv_width)]
+        {
             if value == 0 {
                 return Err(NnError::InvalidConfig {
                     module: format!("qkv {prefix}"),
@@ -96,28 +87,17 @@ impl QkvProjections {
         let mut trial = rng.clone();
         let bound = 1.0 / (model_width as f64).sqrt();
         let widths = [query_width, kv_width, kv_width];
-        let weights = widths
-            .map(|w| TensorValue::leaf(uniform_tensor(&[model_width, w], bound, &mut trial), true));
-        let biases = bias.then(|| {
-            widths.map(|w| TensorValue::leaf(uniform_tensor(&[w], bound, &mut trial), true))
-        });
+        let weights = widths.map(|w| TensorValue::leaf(uniform_tensor(&[model_width, w], bound, &mut trial), true));
+        let biases = bias.then(|| widths.map(|w| TensorValue::leaf(uniform_tensor(&[w], bound, &mut trial), true)));
         *rng = trial;
-        Ok(Self {
-            prefix: prefix.to_string(),
-            weights,
-            biases,
-        })
+        Ok(Self { prefix: prefix.to_string(), weights, biases })
     }
 
     /// Projections from existing bias-free weights `[d, d_q]`, `[d, d_kv]`, `[d, d_kv]`.
     ///
     /// # Errors
     /// [`NnError::ParameterShape`] naming the branch whose weight does not fit.
-    pub fn from_weights(
-        query: TensorValue,
-        key: TensorValue,
-        value: TensorValue,
-    ) -> Result<Self, NnError> {
+    pub fn from_weights(query: TensorValue, key: TensorValue, value: TensorValue) -> Result<Self, NnError> {
         Self::from_parameters("attention", [query, key, value], None)
     }
 
@@ -160,11 +140,7 @@ impl QkvProjections {
                 }
             }
         }
-        Ok(Self {
-            prefix: prefix.to_string(),
-            weights,
-            biases,
-        })
+        Ok(Self { prefix: prefix.to_string(), weights, biases })
     }
 
     /// Projects `x [..., d]` into query, key and value.
@@ -234,9 +210,10 @@ impl QkvProjections {
             .collect();
         if let Some(bs) = &self.biases {
             list.extend(
-                BRANCHES.iter().zip(bs).map(|(b, v)| {
-                    NamedParameter::new(format!("{}.{b}.bias", self.prefix), v.clone())
-                }),
+                BRANCHES
+                    .iter()
+                    .zip(bs)
+                    .map(|(b, v)| NamedParameter::new(format!("{}.{b}.bias", self.prefix), v.clone())),
             );
         }
         list
@@ -253,32 +230,15 @@ mod tests {
     fn packed_product_equals_three_products() {
         let mut rng = SplitMix64::new(2);
         let qkv = QkvProjections::with_widths("attn", 4, 6, 2, true, &mut rng).unwrap();
-        let x = constant(
-            &[2, 3, 4],
-            &(0..24).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>(),
-        )
-        .unwrap();
+        let x = constant(&[2, 3, 4], &(0..24).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>()).unwrap();
         let out = qkv.forward(&x).unwrap();
         let bs = qkv.biases().unwrap();
-        for (i, got) in [out.query(), out.key(), out.value()]
-            .into_iter()
-            .enumerate()
-        {
-            let want = x
-                .matmul(&qkv.weights()[i])
-                .unwrap()
-                .add(&bs[i])
-                .unwrap()
-                .value()
-                .unwrap();
+        for (i, got) in [out.query(), out.key(), out.value()].into_iter().enumerate() {
+            let want = x.matmul(&qkv.weights()[i]).unwrap().add(&bs[i]).unwrap().value().unwrap();
             assert!(got.value().unwrap().max_abs_diff(&want).unwrap() < 1e-14);
         }
         assert_eq!(out.key().shape(), &[2, 3, 2]);
-        let names: Vec<String> = qkv
-            .parameters()
-            .iter()
-            .map(|p| p.name().to_string())
-            .collect();
+        let names: Vec<String> = qkv.parameters().iter().map(|p| p.name().to_string()).collect();
         assert_eq!(names[0], "attn.query.weight");
         assert_eq!(names[5], "attn.value.bias");
     }
@@ -290,17 +250,11 @@ mod tests {
         assert_eq!(rng, SplitMix64::new(2));
         let w = |r, c| crate::parameter(&[r, c], &vec![0.0; r * c]).unwrap();
         let err = QkvProjections::from_weights(w(4, 4), w(4, 2), w(4, 3)).unwrap_err();
-        assert!(
-            err.to_string().contains("value weight has shape [4,3]"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("value weight has shape [4,3]"), "{err}");
         let err = QkvProjections::from_weights(w(4, 4), w(3, 4), w(4, 4)).unwrap_err();
         assert!(err.to_string().contains("key weight"), "{err}");
         let q = QkvProjections::from_weights(w(4, 4), w(4, 4), w(4, 4)).unwrap();
-        assert!(matches!(
-            q.forward(&constant(&[2, 3], &[0.0; 6]).unwrap()),
-            Err(NnError::InputShape { .. })
-        ));
+        assert!(matches!(q.forward(&constant(&[2, 3], &[0.0; 6]).unwrap()), Err(NnError::InputShape { .. })));
     }
 
     #[test]
@@ -314,12 +268,10 @@ mod tests {
             ("wv", mk(&[3, 2], &mut rng)),
         ];
         let r = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
-            let qkv =
-                QkvProjections::from_weights(v[1].clone(), v[2].clone(), v[3].clone()).unwrap();
+            let qkv = QkvProjections::from_weights(v[1].clone(), v[2].clone(), v[3].clone()).unwrap();
             let out = qkv.forward(&v[0]).unwrap();
             // use all three outputs: Q·[K|V]ᵀ-like mix
-            out.query()
-                .matmul(&concat(&[out.key(), out.value()], 2)?.transpose(1, 2)?)
+            out.query().matmul(&concat(&[out.key(), out.value()], 2)?.transpose(1, 2)?)
         })
         .unwrap();
         assert!(r.passed(), "{r:?}");

@@ -22,11 +22,7 @@ impl RmsNorm {
     /// # Errors
     /// [`NnError::InvalidConfig`] if `d` is 0 or `eps` is negative or not finite.
     pub fn new(name: &str, width: usize, eps: f64) -> Result<Self, NnError> {
-        Self::from_gain(
-            name,
-            TensorValue::leaf(Tensor::from_parts(vec![width], vec![1.0; width]), true),
-            eps,
-        )
+        Self::from_gain(name, TensorValue::leaf(Tensor::from_parts(vec![width], vec![1.0; width]), true), eps)
     }
 
     /// A layer from an existing gain leaf `[d]`.
@@ -50,11 +46,7 @@ impl RmsNorm {
                 reason: "must be finite and ≥ 0",
             });
         }
-        Ok(Self {
-            name: name.to_string(),
-            gain,
-            eps,
-        })
+        Ok(Self { name: name.to_string(), gain, eps })
     }
 
     /// Normalises `x [..., d]`.
@@ -69,8 +61,7 @@ impl RmsNorm {
                 actual: Shape::from(x.shape()),
             });
         }
-        x.rms_norm(&self.gain, self.eps)
-            .map_err(NnError::tensor(&self.name))
+        x.rms_norm(&self.gain, self.eps).map_err(NnError::tensor(&self.name))
     }
 
     /// The gain leaf.
@@ -85,9 +76,6 @@ impl RmsNorm {
 
     /// `name.weight` (the checkpoint name of the gain).
     pub fn parameters(&self) -> Vec<NamedParameter> {
-        vec![NamedParameter::new(
-            format!("{}.weight", self.name),
-            self.gain.clone(),
-        )]
+        vec![NamedParameter::new(format!("{}.weight", self.name), self.gain.clone())]
     }
 }

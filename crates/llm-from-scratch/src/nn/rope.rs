@@ -128,9 +128,7 @@ impl RotaryEmbedding {
             return Err(RopeError::InvalidBase { base });
         }
         let pairs = head_width / 2;
-        let thetas: Vec<f64> = (0..pairs)
-            .map(|i| base.powf(-2.0 * i as f64 / head_width as f64))
-            .collect();
+        let thetas: Vec<f64> = (0..pairs).map(|i| base.powf(-2.0 * i as f64 / head_width as f64)).collect();
         let mut cos = Vec::with_capacity(max_positions * pairs);
         let mut sin = Vec::with_capacity(max_positions * pairs);
         for p in 0..max_positions {
@@ -140,14 +138,7 @@ impl RotaryEmbedding {
                 sin.push(angle.sin());
             }
         }
-        Ok(Self {
-            head_width,
-            max_positions,
-            base,
-            layout: RopeLayout::AdjacentPairs,
-            cos,
-            sin,
-        })
+        Ok(Self { head_width, max_positions, base, layout: RopeLayout::AdjacentPairs, cos, sin })
     }
 
     /// The same tables with another pairing.
@@ -181,15 +172,9 @@ impl RotaryEmbedding {
     /// # Errors
     /// [`RopeError::PositionOverflow`] or [`RopeError::PositionOutOfRange`].
     pub fn check_interval(&self, offset: usize, tokens: usize) -> Result<(), RopeError> {
-        let end = offset
-            .checked_add(tokens)
-            .ok_or(RopeError::PositionOverflow { offset, tokens })?;
+        let end = offset.checked_add(tokens).ok_or(RopeError::PositionOverflow { offset, tokens })?;
         if end > self.max_positions {
-            return Err(RopeError::PositionOutOfRange {
-                start: offset,
-                end,
-                capacity: self.max_positions,
-            });
+            return Err(RopeError::PositionOutOfRange { start: offset, end, capacity: self.max_positions });
         }
         Ok(())
     }
@@ -199,11 +184,7 @@ impl RotaryEmbedding {
     /// # Errors
     /// [`RopeError::InputShape`] if `x` is not `[..., T, d_h]`; the interval errors of
     /// [`RotaryEmbedding::check_interval`]; [`RopeError::Tensor`] for a released input.
-    pub fn rotate(
-        &self,
-        x: &TensorValue,
-        position_offset: usize,
-    ) -> Result<TensorValue, RopeError> {
+    pub fn rotate(&self, x: &TensorValue, position_offset: usize) -> Result<TensorValue, RopeError> {
         let tokens = self.check_input(x)?;
         self.check_interval(position_offset, tokens)?;
         let positions: Vec<usize> = (position_offset..position_offset + tokens).collect();
@@ -217,21 +198,13 @@ impl RotaryEmbedding {
     /// # Errors
     /// [`RopeError::InputShape`] if the count fits neither form; [`RopeError::PositionOutOfRange`]
     /// for a position at or past capacity; [`RopeError::Tensor`] for a released input.
-    pub fn rotate_at(
-        &self,
-        x: &TensorValue,
-        positions: &[usize],
-    ) -> Result<TensorValue, RopeError> {
+    pub fn rotate_at(&self, x: &TensorValue, positions: &[usize]) -> Result<TensorValue, RopeError> {
         let tokens = self.check_input(x)?;
         let rows = x.shape()[0];
         if positions.len() != tokens && positions.len() != rows * tokens {
             return Err(RopeError::InputShape {
                 shape: Shape::from(x.shape()),
-                reason: format!(
-                    "{} positions given; need {tokens} or {}",
-                    positions.len(),
-                    rows * tokens
-                ),
+                reason: format!("{} positions given; need {tokens} or {}", positions.len(), rows * tokens),
             });
         }
         if let Some(&bad) = positions.iter().find(|&&p| p >= self.max_positions) {
@@ -274,11 +247,7 @@ impl RotaryEmbedding {
         let mut out = x.as_slice().to_vec();
         for (r, row) in out.chunks_mut(d).enumerate() {
             let t = r % tokens;
-            let p = if per_row {
-                positions[(r / tokens / lanes_per_row) * tokens + t]
-            } else {
-                positions[t]
-            };
+            let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
             for i in 0..half {
                 let (a, b) = self.pair(i);
                 let (c, s) = (self.cos[p * half + i], sign * self.sin[p * half + i]);
@@ -290,22 +259,13 @@ impl RotaryEmbedding {
         Tensor::from_parts(x.shape().to_vec(), out)
     }
 
-    fn rotate_unchecked(
-        &self,
-        x: &TensorValue,
-        positions: Vec<usize>,
-    ) -> Result<TensorValue, RopeError> {
+    fn rotate_unchecked(&self, x: &TensorValue, positions: Vec<usize>) -> Result<TensorValue, RopeError> {
         let out = self.apply(&x.read("rope")?, &positions, 1.0);
         let tables = self.clone();
-        Ok(TensorValue::record(
-            "rope",
-            vec![x.clone()],
-            out,
-            move |ctx| {
-                // forward: y = R(pθ)·x per pair  =>  dx = R(pθ)ᵀ·dy = R(−pθ)·dy
-                Ok(vec![Some(tables.apply(ctx.grad(), &positions, -1.0))])
-            },
-        ))
+        Ok(TensorValue::record("rope", vec![x.clone()], out, move |ctx| {
+            // forward: y = R(pθ)·x per pair  =>  dx = R(pθ)ᵀ·dy = R(−pθ)·dy
+            Ok(vec![Some(tables.apply(ctx.grad(), &positions, -1.0))])
+        }))
     }
 }
 
@@ -319,27 +279,13 @@ mod tests {
 
     #[test]
     fn configuration_errors_in_order() {
-        assert_eq!(
-            RotaryEmbedding::new(0, 0, -1.0).unwrap_err(),
-            RopeError::ZeroHeadWidth
-        );
-        assert_eq!(
-            RotaryEmbedding::new(3, 0, -1.0).unwrap_err(),
-            RopeError::OddHeadWidth { head_width: 3 }
-        );
-        assert_eq!(
-            RotaryEmbedding::new(4, 0, -1.0).unwrap_err(),
-            RopeError::ZeroCapacity
-        );
-        assert_eq!(
-            RotaryEmbedding::new(4, 8, 0.0).unwrap_err(),
-            RopeError::InvalidBase { base: 0.0 }
-        );
+        assert_eq!(RotaryEmbedding::new(0, 0, -1.0).unwrap_err(), RopeError::ZeroHeadWidth);
+        assert_eq!(RotaryEmbedding::new(3, 0, -1.0).unwrap_err(), RopeError::OddHeadWidth { head_width: 3 });
+        assert_eq!(RotaryEmbedding::new(4, 0, -1.0).unwrap_err(), RopeError::ZeroCapacity);
+        assert_eq!(RotaryEmbedding::new(4, 8, 0.0).unwrap_err(), RopeError::InvalidBase { base: 0.0 });
         assert!(RotaryEmbedding::new(4, 8, f64::NAN).is_err());
         assert_eq!(
-            RotaryEmbedding::new(4, 8, f64::INFINITY)
-                .unwrap_err()
-                .to_string(),
+            RotaryEmbedding::new(4, 8, f64::INFINITY).unwrap_err().to_string(),
             "rope: base must be finite and positive, got inf"
         );
     }
@@ -348,42 +294,17 @@ mod tests {
     fn position_and_input_errors() {
         let rope = RotaryEmbedding::new(2, 4, 100.0).unwrap();
         let x = constant(&[3, 2], &[0.0; 6]).unwrap();
-        assert_eq!(
-            rope.rotate(&x, 2).unwrap_err(),
-            RopeError::PositionOutOfRange {
-                start: 2,
-                end: 5,
-                capacity: 4
-            }
-        );
+        assert_eq!(rope.rotate(&x, 2).unwrap_err(), RopeError::PositionOutOfRange { start: 2, end: 5, capacity: 4 });
         assert_eq!(
             rope.rotate(&x, usize::MAX).unwrap_err(),
-            RopeError::PositionOverflow {
-                offset: usize::MAX,
-                tokens: 3
-            }
+            RopeError::PositionOverflow { offset: usize::MAX, tokens: 3 }
         );
-        assert!(matches!(
-            rope.rotate(&constant(&[3, 4], &[0.0; 12]).unwrap(), 0),
-            Err(RopeError::InputShape { .. })
-        ));
-        assert!(matches!(
-            rope.rotate(&constant(&[2], &[0.0; 2]).unwrap(), 0),
-            Err(RopeError::InputShape { .. })
-        ));
-        assert!(matches!(
-            rope.rotate_at(&x, &[0, 1]),
-            Err(RopeError::InputShape { .. })
-        ));
-        assert!(matches!(
-            rope.rotate_at(&x, &[0, 1, 4]),
-            Err(RopeError::PositionOutOfRange { start: 4, .. })
-        ));
+        assert!(matches!(rope.rotate(&constant(&[3, 4], &[0.0; 12]).unwrap(), 0), Err(RopeError::InputShape { .. })));
+        assert!(matches!(rope.rotate(&constant(&[2], &[0.0; 2]).unwrap(), 0), Err(RopeError::InputShape { .. })));
+        assert!(matches!(rope.rotate_at(&x, &[0, 1]), Err(RopeError::InputShape { .. })));
+        assert!(matches!(rope.rotate_at(&x, &[0, 1, 4]), Err(RopeError::PositionOutOfRange { start: 4, .. })));
         x.release();
-        assert!(matches!(
-            rope.rotate(&x, 0),
-            Err(RopeError::Tensor(TensorAutodiffError::Released { .. }))
-        ));
+        assert!(matches!(rope.rotate(&x, 0), Err(RopeError::Tensor(TensorAutodiffError::Released { .. }))));
     }
 
     #[test]
@@ -392,16 +313,8 @@ mod tests {
         let adjacent = RotaryEmbedding::new(4, 8, 10.0).unwrap();
         let halves = adjacent.clone().with_layout(RopeLayout::SplitHalves);
         let x = [0.3, -1.2, 0.7, 2.0];
-        let a = adjacent
-            .rotate(&constant(&[1, 4], &x).unwrap(), 5)
-            .unwrap()
-            .value()
-            .unwrap();
-        let h = halves
-            .rotate(&constant(&[1, 4], &[x[0], x[2], x[1], x[3]]).unwrap(), 5)
-            .unwrap()
-            .value()
-            .unwrap();
+        let a = adjacent.rotate(&constant(&[1, 4], &x).unwrap(), 5).unwrap().value().unwrap();
+        let h = halves.rotate(&constant(&[1, 4], &[x[0], x[2], x[1], x[3]]).unwrap(), 5).unwrap().value().unwrap();
         let (a, h) = (a.as_slice(), h.as_slice());
         for (i, j) in [(0, 0), (1, 2), (2, 1), (3, 3)] {
             assert!((a[i] - h[j]).abs() < 1e-15);
@@ -416,31 +329,17 @@ mod tests {
         // [B=2, h=3, T=2, d=4]: row 0 at positions 0,1; row 1 at positions 5,6
         let x = constant(&[2, 3, 2, 4], &values).unwrap();
         let y = rope.rotate_at(&x, &[0, 1, 5, 6]).unwrap().value().unwrap();
-        let row0 = rope
-            .rotate(&x.slice_axis(0, 0, 1).unwrap(), 0)
-            .unwrap()
-            .value()
-            .unwrap();
-        let row1 = rope
-            .rotate(&x.slice_axis(0, 1, 2).unwrap(), 5)
-            .unwrap()
-            .value()
-            .unwrap();
+        let row0 = rope.rotate(&x.slice_axis(0, 0, 1).unwrap(), 0).unwrap().value().unwrap();
+        let row1 = rope.rotate(&x.slice_axis(0, 1, 2).unwrap(), 5).unwrap().value().unwrap();
         assert!(y.as_slice()[..24] == *row0.as_slice() && y.as_slice()[24..] == *row1.as_slice());
     }
 
     #[test]
     fn gradcheck_rope_both_layouts_with_offset() {
         let mut rng = SplitMix64::new(11);
-        let x = Tensor::new(
-            &[2, 3, 6],
-            (0..36).map(|_| rng.uniform(-1.0, 1.0)).collect(),
-        )
-        .unwrap();
+        let x = Tensor::new(&[2, 3, 6], (0..36).map(|_| rng.uniform(-1.0, 1.0)).collect()).unwrap();
         for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
-            let rope = RotaryEmbedding::new(6, 10, 10_000.0)
-                .unwrap()
-                .with_layout(layout);
+            let rope = RotaryEmbedding::new(6, 10, 10_000.0).unwrap().with_layout(layout);
             let r = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
                 rope.rotate(&v[0], 4).map_err(|e| match e {
                     RopeError::Tensor(t) => t,

@@ -36,11 +36,7 @@ pub fn broadcast_shapes(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Resul
 
 /// Axis `k` counted from the right (0 = last), 1 when the shape is shorter.
 fn axis_from_right(shape: &[usize], k: usize) -> usize {
-    if k < shape.len() {
-        shape[shape.len() - 1 - k]
-    } else {
-        1
-    }
+    if k < shape.len() { shape[shape.len() - 1 - k] } else { 1 }
 }
 
 /// Row-major strides of `shape` seen inside `out_shape`: 0 on broadcast (size-1 or missing) axes.
@@ -123,16 +119,10 @@ mod tests {
 
     #[test]
     fn shapes_align_from_the_right() {
-        assert_eq!(
-            broadcast_shapes("t", &[4, 1, 3], &[2, 3]).unwrap(),
-            vec![4, 2, 3]
-        );
+        assert_eq!(broadcast_shapes("t", &[4, 1, 3], &[2, 3]).unwrap(), vec![4, 2, 3]);
         assert_eq!(broadcast_shapes("t", &[], &[2]).unwrap(), vec![2]);
         let err = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err();
-        assert!(
-            err.to_string().starts_with("add: shapes [2,3] and [4]"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("add: shapes [2,3] and [4]"), "{err}");
     }
 
     #[test]
@@ -141,10 +131,7 @@ mod tests {
         let t = Tensor::new(&[3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         assert_eq!(sum_to_shape(&t, &[2]).unwrap().as_slice(), &[9.0, 12.0]);
         // summed to [3,1]: rows 1+2, 3+4, 5+6
-        assert_eq!(
-            sum_to_shape(&t, &[3, 1]).unwrap().as_slice(),
-            &[3.0, 7.0, 11.0]
-        );
+        assert_eq!(sum_to_shape(&t, &[3, 1]).unwrap().as_slice(), &[3.0, 7.0, 11.0]);
         assert_eq!(sum_to_shape(&t, &[]).unwrap().as_slice(), &[21.0]);
         assert!(sum_to_shape(&t, &[4]).is_err());
     }

@@ -28,10 +28,7 @@ pub(crate) fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> 
     shape
         .iter()
         .try_fold(1usize, |acc, &axis| acc.checked_mul(axis))
-        .ok_or_else(|| TensorAutodiffError::ShapeOverflow {
-            op,
-            shape: Shape::from(shape),
-        })
+        .ok_or_else(|| TensorAutodiffError::ShapeOverflow { op, shape: Shape::from(shape) })
 }
 
 impl Tensor {
@@ -50,19 +47,13 @@ impl Tensor {
                 actual: values.len(),
             });
         }
-        Ok(Self {
-            shape: shape.to_vec(),
-            data: Arc::new(values),
-        })
+        Ok(Self { shape: shape.to_vec(), data: Arc::new(values) })
     }
 
     /// Internal constructor for operations whose output length is correct by construction.
     pub(crate) fn from_parts(shape: Vec<usize>, values: Vec<f64>) -> Self {
         debug_assert_eq!(shape.iter().product::<usize>(), values.len());
-        Self {
-            shape,
-            data: Arc::new(values),
-        }
+        Self { shape, data: Arc::new(values) }
     }
 
     /// A tensor of `shape` filled with zeros.
@@ -149,10 +140,7 @@ impl Tensor {
                 to_len,
             });
         }
-        Ok(Self {
-            shape: shape.to_vec(),
-            data: Arc::clone(&self.data),
-        })
+        Ok(Self { shape: shape.to_vec(), data: Arc::clone(&self.data) })
     }
 
     /// Elementwise `self + other` for tensors of the same shape (used to accumulate adjoints).
@@ -165,31 +153,18 @@ impl Tensor {
 
     /// A new tensor with `f` applied to every value.
     pub fn map(&self, f: impl Fn(f64) -> f64) -> Self {
-        Self::from_parts(
-            self.shape.clone(),
-            self.data.iter().map(|&v| f(v)).collect(),
-        )
+        Self::from_parts(self.shape.clone(), self.data.iter().map(|&v| f(v)).collect())
     }
 
     /// The largest absolute difference between two tensors of the same shape, or `None` if the
     /// shapes differ. Handy in tests: `assert!(a.max_abs_diff(&b).unwrap() < 1e-12)`.
     pub fn max_abs_diff(&self, other: &Tensor) -> Option<f64> {
-        (self.shape == other.shape).then(|| {
-            self.data
-                .iter()
-                .zip(other.data.iter())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max)
-        })
+        (self.shape == other.shape)
+            .then(|| self.data.iter().zip(other.data.iter()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max))
     }
 
     /// `true` when both tensors have the same shape and bitwise identical values.
     pub fn bitwise_eq(&self, other: &Tensor) -> bool {
-        self.shape == other.shape
-            && self
-                .data
-                .iter()
-                .zip(other.data.iter())
-                .all(|(a, b)| a.to_bits() == b.to_bits())
+        self.shape == other.shape && self.data.iter().zip(other.data.iter()).all(|(a, b)| a.to_bits() == b.to_bits())
     }
 }

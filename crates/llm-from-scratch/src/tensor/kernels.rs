@@ -31,33 +31,19 @@ impl<'a> MatRef<'a> {
     ///
     /// # Errors
     /// [`TensorAutodiffError::ShapeMismatch`] if the view would read past the end of `data`.
-    pub fn new(
-        data: &'a [f64],
-        rows: usize,
-        cols: usize,
-        row_stride: usize,
-        col_stride: usize,
-    ) -> Result<Self> {
+    pub fn new(data: &'a [f64], rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Result<Self> {
         let last = if rows == 0 || cols == 0 {
             Some(0)
         } else {
             (rows - 1)
                 .checked_mul(row_stride)
-                .and_then(|r| {
-                    (cols - 1)
-                        .checked_mul(col_stride)
-                        .and_then(|c| r.checked_add(c))
-                })
+                .and_then(|r| (cols - 1).checked_mul(col_stride).and_then(|c| r.checked_add(c)))
                 .and_then(|offset| offset.checked_add(1))
         };
         match last {
-            Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => Ok(Self {
-                data,
-                rows,
-                cols,
-                row_stride,
-                col_stride,
-            }),
+            Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => {
+                Ok(Self { data, rows, cols, row_stride, col_stride })
+            }
             _ => Err(TensorAutodiffError::ShapeMismatch {
                 op: "matmul kernel",
                 lhs: Shape(vec![rows, cols]),
@@ -77,13 +63,7 @@ impl<'a> MatRef<'a> {
 
     /// The transposed view (swaps rows/cols and their strides; copies nothing).
     pub fn t(self) -> Self {
-        Self {
-            rows: self.cols,
-            cols: self.rows,
-            row_stride: self.col_stride,
-            col_stride: self.row_stride,
-            ..self
-        }
+        Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
     }
 
     /// Number of rows.
@@ -122,12 +102,7 @@ fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> 
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
-pub fn matmul_naive(
-    dst: &mut [f64],
-    lhs: MatRef<'_>,
-    rhs: MatRef<'_>,
-    accumulate: bool,
-) -> Result<()> {
+pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool) -> Result<()> {
     check_dims(dst.len(), &lhs, &rhs)?;
     let n = rhs.cols;
     for i in 0..lhs.rows {
@@ -149,13 +124,7 @@ pub fn matmul_naive(
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
-pub fn matmul(
-    dst: &mut [f64],
-    lhs: MatRef<'_>,
-    rhs: MatRef<'_>,
-    accumulate: bool,
-    parallel: bool,
-) -> Result<()> {
+pub fn matmul(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) -> Result<()> {
     check_dims(dst.len(), &lhs, &rhs)?;
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || n == 0 {
@@ -195,11 +164,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: b
 #[allow(unsafe_code)]
 fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    let parallelism = if parallel {
-        gemm_common::Parallelism::Rayon(0)
-    } else {
-        gemm_common::Parallelism::None
-    };
+    let parallelism = if parallel { gemm_common::Parallelism::Rayon(0) } else { gemm_common::Parallelism::None };
     let isz = |v: usize| v as isize;
     // The micro-kernel wants a column-major destination; a row-major `C = A·B` is the
     // column-major `Cᵀ = Bᵀ·Aᵀ`, so swap the operands and the strides (no data moves).
@@ -245,10 +210,7 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0];
         let b = [5.0, 6.0, 7.0, 8.0];
         let mut c = [0.0; 4];
-        let (a, b) = (
-            MatRef::row_major(&a, 2, 2).unwrap(),
-            MatRef::row_major(&b, 2, 2).unwrap(),
-        );
+        let (a, b) = (MatRef::row_major(&a, 2, 2).unwrap(), MatRef::row_major(&b, 2, 2).unwrap());
         matmul_naive(&mut c, a, b, false).unwrap();
         assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
         // with the transposed view of b: [1 2; 3 4] · [5 7; 6 8] = [17 23; 39 53]
@@ -258,13 +220,7 @@ mod tests {
 
     #[test]
     fn fast_kernel_matches_naive_with_transposes_and_accumulation() {
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (3, 5, 7),
-            (17, 33, 9),
-            (64, 64, 64),
-            (70, 129, 31),
-        ] {
+        for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (64, 64, 64), (70, 129, 31)] {
             let a = filled(m * k, 1);
             let b = filled(k * n, 2);
             let bt = filled(n * k, 3);
@@ -276,10 +232,7 @@ mod tests {
                 matmul(&mut fast, av, bv, accumulate, true).unwrap();
                 matmul_naive(&mut slow, av, bv, accumulate).unwrap();
                 for (f, s) in fast.iter().zip(&slow) {
-                    assert!(
-                        (f - s).abs() <= 1e-12 * (1.0 + s.abs()),
-                        "{m}x{k}x{n}: {f} vs {s}"
-                    );
+                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
                 }
                 let btv = MatRef::row_major(&bt, n, k).unwrap().t();
                 matmul(&mut fast, av, btv, false, true).unwrap();
@@ -297,10 +250,7 @@ mod tests {
         let a = filled(m * k, 5);
         let b = filled(k * n, 6);
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             pool.install(|| {
                 let mut out = vec![0.0; m * n];
                 let av = MatRef::row_major(&a, m, k).unwrap();
@@ -312,16 +262,8 @@ mod tests {
         let one = run(1);
         let two = run(2);
         let four = run(4);
-        assert!(
-            one.iter()
-                .zip(&two)
-                .all(|(x, y)| x.to_bits() == y.to_bits())
-        );
-        assert!(
-            one.iter()
-                .zip(&four)
-                .all(|(x, y)| x.to_bits() == y.to_bits())
-        );
+        assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(one.iter().zip(&four).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 
     #[test]

@@ -26,32 +26,15 @@ impl TensorValue {
         }
         let x = self.read("dropout")?;
         let keep_scale = 1.0 / (1.0 - p);
-        let factors: Vec<f64> = (0..x.len())
-            .map(|_| if rng.next_f64() < p { 0.0 } else { keep_scale })
-            .collect();
-        let values = x
-            .as_slice()
-            .iter()
-            .zip(&factors)
-            .map(|(v, f)| v * f)
-            .collect();
+        let factors: Vec<f64> = (0..x.len()).map(|_| if rng.next_f64() < p { 0.0 } else { keep_scale }).collect();
+        let values = x.as_slice().iter().zip(&factors).map(|(v, f)| v * f).collect();
         let out = Tensor::from_parts(x.shape().to_vec(), values);
-        Ok(TensorValue::record(
-            "dropout",
-            vec![self.clone()],
-            out,
-            move |ctx| {
-                // forward: out_i = x_i · f_i (f_i ∈ {0, 1/(1−p)})  =>  dx_i = f_i · dout_i
-                let g = ctx.grad();
-                let values = g
-                    .as_slice()
-                    .iter()
-                    .zip(&factors)
-                    .map(|(d, f)| d * f)
-                    .collect();
-                Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), values))])
-            },
-        ))
+        Ok(TensorValue::record("dropout", vec![self.clone()], out, move |ctx| {
+            // forward: out_i = x_i · f_i (f_i ∈ {0, 1/(1−p)})  =>  dx_i = f_i · dout_i
+            let g = ctx.grad();
+            let values = g.as_slice().iter().zip(&factors).map(|(d, f)| d * f).collect();
+            Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), values))])
+        }))
     }
 }
 
@@ -72,22 +55,15 @@ mod tests {
         let before = rng.clone();
         let same = x.dropout(0.0, &mut rng).unwrap();
         assert!(same.same_node(&x) && rng == before);
-        assert!(
-            x.dropout(1.0, &mut rng)
-                .unwrap_err()
-                .to_string()
-                .starts_with("dropout: p = 1")
-        );
+        assert!(x.dropout(1.0, &mut rng).unwrap_err().to_string().starts_with("dropout: p = 1"));
     }
 
     #[test]
     fn gradcheck_dropout_with_a_fixed_draw() {
         let x = Tensor::new(&[2, 5], (0..10).map(|i| i as f64 * 0.3 - 1.0).collect()).unwrap();
         // the same seed inside the closure draws the same mask on every evaluation
-        let r = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
-            v[0].dropout(0.4, &mut SplitMix64::new(3))
-        })
-        .unwrap();
+        let r = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| v[0].dropout(0.4, &mut SplitMix64::new(3)))
+            .unwrap();
         assert!(r.passed(), "{r:?}");
     }
 }

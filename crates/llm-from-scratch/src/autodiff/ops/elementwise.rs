@@ -10,19 +10,9 @@ use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
 use crate::tensor::{Tensor, broadcast_shapes, sum_to_shape};
 
 /// `out[i] = f(a[i'], b[i''])` over the broadcast shape.
-fn zip_broadcast(
-    op: &'static str,
-    a: &Tensor,
-    b: &Tensor,
-    f: impl Fn(f64, f64) -> f64,
-) -> Result<Tensor> {
+fn zip_broadcast(op: &'static str, a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64) -> Result<Tensor> {
     if a.shape() == b.shape() {
-        let values = a
-            .as_slice()
-            .iter()
-            .zip(b.as_slice())
-            .map(|(&x, &y)| f(x, y))
-            .collect();
+        let values = a.as_slice().iter().zip(b.as_slice()).map(|(&x, &y)| f(x, y)).collect();
         return Ok(Tensor::from_parts(a.shape().to_vec(), values));
     }
     let out_shape = broadcast_shapes(op, a.shape(), b.shape())?;
@@ -43,19 +33,11 @@ impl TensorValue {
     /// an operand was freed.
     pub fn add(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("add", &self.read("add")?, &rhs.read("add")?, |x, y| x + y)?;
-        Ok(TensorValue::record(
-            "add",
-            vec![self.clone(), rhs.clone()],
-            out,
-            |ctx| {
-                // forward: out = a + b  =>  da = Σ_broadcast dout, db = Σ_broadcast dout
-                let g = ctx.grad();
-                Ok(vec![
-                    Some(sum_to_shape(g, ctx.input_shape(0))?),
-                    Some(sum_to_shape(g, ctx.input_shape(1))?),
-                ])
-            },
-        ))
+        Ok(TensorValue::record("add", vec![self.clone(), rhs.clone()], out, |ctx| {
+            // forward: out = a + b  =>  da = Σ_broadcast dout, db = Σ_broadcast dout
+            let g = ctx.grad();
+            Ok(vec![Some(sum_to_shape(g, ctx.input_shape(0))?), Some(sum_to_shape(g, ctx.input_shape(1))?)])
+        }))
     }
 
     /// `self − rhs` with broadcasting.
@@ -64,19 +46,14 @@ impl TensorValue {
     /// As [`TensorValue::add`].
     pub fn sub(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("sub", &self.read("sub")?, &rhs.read("sub")?, |x, y| x - y)?;
-        Ok(TensorValue::record(
-            "sub",
-            vec![self.clone(), rhs.clone()],
-            out,
-            |ctx| {
-                // forward: out = a − b  =>  da = Σ dout, db = −Σ dout
-                let g = ctx.grad();
-                Ok(vec![
-                    Some(sum_to_shape(g, ctx.input_shape(0))?),
-                    Some(sum_to_shape(&g.map(|v| -v), ctx.input_shape(1))?),
-                ])
-            },
-        ))
+        Ok(TensorValue::record("sub", vec![self.clone(), rhs.clone()], out, |ctx| {
+            // forward: out = a − b  =>  da = Σ dout, db = −Σ dout
+            let g = ctx.grad();
+            Ok(vec![
+                Some(sum_to_shape(g, ctx.input_shape(0))?),
+                Some(sum_to_shape(&g.map(|v| -v), ctx.input_shape(1))?),
+            ])
+        }))
     }
 
     /// `self ⊙ rhs` (elementwise product) with broadcasting.
@@ -85,33 +62,22 @@ impl TensorValue {
     /// As [`TensorValue::add`].
     pub fn mul(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("mul", &self.read("mul")?, &rhs.read("mul")?, |x, y| x * y)?;
-        Ok(TensorValue::record(
-            "mul",
-            vec![self.clone(), rhs.clone()],
-            out,
-            |ctx| {
-                // forward: out = a ⊙ b  =>  da = Σ dout ⊙ b, db = Σ dout ⊙ a
-                let g = ctx.grad();
-                let (a, b) = (ctx.input(0)?, ctx.input(1)?);
-                let da = if ctx.wants(0) {
-                    Some(sum_to_shape(
-                        &zip_broadcast("mul", g, &b, |x, y| x * y)?,
-                        a.shape(),
-                    )?)
-                } else {
-                    None
-                };
-                let db = if ctx.wants(1) {
-                    Some(sum_to_shape(
-                        &zip_broadcast("mul", g, &a, |x, y| x * y)?,
-                        b.shape(),
-                    )?)
-                } else {
-                    None
-                };
-                Ok(vec![da, db])
-            },
-        ))
+        Ok(TensorValue::record("mul", vec![self.clone(), rhs.clone()], out, |ctx| {
+            // forward: out = a ⊙ b  =>  da = Σ dout ⊙ b, db = Σ dout ⊙ a
+            let g = ctx.grad();
+            let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+            let da = if ctx.wants(0) {
+                Some(sum_to_shape(&zip_broadcast("mul", g, &b, |x, y| x * y)?, a.shape())?)
+            } else {
+                None
+            };
+            let db = if ctx.wants(1) {
+                Some(sum_to_shape(&zip_broadcast("mul", g, &a, |x, y| x * y)?, b.shape())?)
+            } else {
+                None
+            };
+            Ok(vec![da, db])
+        }))
     }
 }
 
@@ -125,23 +91,11 @@ mod tests {
         // [[1,2],[3,4]] + [10,20] = [[11,22],[13,24]];  ⊙ [10,20] = [[10,40],[30,80]]
         let a = constant(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
         let b = constant(&[2], &[10.0, 20.0]).unwrap();
-        assert_eq!(
-            a.add(&b).unwrap().value().unwrap().as_slice(),
-            &[11.0, 22.0, 13.0, 24.0]
-        );
-        assert_eq!(
-            a.mul(&b).unwrap().value().unwrap().as_slice(),
-            &[10.0, 40.0, 30.0, 80.0]
-        );
-        assert_eq!(
-            b.sub(&a).unwrap().value().unwrap().as_slice(),
-            &[9.0, 18.0, 7.0, 16.0]
-        );
+        assert_eq!(a.add(&b).unwrap().value().unwrap().as_slice(), &[11.0, 22.0, 13.0, 24.0]);
+        assert_eq!(a.mul(&b).unwrap().value().unwrap().as_slice(), &[10.0, 40.0, 30.0, 80.0]);
+        assert_eq!(b.sub(&a).unwrap().value().unwrap().as_slice(), &[9.0, 18.0, 7.0, 16.0]);
         let err = a.add(&constant(&[3], &[0.0; 3]).unwrap()).unwrap_err();
-        assert!(
-            err.to_string().contains("add: shapes [2,2] and [3]"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("add: shapes [2,2] and [3]"), "{err}");
     }
 
     #[test]
@@ -157,14 +111,8 @@ mod tests {
     #[test]
     fn gradcheck_add_sub_mul_with_broadcasting_and_reuse() {
         let inputs = vec![
-            (
-                "a",
-                Tensor::new(&[2, 1, 3], vec![0.3, -0.2, 0.5, 1.1, 0.7, -0.9]).unwrap(),
-            ),
-            (
-                "b",
-                Tensor::new(&[4, 3], (0..12).map(|i| 0.1 * i as f64 - 0.4).collect()).unwrap(),
-            ),
+            ("a", Tensor::new(&[2, 1, 3], vec![0.3, -0.2, 0.5, 1.1, 0.7, -0.9]).unwrap()),
+            ("b", Tensor::new(&[4, 3], (0..12).map(|i| 0.1 * i as f64 - 0.4).collect()).unwrap()),
             ("c", Tensor::new(&[3], vec![0.2, -0.6, 0.9]).unwrap()),
         ];
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| {

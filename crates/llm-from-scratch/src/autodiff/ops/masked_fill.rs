@@ -19,9 +19,7 @@ pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<V
     let mut covered = vec![false; shape.iter().product()];
     let strides = broadcast_strides(mask.shape(), shape);
     let zeros = vec![0; shape.len()];
-    for_each_broadcast(shape, &strides, &zeros, |o, m, _| {
-        covered[o] = mask.as_slice()[m]
-    });
+    for_each_broadcast(shape, &strides, &zeros, |o, m, _| covered[o] = mask.as_slice()[m]);
     Ok(covered)
 }
 
@@ -34,29 +32,14 @@ impl TensorValue {
     pub fn masked_fill(&self, mask: &Mask, fill: f64) -> Result<TensorValue> {
         let covered = expand("masked_fill", mask, self.shape())?;
         let x = self.read("masked_fill")?;
-        let values = x
-            .as_slice()
-            .iter()
-            .zip(&covered)
-            .map(|(&v, &m)| if m { fill } else { v })
-            .collect();
+        let values = x.as_slice().iter().zip(&covered).map(|(&v, &m)| if m { fill } else { v }).collect();
         let out = Tensor::from_parts(x.shape().to_vec(), values);
-        Ok(TensorValue::record(
-            "masked_fill",
-            vec![self.clone()],
-            out,
-            move |ctx| {
-                // forward: out = m ? fill : x  =>  dx = m ? 0 : dout
-                let g = ctx.grad();
-                let values = g
-                    .as_slice()
-                    .iter()
-                    .zip(&covered)
-                    .map(|(&d, &m)| if m { 0.0 } else { d })
-                    .collect();
-                Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), values))])
-            },
-        ))
+        Ok(TensorValue::record("masked_fill", vec![self.clone()], out, move |ctx| {
+            // forward: out = m ? fill : x  =>  dx = m ? 0 : dout
+            let g = ctx.grad();
+            let values = g.as_slice().iter().zip(&covered).map(|(&d, &m)| if m { 0.0 } else { d }).collect();
+            Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), values))])
+        }))
     }
 }
 
@@ -69,32 +52,19 @@ mod tests {
     fn causal_fill_by_hand() {
         // 2×2 causal: query 0 may not see key 1
         let x = constant(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-        let y = x
-            .masked_fill(&Mask::causal(2, 2, 0), f64::NEG_INFINITY)
-            .unwrap()
-            .value()
-            .unwrap();
+        let y = x.masked_fill(&Mask::causal(2, 2, 0), f64::NEG_INFINITY).unwrap().value().unwrap();
         assert_eq!(y.as_slice(), &[1.0, f64::NEG_INFINITY, 3.0, 4.0]);
         let err = x.masked_fill(&Mask::causal(3, 3, 0), 0.0).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("masked_fill: shapes [2,2] and [3,3]"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("masked_fill: shapes [2,2] and [3,3]"), "{err}");
         assert!(Mask::new(&[2], vec![true]).is_err());
     }
 
     #[test]
     fn gradcheck_masked_fill_then_softmax_rows_with_minus_infinity() {
-        let x = Tensor::new(
-            &[2, 3, 3],
-            (0..18).map(|i| (i as f64 * 0.53).sin()).collect(),
-        )
-        .unwrap();
+        let x = Tensor::new(&[2, 3, 3], (0..18).map(|i| (i as f64 * 0.53).sin()).collect()).unwrap();
         let mask = Mask::causal(3, 3, 0);
         let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
-            v[0].masked_fill(&mask, f64::NEG_INFINITY)?
-                .softmax_last_axis()
+            v[0].masked_fill(&mask, f64::NEG_INFINITY)?.softmax_last_axis()
         })
         .unwrap();
         assert!(report.passed(), "{report:?}");

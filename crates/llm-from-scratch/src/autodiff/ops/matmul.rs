@@ -51,12 +51,9 @@ impl Plan {
         }
         let batch = broadcast_shapes("matmul", lb, rb)?;
         let mut pairs = Vec::with_capacity(batch.iter().product());
-        for_each_broadcast(
-            &batch,
-            &broadcast_strides(lb, &batch),
-            &broadcast_strides(rb, &batch),
-            |_, l, r| pairs.push((l, r)),
-        );
+        for_each_broadcast(&batch, &broadcast_strides(lb, &batch), &broadcast_strides(rb, &batch), |_, l, r| {
+            pairs.push((l, r))
+        });
         if batch.iter().product::<usize>() == 0 {
             pairs.clear();
         }
@@ -107,9 +104,7 @@ fn grouped_products<'a>(
     if targets == 1 {
         run(&mut out, &per_target[0], true)?;
     } else {
-        out.par_chunks_mut(rows * cols)
-            .zip(per_target.par_iter())
-            .try_for_each(|(dst, list)| run(dst, list, false))?;
+        out.par_chunks_mut(rows * cols).zip(per_target.par_iter()).try_for_each(|(dst, list)| run(dst, list, false))?;
     }
     Ok(out)
 }
@@ -156,68 +151,63 @@ impl TensorValue {
             )?
         };
         let out = Tensor::from_parts(plan.out_shape.clone(), out);
-        Ok(TensorValue::record(
-            "matmul",
-            vec![self.clone(), rhs.clone()],
-            out,
-            move |ctx| {
-                let (a, b, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
-                let (a, b, g) = (a.as_slice(), b.as_slice(), g.as_slice());
-                let mut grads = vec![None, None];
-                if plan.folds_into_rows() {
-                    let rows = plan.pairs.len() * m;
-                    let g_flat = || MatRef::row_major(g, rows, n);
-                    if ctx.wants(0) {
-                        // forward: C[r,:] = A[r,:]·B  =>  dA = dC·Bᵀ
-                        let da = grouped_products(
-                            1,
-                            rows,
-                            k,
-                            std::iter::once((0, 0, 0)),
-                            |_| g_flat(),
-                            |_| Ok(MatRef::row_major(b, k, n)?.t()),
-                        )?;
-                        grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
-                    }
-                    if ctx.wants(1) {
-                        // forward: C = A·B with all rows stacked  =>  dB = Aᵀ·dC (sums over rows)
-                        let db = grouped_products(
-                            1,
-                            k,
-                            n,
-                            std::iter::once((0, 0, 0)),
-                            |_| Ok(MatRef::row_major(a, rows, k)?.t()),
-                            |_| g_flat(),
-                        )?;
-                        grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
-                    }
-                    return Ok(grads);
-                }
-                let g_mat = |t: usize| MatRef::row_major(&g[t * m * n..], m, n);
+        Ok(TensorValue::record("matmul", vec![self.clone(), rhs.clone()], out, move |ctx| {
+            let (a, b, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
+            let (a, b, g) = (a.as_slice(), b.as_slice(), g.as_slice());
+            let mut grads = vec![None, None];
+            if plan.folds_into_rows() {
+                let rows = plan.pairs.len() * m;
+                let g_flat = || MatRef::row_major(g, rows, n);
                 if ctx.wants(0) {
-                    // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
-                    let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (l, t, r));
-                    let da = grouped_products(plan.lhs_count, m, k, jobs, g_mat, |r| {
-                        Ok(MatRef::row_major(&b[r * k * n..], k, n)?.t())
-                    })?;
+                    // forward: C[r,:] = A[r,:]·B  =>  dA = dC·Bᵀ
+                    let da = grouped_products(
+                        1,
+                        rows,
+                        k,
+                        std::iter::once((0, 0, 0)),
+                        |_| g_flat(),
+                        |_| Ok(MatRef::row_major(b, k, n)?.t()),
+                    )?;
                     grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
                 }
                 if ctx.wants(1) {
-                    // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
-                    let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (r, l, t));
+                    // forward: C = A·B with all rows stacked  =>  dB = Aᵀ·dC (sums over rows)
                     let db = grouped_products(
-                        plan.rhs_count,
+                        1,
                         k,
                         n,
-                        jobs,
-                        |l| Ok(MatRef::row_major(&a[l * m * k..], m, k)?.t()),
-                        g_mat,
+                        std::iter::once((0, 0, 0)),
+                        |_| Ok(MatRef::row_major(a, rows, k)?.t()),
+                        |_| g_flat(),
                     )?;
                     grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
                 }
-                Ok(grads)
-            },
-        ))
+                return Ok(grads);
+            }
+            let g_mat = |t: usize| MatRef::row_major(&g[t * m * n..], m, n);
+            if ctx.wants(0) {
+                // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
+                let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (l, t, r));
+                let da = grouped_products(plan.lhs_count, m, k, jobs, g_mat, |r| {
+                    Ok(MatRef::row_major(&b[r * k * n..], k, n)?.t())
+                })?;
+                grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
+            }
+            if ctx.wants(1) {
+                // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
+                let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (r, l, t));
+                let db = grouped_products(
+                    plan.rhs_count,
+                    k,
+                    n,
+                    jobs,
+                    |l| Ok(MatRef::row_major(&a[l * m * k..], m, k)?.t()),
+                    g_mat,
+                )?;
+                grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
+            }
+            Ok(grads)
+        }))
     }
 }
 
@@ -229,29 +219,16 @@ mod tests {
 
     fn ramp(shape: &[usize], start: f64) -> Tensor {
         let len = shape.iter().product();
-        Tensor::new(
-            shape,
-            (0..len)
-                .map(|i| start + 0.37 * ((i * 7 % 11) as f64) - 1.3)
-                .collect(),
-        )
-        .unwrap()
+        Tensor::new(shape, (0..len).map(|i| start + 0.37 * ((i * 7 % 11) as f64) - 1.3).collect()).unwrap()
     }
 
     #[test]
     fn errors_name_the_shapes() {
         let a = constant(&[2, 3], &[0.0; 6]).unwrap();
         let err = a.matmul(&a).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("matmul: shapes [2,3] and [2,3]"),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with("matmul: shapes [2,3] and [2,3]"), "{err}");
         let v = constant(&[3], &[0.0; 3]).unwrap();
-        assert!(matches!(
-            a.matmul(&v),
-            Err(crate::TensorAutodiffError::RankMismatch { .. })
-        ));
+        assert!(matches!(a.matmul(&v), Err(crate::TensorAutodiffError::RankMismatch { .. })));
         let b = constant(&[2, 3, 2], &[0.0; 12]).unwrap();
         let c = constant(&[3, 2, 3], &[0.0; 18]).unwrap();
         assert!(b.matmul(&c).unwrap_err().to_string().contains("broadcast"));
@@ -262,10 +239,7 @@ mod tests {
         // lhs [2,1,3,4] and rhs [3,4,5] broadcast to 6 lanes [2,3,3,5]
         let a = ramp(&[2, 1, 3, 4], 0.1);
         let b = ramp(&[3, 4, 5], -0.2);
-        let c = constant(a.shape(), a.as_slice())
-            .unwrap()
-            .matmul(&constant(b.shape(), b.as_slice()).unwrap())
-            .unwrap();
+        let c = constant(a.shape(), a.as_slice()).unwrap().matmul(&constant(b.shape(), b.as_slice()).unwrap()).unwrap();
         let c = c.value().unwrap();
         assert_eq!(c.shape(), &[2, 3, 3, 5]);
         for i in 0..2 {
@@ -287,10 +261,10 @@ mod tests {
         let cfg = GradcheckConfig::default();
         let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
             (vec![2, 3], vec![3, 4]),
-            (vec![2, 3, 4], vec![4, 2]), // shared weight, rows folded
+            (vec![2, 3, 4], vec![4, 2]),          // shared weight, rows folded
             (vec![2, 2, 3, 4], vec![2, 2, 4, 3]), // one product per lane
-            (vec![2, 1, 3, 2], vec![3, 2, 2]), // broadcast on both sides
-            (vec![3, 2], vec![2, 2, 3]), // lhs shared by lanes of rhs
+            (vec![2, 1, 3, 2], vec![3, 2, 2]),    // broadcast on both sides
+            (vec![3, 2], vec![2, 2, 3]),          // lhs shared by lanes of rhs
         ];
         for (ls, rs) in cases {
             let inputs = vec![("lhs", ramp(&ls, 0.2)), ("rhs", ramp(&rs, -0.1))];
@@ -303,10 +277,7 @@ mod tests {
     fn gradcheck_value_used_twice_in_a_product() {
         // x·xᵀ: x reaches the output through both operands
         let inputs = vec![("x", ramp(&[3, 4], 0.3))];
-        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
-            v[0].matmul(&v[0].transpose(0, 1)?)
-        })
-        .unwrap();
+        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| v[0].matmul(&v[0].transpose(0, 1)?)).unwrap();
         assert!(report.passed(), "{report:?}");
     }
 }

@@ -12,18 +12,13 @@ impl TensorValue {
     /// `Released` if the operand was freed.
     pub fn sum(&self) -> Result<TensorValue> {
         let total: f64 = self.read("sum")?.as_slice().iter().sum();
-        Ok(TensorValue::record(
-            "sum",
-            vec![self.clone()],
-            Tensor::scalar(total),
-            |ctx| {
-                // forward: s = Σ_i x_i  =>  dx_i = ds
-                let g = ctx.grad().as_slice()[0];
-                let shape = ctx.input_shape(0).to_vec();
-                let len = shape.iter().product();
-                Ok(vec![Some(Tensor::from_parts(shape, vec![g; len]))])
-            },
-        ))
+        Ok(TensorValue::record("sum", vec![self.clone()], Tensor::scalar(total), |ctx| {
+            // forward: s = Σ_i x_i  =>  dx_i = ds
+            let g = ctx.grad().as_slice()[0];
+            let shape = ctx.input_shape(0).to_vec();
+            let len = shape.iter().product();
+            Ok(vec![Some(Tensor::from_parts(shape, vec![g; len]))])
+        }))
     }
 
     /// `Σ_i w_i · x_i` as a rank-0 value, for fixed weights `w` of the same shape.
@@ -40,23 +35,13 @@ impl TensorValue {
             });
         }
         let x = self.read("weighted_sum")?;
-        let total: f64 = x
-            .as_slice()
-            .iter()
-            .zip(weights.as_slice())
-            .map(|(a, b)| a * b)
-            .sum();
+        let total: f64 = x.as_slice().iter().zip(weights.as_slice()).map(|(a, b)| a * b).sum();
         let weights = weights.clone();
-        Ok(TensorValue::record(
-            "weighted_sum",
-            vec![self.clone()],
-            Tensor::scalar(total),
-            move |ctx| {
-                // forward: s = Σ_i w_i x_i  =>  dx_i = w_i · ds
-                let g = ctx.grad().as_slice()[0];
-                Ok(vec![Some(weights.map(|w| w * g))])
-            },
-        ))
+        Ok(TensorValue::record("weighted_sum", vec![self.clone()], Tensor::scalar(total), move |ctx| {
+            // forward: s = Σ_i w_i x_i  =>  dx_i = w_i · ds
+            let g = ctx.grad().as_slice()[0];
+            Ok(vec![Some(weights.map(|w| w * g))])
+        }))
     }
 }
 
@@ -71,18 +56,9 @@ mod tests {
         let x = constant(&[3], &[1.0, 2.0, 3.0]).unwrap();
         assert_eq!(x.sum().unwrap().value().unwrap().as_slice(), &[6.0]);
         let w = Tensor::new(&[3], vec![4.0, 5.0, 6.0]).unwrap();
-        assert_eq!(
-            x.weighted_sum(&w).unwrap().value().unwrap().as_slice(),
-            &[32.0]
-        );
-        let err = x
-            .weighted_sum(&Tensor::new(&[2], vec![0.0; 2]).unwrap())
-            .unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("weighted_sum: shapes [3] and [2]"),
-            "{err}"
-        );
+        assert_eq!(x.weighted_sum(&w).unwrap().value().unwrap().as_slice(), &[32.0]);
+        let err = x.weighted_sum(&Tensor::new(&[2], vec![0.0; 2]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("weighted_sum: shapes [3] and [2]"), "{err}");
     }
 
     #[test]

@@ -42,41 +42,24 @@ impl TensorValue {
             }
         }
         let out = Tensor::from_parts(x.shape().to_vec(), out);
-        Ok(TensorValue::record(
-            "rms_norm",
-            vec![self.clone(), gain.clone()],
-            out,
-            move |ctx| {
-                // forward: y_i = x_i · r · g_i with r = (Σ_j x_j²/d + ε)^(−1/2)
-                //   =>  dg_i = Σ_rows dy_i · x_i · r
-                //   =>  dx_i = r · g_i · dy_i − (r³/d) · x_i · Σ_j dy_j · g_j · x_j
-                let (x, g, dy) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
-                let mut dx = vec![0.0; x.len()];
-                let mut dg = vec![0.0; d];
-                for ((dxrow, xrow), dyrow) in dx
-                    .chunks_mut(d)
-                    .zip(x.as_slice().chunks(d))
-                    .zip(dy.as_slice().chunks(d))
-                {
-                    let r = inverse_rms(xrow, eps);
-                    let dot: f64 = xrow
-                        .iter()
-                        .zip(dyrow)
-                        .zip(g.as_slice())
-                        .map(|((x, dy), g)| x * dy * g)
-                        .sum();
-                    let coef = r * r * r / d as f64 * dot;
-                    for i in 0..d {
-                        dxrow[i] = r * g.as_slice()[i] * dyrow[i] - coef * xrow[i];
-                        dg[i] += dyrow[i] * xrow[i] * r;
-                    }
+        Ok(TensorValue::record("rms_norm", vec![self.clone(), gain.clone()], out, move |ctx| {
+            // forward: y_i = x_i · r · g_i with r = (Σ_j x_j²/d + ε)^(−1/2)
+            //   =>  dg_i = Σ_rows dy_i · x_i · r
+            //   =>  dx_i = r · g_i · dy_i − (r³/d) · x_i · Σ_j dy_j · g_j · x_j
+            let (x, g, dy) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
+            let mut dx = vec![0.0; x.len()];
+            let mut dg = vec![0.0; d];
+            for ((dxrow, xrow), dyrow) in dx.chunks_mut(d).zip(x.as_slice().chunks(d)).zip(dy.as_slice().chunks(d)) {
+                let r = inverse_rms(xrow, eps);
+                let dot: f64 = xrow.iter().zip(dyrow).zip(g.as_slice()).map(|((x, dy), g)| x * dy * g).sum();
+                let coef = r * r * r / d as f64 * dot;
+                for i in 0..d {
+                    dxrow[i] = r * g.as_slice()[i] * dyrow[i] - coef * xrow[i];
+                    dg[i] += dyrow[i] * xrow[i] * r;
                 }
-                Ok(vec![
-                    Some(Tensor::from_parts(x.shape().to_vec(), dx)),
-                    Some(Tensor::from_parts(vec![d], dg)),
-                ])
-            },
-        ))
+            }
+            Ok(vec![Some(Tensor::from_parts(x.shape().to_vec(), dx)), Some(Tensor::from_parts(vec![d], dg))])
+        }))
     }
 }
 
@@ -99,40 +82,20 @@ mod tests {
         let g = constant(&[2], &[1.0, 2.0]).unwrap();
         let y = x.rms_norm(&g, 0.0).unwrap().value().unwrap();
         let rms = 12.5f64.sqrt();
-        assert!(
-            (y.as_slice()[0] - 3.0 / rms).abs() < 1e-15
-                && (y.as_slice()[1] - 8.0 / rms).abs() < 1e-15
-        );
+        assert!((y.as_slice()[0] - 3.0 / rms).abs() < 1e-15 && (y.as_slice()[1] - 8.0 / rms).abs() < 1e-15);
         // an all-zero row with ε = 0 stays zero instead of 0/0
-        let z = constant(&[1, 2], &[0.0, 0.0])
-            .unwrap()
-            .rms_norm(&g, 0.0)
-            .unwrap();
+        let z = constant(&[1, 2], &[0.0, 0.0]).unwrap().rms_norm(&g, 0.0).unwrap();
         assert_eq!(z.value().unwrap().as_slice(), &[0.0, 0.0]);
-        assert!(
-            x.rms_norm(&constant(&[3], &[1.0; 3]).unwrap(), 1e-6)
-                .is_err()
-        );
-        assert!(
-            x.rms_norm(&g, -1.0)
-                .unwrap_err()
-                .to_string()
-                .contains("rms_norm: eps = -1")
-        );
+        assert!(x.rms_norm(&constant(&[3], &[1.0; 3]).unwrap(), 1e-6).is_err());
+        assert!(x.rms_norm(&g, -1.0).unwrap_err().to_string().contains("rms_norm: eps = -1"));
     }
 
     #[test]
     fn gradcheck_rms_norm() {
-        let x = Tensor::new(
-            &[2, 3, 4],
-            (0..24).map(|i| (i as f64 * 0.9).sin() + 0.1).collect(),
-        )
-        .unwrap();
+        let x = Tensor::new(&[2, 3, 4], (0..24).map(|i| (i as f64 * 0.9).sin() + 0.1).collect()).unwrap();
         let g = Tensor::new(&[4], vec![0.5, 1.5, -0.7, 1.1]).unwrap();
-        let r = gradcheck(&[("x", x), ("gain", g)], &GradcheckConfig::default(), |v| {
-            v[0].rms_norm(&v[1], 1e-5)
-        })
-        .unwrap();
+        let r =
+            gradcheck(&[("x", x), ("gain", g)], &GradcheckConfig::default(), |v| v[0].rms_norm(&v[1], 1e-5)).unwrap();
         assert!(r.passed(), "{r:?}");
     }
 }

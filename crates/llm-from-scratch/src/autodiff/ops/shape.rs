@@ -43,18 +43,12 @@ pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
 
 fn check_permutation(op: &'static str, shape: &[usize], perm: &[usize]) -> Result<()> {
     let mut seen = vec![false; shape.len()];
-    let valid = perm.len() == shape.len()
-        && perm
-            .iter()
-            .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+    let valid =
+        perm.len() == shape.len() && perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
     if valid {
         Ok(())
     } else {
-        Err(TensorAutodiffError::InvalidPermutation {
-            op,
-            permutation: perm.to_vec(),
-            shape: Shape::from(shape),
-        })
+        Err(TensorAutodiffError::InvalidPermutation { op, permutation: perm.to_vec(), shape: Shape::from(shape) })
     }
 }
 
@@ -65,15 +59,10 @@ impl TensorValue {
     /// [`TensorAutodiffError::ReshapeMismatch`] if the element counts differ; `Released`.
     pub fn reshape(&self, shape: &[usize]) -> Result<TensorValue> {
         let out = self.read("reshape")?.reshaped(shape)?;
-        Ok(TensorValue::record(
-            "reshape",
-            vec![self.clone()],
-            out,
-            |ctx| {
-                // forward: out = x viewed as a new shape  =>  dx = dout viewed as x's shape
-                Ok(vec![Some(ctx.grad().reshaped(ctx.input_shape(0))?)])
-            },
-        ))
+        Ok(TensorValue::record("reshape", vec![self.clone()], out, |ctx| {
+            // forward: out = x viewed as a new shape  =>  dx = dout viewed as x's shape
+            Ok(vec![Some(ctx.grad().reshaped(ctx.input_shape(0))?)])
+        }))
     }
 
     /// Reorders the axes: output axis `i` is input axis `perm[i]`.
@@ -91,15 +80,10 @@ impl TensorValue {
         for (i, &p) in perm.iter().enumerate() {
             inverse[p] = i;
         }
-        Ok(TensorValue::record(
-            op,
-            vec![self.clone()],
-            out,
-            move |ctx| {
-                // forward: out[.. i ..] = x[.. perm[i] ..]  =>  dx = dout permuted by perm⁻¹
-                Ok(vec![Some(permute_tensor(ctx.grad(), &inverse))])
-            },
-        ))
+        Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {
+            // forward: out[.. i ..] = x[.. perm[i] ..]  =>  dx = dout permuted by perm⁻¹
+            Ok(vec![Some(permute_tensor(ctx.grad(), &inverse))])
+        }))
     }
 
     /// Swaps axes `a` and `b` (a permutation with one exchange).
@@ -135,41 +119,20 @@ mod tests {
         // [[1,2,3],[4,5,6]]ᵀ = [[1,4],[2,5],[3,6]]
         let x = constant(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
         let t = x.transpose(0, 1).unwrap().value().unwrap();
-        assert_eq!(
-            (t.shape(), t.as_slice()),
-            (&[3usize, 2][..], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..])
-        );
+        assert_eq!((t.shape(), t.as_slice()), (&[3usize, 2][..], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..]));
         let err = x.transpose(0, 2).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("transpose: axis 2 is out of range for shape [2,3]"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("transpose: axis 2 is out of range for shape [2,3]"), "{err}");
         let err = x.permute(&[0, 0]).unwrap_err();
-        assert!(
-            matches!(err, crate::TensorAutodiffError::InvalidPermutation { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, crate::TensorAutodiffError::InvalidPermutation { .. }), "{err}");
         let err = x.reshape(&[4]).unwrap_err();
-        assert!(
-            err.to_string()
-                .contains("cannot reshape [2,3] (6 values) into [4]"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("cannot reshape [2,3] (6 values) into [4]"), "{err}");
     }
 
     #[test]
     fn gradcheck_reshape_transpose_chain() {
-        let x = Tensor::new(
-            &[2, 3, 4],
-            (0..24).map(|i| (i as f64 * 0.37).sin()).collect(),
-        )
-        .unwrap();
+        let x = Tensor::new(&[2, 3, 4], (0..24).map(|i| (i as f64 * 0.37).sin()).collect()).unwrap();
         let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
-            v[0].reshape(&[2, 3, 2, 2])?
-                .transpose(1, 2)?
-                .permute(&[3, 0, 2, 1])?
-                .reshape(&[4, 6])
+            v[0].reshape(&[2, 3, 2, 2])?.transpose(1, 2)?.permute(&[3, 0, 2, 1])?.reshape(&[4, 6])
         })
         .unwrap();
         assert!(report.passed(), "{report:?}");

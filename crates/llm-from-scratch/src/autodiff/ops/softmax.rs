@@ -12,8 +12,8 @@
 use rayon::prelude::*;
 
 use crate::autodiff::TensorValue;
-use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::autodiff::ops::masked_fill::expand;
+use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
@@ -148,27 +148,13 @@ mod tests {
     #[test]
     fn hand_values_and_defined_edge_rows() {
         // [0, ln 3] → [1/4, 3/4]
-        let x = constant(
-            &[2, 2],
-            &[0.0, 3f64.ln(), f64::NEG_INFINITY, f64::NEG_INFINITY],
-        )
-        .unwrap();
+        let x = constant(&[2, 2], &[0.0, 3f64.ln(), f64::NEG_INFINITY, f64::NEG_INFINITY]).unwrap();
         let y = x.softmax_last_axis().unwrap().value().unwrap();
         assert!((y.as_slice()[0] - 0.25).abs() < 1e-15 && (y.as_slice()[1] - 0.75).abs() < 1e-15);
-        assert_eq!(
-            &y.as_slice()[2..],
-            &[0.0, 0.0],
-            "a fully masked row is all zeros, not NaN"
-        );
-        let z = constant(&[3], &[f64::INFINITY, 1.0, f64::INFINITY])
-            .unwrap()
-            .softmax_last_axis()
-            .unwrap();
+        assert_eq!(&y.as_slice()[2..], &[0.0, 0.0], "a fully masked row is all zeros, not NaN");
+        let z = constant(&[3], &[f64::INFINITY, 1.0, f64::INFINITY]).unwrap().softmax_last_axis().unwrap();
         assert_eq!(z.value().unwrap().as_slice(), &[0.5, 0.0, 0.5]);
-        let big = constant(&[2], &[1e6, -1e6])
-            .unwrap()
-            .softmax_last_axis()
-            .unwrap();
+        let big = constant(&[2], &[1e6, -1e6]).unwrap().softmax_last_axis().unwrap();
         assert_eq!(big.value().unwrap().as_slice(), &[1.0, 0.0]);
         assert!(constant(&[], &[1.0]).unwrap().softmax_last_axis().is_err());
     }
@@ -189,15 +175,8 @@ mod tests {
 
     #[test]
     fn gradcheck_softmax() {
-        let x = Tensor::new(
-            &[3, 4],
-            (0..12).map(|i| (i as f64 * 1.3).sin() * 2.0).collect(),
-        )
-        .unwrap();
-        let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
-            v[0].softmax_last_axis()
-        })
-        .unwrap();
+        let x = Tensor::new(&[3, 4], (0..12).map(|i| (i as f64 * 1.3).sin() * 2.0).collect()).unwrap();
+        let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| v[0].softmax_last_axis()).unwrap();
         assert!(report.passed(), "{report:?}");
     }
 

@@ -22,10 +22,7 @@ fn unary(
             .zip(ctx.grad().as_slice())
             .map(|((&x, &y), &g)| dfdx(x, y) * g)
             .collect();
-        Ok(vec![Some(Tensor::from_parts(
-            input.shape().to_vec(),
-            values,
-        ))])
+        Ok(vec![Some(Tensor::from_parts(input.shape().to_vec(), values))])
     }))
 }
 
@@ -36,15 +33,10 @@ impl TensorValue {
     /// `Released` if the operand was freed.
     pub fn scale(&self, factor: f64) -> Result<TensorValue> {
         let out = self.read("scale")?.map(|v| v * factor);
-        Ok(TensorValue::record(
-            "scale",
-            vec![self.clone()],
-            out,
-            move |ctx| {
-                // forward: out = c · x  =>  dx = c · dout
-                Ok(vec![Some(ctx.grad().map(|g| g * factor))])
-            },
-        ))
+        Ok(TensorValue::record("scale", vec![self.clone()], out, move |ctx| {
+            // forward: out = c · x  =>  dx = c · dout
+            Ok(vec![Some(ctx.grad().map(|g| g * factor))])
+        }))
     }
 
     /// `eˣ` elementwise.
@@ -115,10 +107,7 @@ mod tests {
         assert_eq!(x.silu().unwrap().value().unwrap().as_slice()[0], 0.0);
         assert_eq!(x.exp().unwrap().value().unwrap().as_slice()[0], 1.0);
         assert_eq!(x.log().unwrap().value().unwrap().as_slice()[1], 0.0);
-        assert_eq!(
-            x.scale(-2.0).unwrap().value().unwrap().as_slice(),
-            &[-0.0, -2.0, -4.0]
-        );
+        assert_eq!(x.scale(-2.0).unwrap().value().unwrap().as_slice(), &[-0.0, -2.0, -4.0]);
         let err = constant(&[1], &[-1.0]).unwrap().log().unwrap_err();
         assert!(err.to_string().starts_with("log: input = -1"), "{err}");
     }
@@ -127,16 +116,12 @@ mod tests {
     fn gradcheck_unary_ops() {
         let x = Tensor::new(&[2, 3], vec![0.3, 1.2, 0.5, 2.0, 0.8, 1.7]).unwrap();
         for which in 0..4 {
-            let report = gradcheck(
-                &[("x", x.clone())],
-                &GradcheckConfig::default(),
-                |v| match which {
-                    0 => v[0].exp(),
-                    1 => v[0].log(),
-                    2 => v[0].silu(),
-                    _ => v[0].scale(-1.5),
-                },
-            )
+            let report = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| match which {
+                0 => v[0].exp(),
+                1 => v[0].log(),
+                2 => v[0].silu(),
+                _ => v[0].scale(-1.5),
+            })
             .unwrap();
             assert!(report.passed(), "op {which}: {report:?}");
         }

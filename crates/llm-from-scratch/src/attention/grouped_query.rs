@@ -1,0 +1,454 @@
+//! [`GroupedQueryAttention`]: the general attention layer of modern decoders.
+//!
+//! `H` query heads share `G` key/value heads (`H % G == 0`): query head `h` reads key/value head
+//! `⌊h / (H/G)⌋`, so consecutive query heads form a group — the *repeat-interleave* order
+//! `[KV0, KV0, …, KV1, KV1, …]`, not the tiled order `[KV0, KV1, …, KV0, KV1, …]`. Loading a
+//! checkpoint with the wrong order silently pairs queries with the wrong keys.
+//!
+//! - `G = H` is multi-head attention; `G = 1` is multi-query attention.
+//! - The grouping is a reshape `[B, H, T, d_h] → [B, G, H/G, T, d_h]` of the queries against
+//!   keys/values viewed as `[B, G, 1, T, d_h]`: the matrix product broadcasts the single key/value
+//!   head over its group, so K and V are never copied `H/G` times.
+//! - The head width `d_h` is a free choice (Gemma-7B: 16 heads × 256 with `d_model = 3072`).
+//! - Parameters: `W_Q [d, H·d_h]`, `W_K, W_V [d, G·d_h]`, `W_O [H·d_h, d]` — `2·d·d_h·(H+G)`, plus
+//!   `H·d_h + 2·G·d_h + d` biases when enabled.
+//!
+//! Options: a sliding window ([`SlidingWindow`]), key padding with explicit positions, and dropout
+//! on the attention weights and on the output (training only).
+
+use crate::attention::scaled_dot_product::attend;
+use crate::attention::window::attention_mask;
+use crate::attention::{AttentionError, Branch, SlidingWindow, Stage};
+use crate::autodiff::TensorValue;
+use crate::error::Shape;
+use crate::nn::{Linear, NamedParameters, QkvProjections, RopeLayout, RotaryEmbedding, SplitMix64};
+use crate::tensor::Mask;
+
+/// Every setting of a [`GroupedQueryAttention`] layer in one place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionConfig {
+    /// `d`, the width of the residual stream.
+    pub model_width: usize,
+    /// `H`, query heads.
+    pub query_heads: usize,
+    /// `G`, key/value heads (`H % G == 0`).
+    pub kv_heads: usize,
+    /// `d_h`, the width of one head (even, for RoPE).
+    pub head_width: usize,
+    /// RoPE capacity: positions `0..max_positions`.
+    pub max_positions: usize,
+    /// RoPE frequency base.
+    pub rope_base: f64,
+    /// RoPE pairing.
+    pub rope_layout: RopeLayout,
+    /// Biases on all four projections.
+    pub bias: bool,
+    /// Sliding window, if any.
+    pub window: Option<SlidingWindow>,
+    /// Dropout on the attention weights after the softmax (training only).
+    pub attention_dropout: f64,
+    /// Dropout on the layer's output (training only).
+    pub output_dropout: f64,
+}
+
+impl AttentionConfig {
+    /// `H` query heads over `G` key/value heads of width `d_h`; RoPE base 10 000 over 2048
+    /// positions, no bias, no window, no dropout.
+    pub fn new(model_width: usize, query_heads: usize, kv_heads: usize, head_width: usize) -> Self {
+        Self {
+            model_width,
+            query_heads,
+            kv_heads,
+            head_width,
+            max_positions: 2048,
+            rope_base: 10_000.0,
+            rope_layout: RopeLayout::AdjacentPairs,
+            bias: false,
+            window: None,
+            attention_dropout: 0.0,
+            output_dropout: 0.0,
+        }
+    }
+
+    /// Multi-head attention: `G = H` heads of width `d / H` (checked by [`AttentionConfig::validate`]).
+    pub fn multi_head(model_width: usize, heads: usize) -> Self {
+        Self::new(model_width, heads, heads, if heads == 0 { 0 } else { model_width / heads })
+    }
+
+    /// Sets RoPE capacity and base.
+    pub fn with_rope(mut self, max_positions: usize, base: f64) -> Self {
+        self.max_positions = max_positions;
+        self.rope_base = base;
+        self
+    }
+
+    /// Sets biases on or off.
+    pub fn with_bias(mut self, bias: bool) -> Self {
+        self.bias = bias;
+        self
+    }
+
+    /// Sets a sliding window.
+    pub fn with_window(mut self, window: SlidingWindow) -> Self {
+        self.window = Some(window);
+        self
+    }
+
+    /// Sets both dropout probabilities.
+    pub fn with_dropout(mut self, attention: f64, output: f64) -> Self {
+        self.attention_dropout = attention;
+        self.output_dropout = output;
+        self
+    }
+
+    /// Sets the RoPE pairing.
+    pub fn with_rope_layout(mut self, layout: RopeLayout) -> Self {
+        self.rope_layout = layout;
+        self
+    }
+
+    /// `H / G`, query heads per key/value head.
+    pub fn group_size(&self) -> usize {
+        self.query_heads / self.kv_heads.max(1)
+    }
+
+    /// Checks every rule, in order: `d > 0`, `H > 0`, `G > 0`, `H % G == 0`, `d_h > 0` and even,
+    /// the window, the dropout probabilities, then RoPE's capacity and base.
+    ///
+    /// # Errors
+    /// The first rule broken, as an [`AttentionError`].
+    pub fn validate(&self) -> Result<(), AttentionError> {
+        if self.model_width == 0 {
+            return Err(AttentionError::ZeroModelWidth);
+        }
+        if self.query_heads == 0 {
+            return Err(AttentionError::ZeroHeads);
+        }
+        if self.kv_heads == 0 {
+            return Err(AttentionError::ZeroKvHeads);
+        }
+        if self.query_heads % self.kv_heads != 0 {
+            return Err(AttentionError::GroupsDoNotDivide { query_heads: self.query_heads, kv_heads: self.kv_heads });
+        }
+        if self.head_width % 2 != 0 || self.head_width == 0 {
+            if self.head_width == 0 {
+                return Err(AttentionError::Rope(crate::nn::RopeError::ZeroHeadWidth));
+            }
+            return Err(AttentionError::OddHeadWidth {
+                head_width: self.head_width,
+                model_width: self.model_width,
+                heads: self.query_heads,
+            });
+        }
+        if let Some(w) = self.window {
+            w.validate()?;
+        }
+        for (which, p) in [("attention", self.attention_dropout), ("output", self.output_dropout)] {
+            if !(0.0..1.0).contains(&p) {
+                return Err(AttentionError::InvalidDropout { which, p });
+            }
+        }
+        self.rope().map(|_| ())
+    }
+
+    fn rope(&self) -> Result<RotaryEmbedding, AttentionError> {
+        RotaryEmbedding::new(self.head_width, self.max_positions, self.rope_base)
+            .map(|r| r.with_layout(self.rope_layout))
+            .map_err(AttentionError::Rope)
+    }
+
+    /// Scalars in the layer: `2·d·d_h·(H+G)` (+ `H·d_h + 2·G·d_h + d` with biases).
+    pub fn parameter_count(&self) -> usize {
+        let (d, dh, h, g) = (self.model_width, self.head_width, self.query_heads, self.kv_heads);
+        2 * d * dh * (h + g) + if self.bias { h * dh + 2 * g * dh + d } else { 0 }
+    }
+
+    /// Bytes of a KV cache over `layers` such layers: `2·L·G·d_h·T·B·b` for `tokens` positions
+    /// (capped by the window's visible keys), `batch` rows and `bytes_per_value` (2 for fp16).
+    pub fn kv_cache_bytes(&self, layers: usize, tokens: usize, batch: usize, bytes_per_value: usize) -> u128 {
+        let kept = self.window.map_or(tokens, |w| tokens.min(w.visible_keys()));
+        [2, layers, self.kv_heads, self.head_width, kept, batch, bytes_per_value].iter().map(|&v| v as u128).product()
+    }
+}
+
+/// Per-call options of [`GroupedQueryAttention::forward_with`].
+#[derive(Debug, Default)]
+pub struct AttentionOptions<'a> {
+    /// Absolute position of the first token (ignored when `positions` is given).
+    pub position_offset: usize,
+    /// Explicit positions: `T` (shared by the batch) or `B·T` (one row per batch row).
+    pub positions: Option<&'a [usize]>,
+    /// `[B, T]`, `true` marks a padding token: no query attends to it.
+    pub key_padding: Option<&'a Mask>,
+    /// Training mode: dropout draws from this generator. `None` is evaluation (no dropout).
+    pub training: Option<&'a mut SplitMix64>,
+}
+
+/// Every intermediate of one forward pass.
+///
+/// # Shapes
+/// Query tensors are `[B, H, T, d_h]`, key/value tensors `[B, G, T, d_h]`, scores and weights
+/// `[B, H, T, T]`, `merged` `[B, T, H·d_h]` and `output` `[B, T, d]`.
+#[derive(Clone, Debug)]
+pub struct AttentionTrace {
+    /// `Q` split into heads, before RoPE.
+    pub query_heads: TensorValue,
+    /// `K` split into heads, before RoPE.
+    pub key_heads: TensorValue,
+    /// `V` split into heads.
+    pub value_heads: TensorValue,
+    /// Query heads after RoPE.
+    pub rotated_query_heads: TensorValue,
+    /// Key heads after RoPE.
+    pub rotated_key_heads: TensorValue,
+    /// Scaled scores before masking.
+    pub scores: TensorValue,
+    /// Attention weights (after dropout when training).
+    pub weights: TensorValue,
+    /// Per-head outputs.
+    pub head_outputs: TensorValue,
+    /// Heads concatenated.
+    pub merged: TensorValue,
+    /// The layer's output.
+    pub output: TensorValue,
+}
+
+/// Grouped-query attention with RoPE, optional window, padding, biases and dropout.
+#[derive(Clone, Debug)]
+pub struct GroupedQueryAttention {
+    prefix: String,
+    config: AttentionConfig,
+    qkv: QkvProjections,
+    output: Linear,
+    rope: RotaryEmbedding,
+}
+
+impl GroupedQueryAttention {
+    /// A layer with weights drawn uniformly in `±1/√fan_in` from a trial copy of `rng`.
+    ///
+    /// # Errors
+    /// The configuration errors of [`AttentionConfig::validate`]; `rng` is then untouched.
+    pub fn new(prefix: &str, config: AttentionConfig, rng: &mut SplitMix64) -> Result<Self, AttentionError> {
+        config.validate()?;
+        let (d, q, kv) =
+            (config.model_width, config.query_heads * config.head_width, config.kv_heads * config.head_width);
+        let mut trial = rng.clone();
+        let qkv = QkvProjections::with_widths(prefix, d, q, kv, config.bias, &mut trial)
+            .map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        let output = Linear::new(&format!("{prefix}.output"), q, d, config.bias, &mut trial)
+            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+        *rng = trial;
+        Self::from_parts(prefix, config, qkv, output)
+    }
+
+    /// A layer from existing projections (`W_Q [d, H·d_h]`, `W_K/W_V [d, G·d_h]`) and output
+    /// projection (`[H·d_h, d]`).
+    ///
+    /// # Errors
+    /// The configuration errors, then [`AttentionError::ParameterShape`] if a projection does not
+    /// match the configuration.
+    pub fn from_parts(
+        prefix: &str,
+        config: AttentionConfig,
+        qkv: QkvProjections,
+        output: Linear,
+    ) -> Result<Self, AttentionError> {
+        config.validate()?;
+        let (d, q, kv) =
+            (config.model_width, config.query_heads * config.head_width, config.kv_heads * config.head_width);
+        let checks = [
+            ("query weight", vec![qkv.model_width(), qkv.head_width()], vec![d, q]),
+            ("key weight", vec![qkv.model_width(), qkv.kv_width()], vec![d, kv]),
+            ("output weight", vec![output.input_width(), output.output_width()], vec![q, d]),
+        ];
+        for (name, actual, expected) in checks {
+            if actual != expected {
+                return Err(AttentionError::ParameterShape { name, expected: Shape(expected), actual: Shape(actual) });
+            }
+        }
+        let rope = config.rope()?;
+        Ok(Self { prefix: prefix.to_string(), config, qkv, output, rope })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AttentionConfig {
+        &self.config
+    }
+
+    /// The rotary tables.
+    pub fn rope(&self) -> &RotaryEmbedding {
+        &self.rope
+    }
+
+    /// The Q/K/V projections.
+    pub fn qkv(&self) -> &QkvProjections {
+        &self.qkv
+    }
+
+    /// The output projection.
+    pub fn output_projection(&self) -> &Linear {
+        &self.output
+    }
+
+    /// All parameters under their dotted names (Q, K, V, O weights, then biases).
+    pub fn parameters(&self) -> NamedParameters {
+        let mut list = self.qkv.parameters();
+        list.extend(self.output.parameters());
+        NamedParameters::try_new(list).unwrap_or_default()
+    }
+
+    /// Scalars in the layer.
+    pub fn parameter_count(&self) -> usize {
+        self.parameters().scalar_count()
+    }
+
+    /// Runs a causal pass over `x [B, T, d]` starting at absolute position `position_offset`
+    /// (evaluation mode).
+    ///
+    /// # Errors
+    /// As [`GroupedQueryAttention::forward_with`].
+    pub fn forward(&self, x: &TensorValue, position_offset: usize) -> Result<AttentionTrace, AttentionError> {
+        self.forward_with(x, AttentionOptions { position_offset, ..AttentionOptions::default() })
+    }
+
+    /// Checks `x`'s shape and the positions, before anything is recorded. Order: rank 3, last
+    /// width, at least one token, positions (interval or explicit list), then the padding mask.
+    ///
+    /// # Errors
+    /// [`AttentionError::InputRank`], `InputWidth`, `EmptySequence`, `PositionOverflow`,
+    /// `PositionOutOfRange`, `PaddingShape`.
+    pub fn check_input(&self, shape: &[usize], options: &AttentionOptions<'_>) -> Result<(), AttentionError> {
+        check_sequence(shape, self.config.model_width)?;
+        let (b, t) = (shape[0], shape[1]);
+        match options.positions {
+            None => self
+                .rope
+                .check_interval(options.position_offset, t)
+                .map_err(|e| AttentionError::from_rope(Branch::Query, e))?,
+            Some(p) => {
+                if p.len() != t && p.len() != b * t {
+                    return Err(AttentionError::PaddingShape {
+                        what: "positions",
+                        expected: Shape(vec![b, t]),
+                        actual: Shape(vec![p.len()]),
+                    });
+                }
+                if let Some(&bad) = p.iter().find(|&&p| p >= self.config.max_positions) {
+                    return Err(AttentionError::PositionOutOfRange {
+                        start: bad,
+                        end: bad.saturating_add(1),
+                        capacity: self.config.max_positions,
+                    });
+                }
+            }
+        }
+        if let Some(m) = options.key_padding {
+            if m.shape() != [b, t] {
+                return Err(AttentionError::PaddingShape {
+                    what: "key padding",
+                    expected: Shape(vec![b, t]),
+                    actual: Shape::from(m.shape()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the layer on `x [B, T, d]` with the given options.
+    ///
+    /// # Errors
+    /// The input errors of [`GroupedQueryAttention::check_input`] (before anything is recorded),
+    /// then [`AttentionError::Stage`] naming the stage and branch that failed.
+    pub fn forward_with(
+        &self,
+        x: &TensorValue,
+        options: AttentionOptions<'_>,
+    ) -> Result<AttentionTrace, AttentionError> {
+        self.check_input(x.shape(), &options)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let positions: Vec<usize> = options
+            .positions
+            .map_or_else(|| (options.position_offset..options.position_offset + t).collect(), <[usize]>::to_vec);
+        let rows = positions.len() / t;
+        let padding = options.key_padding.map(Mask::as_slice);
+        let mask = attention_mask(&positions, &positions, rows, padding, self.config.window);
+        let projected = self.project(x, &positions)?;
+        let mut rng = options.training;
+        let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
+        let (h, g, d_h) = (self.config.query_heads, self.config.kv_heads, self.config.head_width);
+        let group = self.config.group_size();
+        let at = AttentionError::at;
+        // [B,H,T,d_h] → [B,G,H/G,T,d_h]: query head h = g·(H/G) + i reads key/value head g
+        let q5 = projected.rotated_query_heads.reshape(&[b, g, group, t, d_h]).map_err(at(Stage::Scores))?;
+        // [B,G,T,d_h] → [B,G,1,T,d_h]: one key/value head broadcast over its group, never copied
+        let k5 = projected.rotated_key_heads.reshape(&[b, g, 1, t, d_h]).map_err(at(Stage::Scores))?;
+        let v5 = projected.value_heads.reshape(&[b, g, 1, t, d_h]).map_err(at(Stage::WeightedValues))?;
+        let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
+        let attention = attend(&q5, &k5, &v5, Some(&mask), dropout)?;
+        let to_heads = |v: &TensorValue, last: usize| v.reshape(&[b, h, t, last]); // [B,G,H/G,T,·] → [B,H,T,·]
+        let scores = to_heads(attention.scores(), t).map_err(at(Stage::Scores))?;
+        let weights = to_heads(attention.weights(), t).map_err(at(Stage::Softmax))?;
+        let head_outputs = to_heads(attention.output(), d_h).map_err(at(Stage::WeightedValues))?;
+        let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
+        let mut output =
+            self.output.forward(&merged).map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+        if let Some(r) = rng {
+            output = output.dropout(self.config.output_dropout, r).map_err(at(Stage::OutputProjection))?;
+        }
+        Ok(AttentionTrace {
+            query_heads: projected.query_heads,
+            key_heads: projected.key_heads,
+            value_heads: projected.value_heads,
+            rotated_query_heads: projected.rotated_query_heads,
+            rotated_key_heads: projected.rotated_key_heads,
+            scores,
+            weights,
+            head_outputs,
+            merged,
+            output,
+        })
+    }
+
+    /// Projects, splits into heads and rotates queries and keys at `positions` (`T` or `B·T`).
+    pub(crate) fn project(&self, x: &TensorValue, positions: &[usize]) -> Result<Projected, AttentionError> {
+        let qkv = self.qkv.forward(x).map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        let (h, g) = (self.config.query_heads, self.config.kv_heads);
+        let split = crate::attention::heads::split_heads_of;
+        let query_heads = split(qkv.query(), h, Some(Branch::Query))?; // [B,H,T,d_h]
+        let key_heads = split(qkv.key(), g, Some(Branch::Key))?; // [B,G,T,d_h]
+        let value_heads = split(qkv.value(), g, Some(Branch::Value))?; // [B,G,T,d_h]
+        let rotated_query_heads =
+            self.rope.rotate_at(&query_heads, positions).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
+        let rotated_key_heads =
+            self.rope.rotate_at(&key_heads, positions).map_err(|e| AttentionError::from_rope(Branch::Key, e))?;
+        Ok(Projected { query_heads, key_heads, value_heads, rotated_query_heads, rotated_key_heads })
+    }
+
+    /// The dotted-name prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// Projected, split and rotated heads of one call.
+pub(crate) struct Projected {
+    pub(crate) query_heads: TensorValue,
+    pub(crate) key_heads: TensorValue,
+    pub(crate) value_heads: TensorValue,
+    pub(crate) rotated_query_heads: TensorValue,
+    pub(crate) rotated_key_heads: TensorValue,
+}
+
+/// The input rules shared by every attention layer: rank 3, last axis `d`, at least one token.
+pub(crate) fn check_sequence(shape: &[usize], model_width: usize) -> Result<(), AttentionError> {
+    if shape.len() != 3 {
+        return Err(AttentionError::InputRank { shape: Shape::from(shape) });
+    }
+    if shape[2] != model_width {
+        return Err(AttentionError::InputWidth { expected: model_width, shape: Shape::from(shape) });
+    }
+    if shape[1] == 0 {
+        return Err(AttentionError::EmptySequence { shape: Shape::from(shape) });
+    }
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Which keys a query may see: causality, a sliding window, and padding — always decided from
+//! *absolute* positions, so the same rule holds in a full pass, in chunked prefill and in decode.
+
+use crate::attention::AttentionError;
+use crate::tensor::Mask;
+
+/// A sliding window: a query sees only the most recent keys.
+///
+/// Two conventions are in use and both are named here, because an off-by-one between them
+/// silently changes a model:
+///
+/// | convention | query `i` sees key `j` when | keys visible | used by |
+/// |---|---|---|---|
+/// | [`SlidingWindow::Inclusive`]`(W)` | `0 ≤ i − j ≤ W` | `W + 1` (itself and `W` before) | the course |
+/// | [`SlidingWindow::Exclusive`]`(W)` | `0 ≤ i − j < W` | `W` (itself and `W − 1` before) | Hugging Face / Mistral checkpoints (`sliding_window`) |
+///
+/// So a Mistral checkpoint with `sliding_window = 4096` is `Exclusive(4096)` — the same as
+/// `Inclusive(4095)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlidingWindow {
+    /// `0 ≤ i − j ≤ W`: `W + 1` visible keys.
+    Inclusive(usize),
+    /// `0 ≤ i − j < W`: `W` visible keys.
+    Exclusive(usize),
+}
+
+impl SlidingWindow {
+    /// How many keys (the query's own position included) a query can see at most.
+    pub fn visible_keys(self) -> usize {
+        match self {
+            SlidingWindow::Inclusive(w) => w.saturating_add(1),
+            SlidingWindow::Exclusive(w) => w,
+        }
+    }
+
+    /// `true` when a query at `i` may see a key at `j ≤ i` under this window.
+    pub fn sees(self, i: usize, j: usize) -> bool {
+        j <= i && i - j < self.visible_keys()
+    }
+
+    /// Rejects a window through which no key passes (`Exclusive(0)`).
+    ///
+    /// # Errors
+    /// [`AttentionError::InvalidWindow`].
+    pub fn validate(self) -> Result<(), AttentionError> {
+        if self.visible_keys() == 0 {
+            return Err(AttentionError::InvalidWindow {
+                window: format!("{self}"),
+                reason: "0 ≤ i − j < 0 admits no key, not even the query itself",
+            });
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for SlidingWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlidingWindow::Inclusive(w) => write!(f, "inclusive({w})"),
+            SlidingWindow::Exclusive(w) => write!(f, "exclusive({w})"),
+        }
+    }
+}
+
+/// `true` when a query at absolute position `i` may see a key at `j`: not in the future, and
+/// inside the window if there is one.
+pub fn visible(i: usize, j: usize, window: Option<SlidingWindow>) -> bool {
+    j <= i && window.is_none_or(|w| w.sees(i, j))
+}
+
+/// The mask (`true` = hidden) of queries at `query_positions` over keys at `key_positions`.
+///
+/// Positions are given per batch row (`rows` rows of `T_q` and `T_k`), or once for all rows
+/// (`rows = 1`); `key_padding` (`rows × T_k`, `true` = padding) hides padded keys. The result has
+/// shape `[T_q, T_k]` for one row, `[B, 1, 1, T_q, T_k]` for several — broadcasting over the
+/// `[B, G, H/G, T_q, T_k]` scores of grouped attention.
+pub fn attention_mask(
+    query_positions: &[usize],
+    key_positions: &[usize],
+    rows: usize,
+    key_padding: Option<&[bool]>,
+    window: Option<SlidingWindow>,
+) -> Mask {
+    let t_q = query_positions.len() / rows.max(1);
+    let t_k = key_positions.len() / rows.max(1);
+    let mut hidden = Vec::with_capacity(rows * t_q * t_k);
+    for b in 0..rows {
+        for &i in &query_positions[b * t_q..(b + 1) * t_q] {
+            for (s, &j) in key_positions[b * t_k..(b + 1) * t_k].iter().enumerate() {
+                let padded = key_padding.is_some_and(|p| p[b * t_k + s]);
+                hidden.push(padded || !visible(i, j, window));
+            }
+        }
+    }
+    let shape = if rows == 1 { vec![t_q, t_k] } else { vec![rows, 1, 1, t_q, t_k] };
+    Mask::new(&shape, hidden).unwrap_or_else(|_| Mask::causal(t_q, t_k, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_two_conventions_differ_by_one_key() {
+        // query 5 with W = 2: inclusive sees 3,4,5; exclusive sees 4,5
+        let seen = |w: SlidingWindow| (0..=7).filter(|&j| visible(5, j, Some(w))).collect::<Vec<_>>();
+        assert_eq!(seen(SlidingWindow::Inclusive(2)), vec![3, 4, 5]);
+        assert_eq!(seen(SlidingWindow::Exclusive(2)), vec![4, 5]);
+        assert_eq!(SlidingWindow::Exclusive(4096).visible_keys(), SlidingWindow::Inclusive(4095).visible_keys());
+        assert!(SlidingWindow::Inclusive(0).validate().is_ok());
+        let err = SlidingWindow::Exclusive(0).validate().unwrap_err();
+        assert!(err.to_string().starts_with("attention config: window exclusive(0) is meaningless"), "{err}");
+    }
+
+    #[test]
+    fn masks_come_from_absolute_positions() {
+        // a decode step: one query at position 6 over cached keys 4,5 and itself, window inclusive(1)
+        let m = attention_mask(&[6], &[4, 5, 6], 1, None, Some(SlidingWindow::Inclusive(1)));
+        assert_eq!((m.shape(), m.as_slice()), (&[1usize, 3][..], &[true, false, false][..]));
+        // two rows, the second left-padded by one token
+        let m = attention_mask(&[0, 1, 0, 0], &[0, 1, 0, 0], 2, Some(&[false, false, true, false]), None);
+        assert_eq!(m.shape(), &[2, 1, 1, 2, 2]);
+        assert_eq!(m.as_slice(), &[false, true, false, false, true, false, true, false]);
+    }
+}
