@@ -1,1 +1,115 @@
-fn main() {}
+//! Micro-benchmarks of the kernels the tape is built on (`cargo bench -p llm-from-scratch`).
+//!
+//! Throughput is in elements/s: for the products an element is one floating-point operation (a
+//! multiply-add counts 2), so `Gelem/s` reads as GFLOP/s; for softmax it is one tensor value. The
+//! workload numbers of `PERF.md`
+//! live in `llm-bench`; these track single kernels. Sizes and times are small so that a full run
+//! takes about half a minute.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use llm_from_scratch::nn::SplitMix64;
+use llm_from_scratch::tensor::kernels::{self, MatRef};
+use llm_from_scratch::{Tensor, TensorValue, parameter};
+
+/// `len` values uniform in [−1, 1) (never zeros, so no kernel can skip work).
+fn random_values(len: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix64::new(seed);
+    (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+fn random_tensor(shape: &[usize], seed: u64) -> Tensor {
+    let len = shape.iter().product();
+    Tensor::new(shape, random_values(len, seed)).expect("values fill the shape")
+}
+
+fn random_parameter(shape: &[usize], seed: u64) -> TensorValue {
+    let len = shape.iter().product();
+    parameter(shape, &random_values(len, seed)).expect("values fill the shape")
+}
+
+/// `n×n · n×n`: the fast kernel (all threads) against the naive reference loop.
+/// 2n³ flops: 0.52 MFLOP at 64, 33.5 MFLOP at 256.
+fn matrix_product(c: &mut Criterion) {
+    let mut group = c.benchmark_group("matrix_product");
+    group.sampling_mode(SamplingMode::Flat);
+    for n in [64usize, 256] {
+        let a = random_values(n * n, 1);
+        let b = random_values(n * n, 2);
+        let mut out = vec![0.0; n * n];
+        let av = MatRef::row_major(&a, n, n).expect("a fits");
+        let bv = MatRef::row_major(&b, n, n).expect("b fits");
+        group.throughput(Throughput::Elements(2 * (n * n * n) as u64));
+        group.bench_function(BenchmarkId::new("fast", n), |bench| {
+            bench.iter(|| {
+                kernels::matmul(&mut out, black_box(av), black_box(bv), false, true).expect("shapes chain");
+                black_box(&out);
+            });
+        });
+        group.bench_function(BenchmarkId::new("naive", n), |bench| {
+            bench.iter(|| {
+                kernels::matmul_naive(&mut out, black_box(av), black_box(bv), false).expect("shapes chain");
+                black_box(&out);
+            });
+        });
+    }
+    group.finish();
+}
+
+/// Softmax over the last axis of [32,256,256] (2 097 152 values, 16 MiB): the forward alone, and
+/// forward + backward with one upstream adjoint. Memory-bound: the forward reads 16 MiB and writes
+/// 16 MiB; the backward reads y and dy and writes dx, 48 MiB more.
+fn softmax(c: &mut Criterion) {
+    let shape = [32, 256, 256];
+    let x = random_parameter(&shape, 3);
+    let upstream = random_tensor(&shape, 4);
+    let mut group = c.benchmark_group("softmax_last_axis");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(shape.iter().product::<usize>() as u64));
+    group.bench_function("forward/32x256x256", |bench| {
+        bench.iter(|| black_box(&x).softmax_last_axis().expect("rank ≥ 1"));
+    });
+    group.bench_function("forward_backward/32x256x256", |bench| {
+        bench.iter(|| {
+            let y = black_box(&x).softmax_last_axis().expect("rank ≥ 1");
+            y.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        });
+    });
+    group.finish();
+}
+
+/// Batched matrix product on the tape, [4,8,256,32] · [4,8,32,256] → [4,8,256,256] (the score
+/// product of 4 sequences × 8 heads, T=256, d_h=32): 32 lanes of 2·256·256·32 flops = 134 MFLOP
+/// forward; the backward sends dA = dC·Bᵀ and dB = Aᵀ·dC, twice that, so 403 MFLOP in total.
+fn matmul_op(c: &mut Criterion) {
+    let a = random_parameter(&[4, 8, 256, 32], 5);
+    let b = random_parameter(&[4, 8, 32, 256], 6);
+    let upstream = random_tensor(&[4, 8, 256, 256], 7);
+    let forward_flops = 2 * 32 * 256 * 256 * 32;
+    let mut group = c.benchmark_group("matmul_op");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(forward_flops));
+    group.bench_function("forward/4x8x256x32·4x8x32x256", |bench| {
+        bench.iter(|| black_box(&a).matmul(black_box(&b)).expect("shapes chain"));
+    });
+    group.throughput(Throughput::Elements(3 * forward_flops));
+    group.bench_function("forward_backward/4x8x256x32·4x8x32x256", |bench| {
+        bench.iter(|| {
+            let out = black_box(&a).matmul(black_box(&b)).expect("shapes chain");
+            out.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        });
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    targets = matrix_product, softmax, matmul_op
+}
+criterion_main!(benches);

@@ -134,7 +134,7 @@ pub enum TensorAutodiffError {
         reason: &'static str,
     },
     /// An operation needed a value whose storage was released.
-    #[error("{op}: value #{node} ({created_by}) was released and cannot be read")]
+    #[error("{op}: the value made by {created_by} was released and cannot be read")]
     Released {
         /// The stage that failed.
         op: &'static str,

@@ -72,7 +72,7 @@ impl AttentionConfig {
 
     /// Multi-head attention: `G = H` heads of width `d / H` (checked by [`AttentionConfig::validate`]).
     pub fn multi_head(model_width: usize, heads: usize) -> Self {
-        Self::new(model_width, heads, heads, if heads == 0 { 0 } else { model_width / heads })
+        Self::new(model_width, heads, heads, model_width.checked_div(heads).unwrap_or(0))
     }
 
     /// Sets RoPE capacity and base.
@@ -127,10 +127,10 @@ impl AttentionConfig {
         if self.kv_heads == 0 {
             return Err(AttentionError::ZeroKvHeads);
         }
-        if self.query_heads % self.kv_heads != 0 {
+        if !self.query_heads.is_multiple_of(self.kv_heads) {
             return Err(AttentionError::GroupsDoNotDivide { query_heads: self.query_heads, kv_heads: self.kv_heads });
         }
-        if self.head_width % 2 != 0 || self.head_width == 0 {
+        if !self.head_width.is_multiple_of(2) || self.head_width == 0 {
             if self.head_width == 0 {
                 return Err(AttentionError::Rope(crate::nn::RopeError::ZeroHeadWidth));
             }
@@ -176,7 +176,9 @@ impl AttentionConfig {
 pub struct AttentionOptions<'a> {
     /// Absolute position of the first token (ignored when `positions` is given).
     pub position_offset: usize,
-    /// Explicit positions: `T` (shared by the batch) or `B·T` (one row per batch row).
+    /// Explicit RoPE positions: `T` (shared by the batch) or `B·T` (one row per batch row), e.g.
+    /// `0, 0, 0, 1, 2` for a row left-padded by two tokens. Causality and the window still count
+    /// stream positions `position_offset + index`.
     pub positions: Option<&'a [usize]>,
     /// `[B, T]`, `true` marks a padding token: no query attends to it.
     pub key_padding: Option<&'a Mask>,
@@ -342,15 +344,14 @@ impl GroupedQueryAttention {
                 }
             }
         }
-        if let Some(m) = options.key_padding {
-            if m.shape() != [b, t] {
+        if let Some(m) = options.key_padding
+            && m.shape() != [b, t] {
                 return Err(AttentionError::PaddingShape {
                     what: "key padding",
                     expected: Shape(vec![b, t]),
                     actual: Shape::from(m.shape()),
                 });
             }
-        }
         Ok(())
     }
 
@@ -366,12 +367,16 @@ impl GroupedQueryAttention {
     ) -> Result<AttentionTrace, AttentionError> {
         self.check_input(x.shape(), &options)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let positions: Vec<usize> = options
-            .positions
-            .map_or_else(|| (options.position_offset..options.position_offset + t).collect(), <[usize]>::to_vec);
-        let rows = positions.len() / t;
-        let padding = options.key_padding.map(Mask::as_slice);
-        let mask = attention_mask(&positions, &positions, rows, padding, self.config.window);
+        // the mask uses absolute stream positions (offset + index): causality and windows count
+        // tokens as they arrived, padding included; RoPE may use explicit positions instead
+        let stream: Vec<usize> = (options.position_offset..options.position_offset + t).collect();
+        let positions = options.positions.map_or_else(|| stream.clone(), <[usize]>::to_vec);
+        let (rows, padding) = match options.key_padding {
+            Some(m) => (b, Some(m.as_slice())),
+            None => (1, None),
+        };
+        let stream_rows = stream.repeat(rows);
+        let mask = attention_mask(&stream_rows, &stream_rows, rows, padding, self.config.window);
         let projected = self.project(x, &positions)?;
         let mut rng = options.training;
         let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };

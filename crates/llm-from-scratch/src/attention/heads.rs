@@ -24,7 +24,7 @@ pub(crate) fn split_heads_of(
     branch: Option<Branch>,
 ) -> Result<TensorValue, AttentionError> {
     let shape = x.shape();
-    if shape.len() != 3 || heads == 0 || shape[2] % heads != 0 {
+    if shape.len() != 3 || heads == 0 || !shape[2].is_multiple_of(heads) {
         return Err(AttentionError::HeadShape { op: "split_heads", shape: Shape::from(shape), heads });
     }
     let (b, t, d_h) = (shape[0], shape[1], shape[2] / heads);

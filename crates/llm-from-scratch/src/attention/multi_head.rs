@@ -40,11 +40,11 @@ fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionErro
     if heads == 0 {
         return Err(AttentionError::ZeroHeads);
     }
-    if model_width % heads != 0 {
+    if !model_width.is_multiple_of(heads) {
         return Err(AttentionError::HeadsDoNotDivide { model_width, heads });
     }
     let head_width = model_width / heads;
-    if head_width % 2 != 0 {
+    if !head_width.is_multiple_of(2) {
         return Err(AttentionError::OddHeadWidth { head_width, model_width, heads });
     }
     Ok(head_width)

@@ -133,7 +133,7 @@ pub fn gradcheck<E: From<TensorAutodiffError>>(
             let a = analytic.as_slice()[j];
             let error = (numerical - a).abs() / a.abs().max(1.0);
             // NaN errors count as failures
-            if !(error <= config.tolerance) {
+            if error.is_nan() || error > config.tolerance {
                 failures += 1;
             }
             max_error = max_error.max(if error.is_nan() { f64::INFINITY } else { error });

@@ -78,8 +78,8 @@ impl Linear {
                 actual: Shape::from(ws),
             });
         }
-        if let Some(b) = &bias {
-            if b.shape() != [ws[1]] {
+        if let Some(b) = &bias
+            && b.shape() != [ws[1]] {
                 return Err(NnError::ParameterShape {
                     module: "linear".into(),
                     name: "bias",
@@ -87,7 +87,6 @@ impl Linear {
                     actual: Shape::from(b.shape()),
                 });
             }
-        }
         Ok(Self { name: "linear".into(), weight, bias })
     }
 

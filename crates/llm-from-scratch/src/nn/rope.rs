@@ -118,7 +118,7 @@ impl RotaryEmbedding {
         if head_width == 0 {
             return Err(RopeError::ZeroHeadWidth);
         }
-        if head_width % 2 != 0 {
+        if !head_width.is_multiple_of(2) {
             return Err(RopeError::OddHeadWidth { head_width });
         }
         if max_positions == 0 {

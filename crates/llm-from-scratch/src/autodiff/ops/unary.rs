@@ -55,7 +55,7 @@ impl TensorValue {
     /// has no real answer there.
     pub fn log(&self) -> Result<TensorValue> {
         let x = self.read("log")?;
-        if let Some(&bad) = x.as_slice().iter().find(|v| !(**v >= 0.0)) {
+        if let Some(&bad) = x.as_slice().iter().find(|v| v.is_nan() || **v < 0.0) {
             return Err(TensorAutodiffError::InvalidArgument {
                 op: "log",
                 name: "input",

@@ -1,0 +1,191 @@
+//! Timing (warm-ups, then the median of several runs), the output line, and resident-memory growth.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// One output line: `<workload> <variant> median_ms=<float> [gflops=<float>] [peak_mib=<float>]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measurement {
+    pub workload: &'static str,
+    pub variant: &'static str,
+    pub median_ms: f64,
+    pub gflops: Option<f64>,
+    pub peak_mib: Option<f64>,
+}
+
+impl Measurement {
+    /// A line with the time only.
+    pub fn new(workload: &'static str, variant: &'static str, median_ms: f64) -> Self {
+        Self { workload, variant, median_ms, gflops: None, peak_mib: None }
+    }
+
+    /// Adds the rate `flops / median time`, in GFLOP/s.
+    pub fn with_flops(mut self, flops: f64) -> Self {
+        self.gflops = Some(flops / (self.median_ms * 1e6));
+        self
+    }
+
+    /// Adds the resident-memory growth of the call, in MiB (see [`resident_growth`]).
+    #[allow(dead_code)] // for long-causal, once the attention kernels exist
+    pub fn with_peak_mib(mut self, mib: f64) -> Self {
+        self.peak_mib = Some(mib);
+        self
+    }
+}
+
+impl fmt::Display for Measurement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} median_ms={:.3}", self.workload, self.variant, self.median_ms)?;
+        if let Some(gflops) = self.gflops {
+            write!(f, " gflops={gflops:.1}")?;
+        }
+        if let Some(mib) = self.peak_mib {
+            write!(f, " peak_mib={mib:.1}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How many untimed and timed runs a variant gets.
+#[derive(Clone, Copy, Debug)]
+pub struct Runs {
+    pub warmups: usize,
+    pub timed: usize,
+}
+
+/// Runs `run(i)` `warmups` times untimed, then `timed` times timed (`i` counts every call from 0,
+/// so a caller can rotate inputs with it), and returns the median time in milliseconds.
+/// The first error stops the measurement.
+pub fn median_ms<E>(runs: Runs, mut run: impl FnMut(usize) -> Result<(), E>) -> Result<f64, E> {
+    let timed = runs.timed.max(1);
+    for i in 0..runs.warmups {
+        run(i)?;
+    }
+    let mut times = Vec::with_capacity(timed);
+    for i in runs.warmups..runs.warmups + timed {
+        let start = Instant::now();
+        run(i)?;
+        times.push(start.elapsed());
+    }
+    Ok(median(&mut times).as_secs_f64() * 1e3)
+}
+
+/// The median; the mean of the two middle values for an even count.
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    let mid = times.len() / 2;
+    if times.len() % 2 == 1 { times[mid] } else { (times[mid - 1] + times[mid]) / 2 }
+}
+
+/// A field of `/proc/self/status` in KiB (`VmRSS`, `VmHWM`), or `None` where there is no procfs.
+fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().strip_suffix("kB")?.trim().parse().ok()
+    })
+}
+
+/// Resets the resident high-water mark (`VmHWM`) to the current resident size by writing `5` to
+/// `/proc/self/clear_refs` (Linux ≥ 4.0). True when the reset took effect.
+fn reset_high_water_mark() -> bool {
+    if std::fs::write("/proc/self/clear_refs", "5").is_err() {
+        return false;
+    }
+    match (status_kib("VmHWM"), status_kib("VmRSS")) {
+        // the resident size may grow between the two reads; allow a little
+        (Some(hwm), Some(rss)) => hwm <= rss + 1024,
+        _ => false,
+    }
+}
+
+/// Runs `call` and returns its result with the growth of resident memory during the call, in MiB:
+/// the peak resident size while it ran minus the resident size before it.
+///
+/// The peak comes from the kernel's high-water mark after resetting it (exact), or, where the reset
+/// is not allowed, from sampling `VmRSS` every millisecond on a helper thread (may miss a spike
+/// shorter than that). `None` without procfs.
+///
+/// Caveat: memory that the allocator freed earlier but kept resident (glibc keeps small and medium
+/// blocks; blocks ≥ 32 MiB are unmapped on free) is reused without growth. Measure a variant's
+/// memory before running larger variants in the same process, or in a process of its own.
+#[allow(dead_code)] // for long-causal, once the attention kernels exist
+pub fn resident_growth<R>(call: impl FnOnce() -> R) -> (R, Option<f64>) {
+    let to_mib = |before: u64, peak: u64| peak.saturating_sub(before) as f64 / 1024.0;
+    if reset_high_water_mark() {
+        let before = status_kib("VmRSS");
+        let result = call();
+        let peak = status_kib("VmHWM");
+        let growth = before.zip(peak).map(|(b, p)| to_mib(b, p));
+        return (result, growth);
+    }
+    let Some(before) = status_kib("VmRSS") else {
+        return (call(), None);
+    };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = scope.spawn(|| {
+            let mut peak = before;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(status_kib("VmRSS").unwrap_or(0));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            peak.max(status_kib("VmRSS").unwrap_or(0))
+        });
+        let result = call();
+        done.store(true, Ordering::Relaxed);
+        let peak = sampler.join().unwrap_or(before);
+        (result, Some(to_mib(before, peak)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&mut [ms(5), ms(1), ms(3)]), ms(3));
+        assert_eq!(median(&mut [ms(4), ms(1), ms(2), ms(100)]), ms(3));
+    }
+
+    #[test]
+    fn median_ms_runs_warmups_then_timed_runs_with_running_indices() {
+        let mut seen = Vec::new();
+        let runs = Runs { warmups: 2, timed: 3 };
+        let t = median_ms(runs, |i| {
+            seen.push(i);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        assert!(t >= 0.0);
+        let err = median_ms(runs, |i| if i == 1 { Err(i) } else { Ok(()) });
+        assert_eq!(err, Err(1));
+    }
+
+    #[test]
+    fn lines_have_the_documented_format() {
+        let line = Measurement::new("gemm", "f64", 10.0).with_flops(2e9);
+        assert_eq!(line.to_string(), "gemm f64 median_ms=10.000 gflops=200.0");
+        let line = Measurement::new("long-causal", "tiled", 1.5).with_peak_mib(2.5);
+        assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.5");
+    }
+
+    #[test]
+    fn resident_growth_sees_a_touched_allocation() {
+        if status_kib("VmRSS").is_none() {
+            return; // no procfs here
+        }
+        // 64 MiB, every page written: glibc maps it on its own and unmaps it on free
+        let (sum, growth) = resident_growth(|| {
+            let v = vec![1u8; 64 << 20];
+            v.iter().step_by(4096).map(|&b| u64::from(b)).sum::<u64>()
+        });
+        assert_eq!(sum, (64 << 20) / 4096);
+        let growth = growth.unwrap();
+        assert!((60.0..100.0).contains(&growth), "{growth} MiB");
+    }
+}

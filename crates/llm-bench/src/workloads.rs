@@ -1,0 +1,245 @@
+//! The workloads of `PERF.md`, one function each.
+//!
+//! Each function's doc comment counts the floating-point work and the bytes that must move, and
+//! the floor they imply on the reference machine: the larger of `flops / 220 GFLOP/s` (the f64
+//! matrix-product ceiling on 2 cores) and `bytes / 25 GB/s` (streaming reads from memory on 2 cores,
+//! measured on the benchmark machine; one core reaches about 13 GB/s). A multiply-add counts as
+//! 2 flops; "MB" and "GB" are decimal, "MiB" binary.
+//!
+//! A workload whose layer does not exist yet returns [`Outcome::Unavailable`].
+
+use llm_from_scratch::nn::SplitMix64;
+use llm_from_scratch::tensor::kernels::{self, MatRef};
+
+use crate::measure::{Measurement, Runs, median_ms};
+
+/// The workloads, by the name the command line uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    Gemm,
+    MhaTrain,
+    Decode,
+    LongCausal,
+    TrainStep,
+}
+
+/// What a workload reports.
+#[derive(Debug)]
+pub enum Outcome {
+    /// One line per variant.
+    Measured(Vec<Measurement>),
+    /// The layer it measures does not exist yet.
+    Unavailable,
+}
+
+const NAMES: [(Workload, &str); 5] = [
+    (Workload::Gemm, "gemm"),
+    (Workload::MhaTrain, "mha-train"),
+    (Workload::Decode, "decode"),
+    (Workload::LongCausal, "long-causal"),
+    (Workload::TrainStep, "train-step"),
+];
+
+impl Workload {
+    /// The workload called `name` on the command line.
+    pub fn from_name(name: &str) -> Option<Self> {
+        NAMES.iter().find(|(_, n)| *n == name).map(|(w, _)| *w)
+    }
+
+    /// The command-line name, also the first word of every output line.
+    pub fn name(self) -> &'static str {
+        NAMES.iter().find(|(w, _)| *w == self).map_or("?", |(_, n)| n)
+    }
+
+    /// Runs the workload on the current rayon pool. Errors are messages for the user.
+    pub fn run(self) -> Result<Outcome, String> {
+        match self {
+            Workload::Gemm => gemm(),
+            Workload::MhaTrain => mha_train(),
+            Workload::Decode => decode(),
+            Workload::LongCausal => long_causal(),
+            Workload::TrainStep => train_step(),
+        }
+    }
+}
+
+/// `len` values uniform in [−1, 1) from `seed`: never zeros, never the same for two seeds.
+fn random_values(len: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix64::new(seed);
+    (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+/// `gemm f64`: `C = A·B` for row-major 1024×1024 f64 matrices through
+/// [`kernels::matmul`] with `parallel = true` (every thread of the pool).
+///
+/// - Flops: `2n³` = 2 147 483 648 (2.15 GFLOP) → 9.76 ms at 220 GFLOP/s (4.4 GFLOP/ms per
+///   thread: 18.7 ms on one core at 115 GFLOP/s).
+/// - Bytes: A and B read, C written, 8 MiB each: 25.2 MB → 1.0 ms at 25 GB/s; the packed blocks
+///   are re-read from cache.
+/// - Floor: compute-bound, 9.8 ms (220 GFLOP/s). Target ≥ 200 GFLOP/s (≤ 10.7 ms).
+///
+/// Four input pairs (64 MiB) rotate from run to run, so no run finds its operands in the L2 cache
+/// of the previous one; after timing, entries of the last product are checked against a plain dot
+/// product, so a kernel that skipped work would fail rather than look fast.
+fn gemm() -> Result<Outcome, String> {
+    const N: usize = 1024;
+    const SETS: usize = 4;
+    const FLOPS: f64 = 2.0 * (N * N * N) as f64;
+    let inputs: Vec<(Vec<f64>, Vec<f64>)> =
+        (0..SETS as u64).map(|s| (random_values(N * N, 2 * s), random_values(N * N, 2 * s + 1))).collect();
+    let mut out = vec![0.0; N * N];
+    let mut last = 0;
+    let runs = Runs { warmups: 3, timed: 15 };
+    let ms = median_ms(runs, |i| {
+        last = i % SETS;
+        let (a, b) = &inputs[last];
+        let (a, b) = (MatRef::row_major(a, N, N)?, MatRef::row_major(b, N, N)?);
+        kernels::matmul(&mut out, a, b, false, true)
+    })
+    .map_err(|err| err.to_string())?;
+    let (a, b) = &inputs[last];
+    check_product(&out, a, b, N)?;
+    Ok(Outcome::Measured(vec![Measurement::new("gemm", "f64", ms).with_flops(FLOPS)]))
+}
+
+/// Checks a spread of entries of the `n×n` product `c = a·b` against a left-to-right dot product,
+/// within 1e-12 of `Σ_p |a_ip·b_pj|` (the blocked, fused sum rounds differently).
+fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String> {
+    for i in (0..n).step_by(n / 8 + 1).chain([n - 1]) {
+        for j in (0..n).step_by(n / 8 + 3).chain([n - 1]) {
+            let (mut dot, mut scale) = (0.0, 0.0);
+            for p in 0..n {
+                let term = a[i * n + p] * b[p * n + j];
+                dot += term;
+                scale += term.abs();
+            }
+            let got = c[i * n + j];
+            let close = (got - dot).abs() <= 1e-12 * scale;
+            if !close {
+                return Err(format!("wrong product: C[{i},{j}] = {got}, the dot product gives {dot}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `mha-train forward` and `mha-train forward-backward`: one multi-head attention layer,
+/// B=4, T=256, d=256, H=8 (d_h = 32), RoPE base 10000, no bias, random weights and input, one
+/// random upstream adjoint of the output. N = B·T = 1024 rows.
+///
+/// Flops, forward:
+/// - Q, K, V and output projections, `4 · 2·N·d²` = 536 870 912;
+/// - scores `Q·Kᵀ`, `2·B·H·T²·d_h` = 134 217 728, and `P·V`, the same = 268 435 456 (the full
+///   T×T square; a kernel that skips the masked half of a causal layer does half);
+/// - total in products 805 306 368 (0.805 GFLOP); softmax over B·H·T² = 2 097 152 scores (about
+///   5 flops and one exp each), the 1/√d_h scale and RoPE (about 6 flops per element of q and k)
+///   add about 15 MFLOP (< 2 %).
+/// - → about 0.82 GFLOP, floor 3.7 ms at 220 GFLOP/s.
+///
+/// Flops, forward + backward: every product `C = A·B` sends back `dA = dC·Bᵀ` and `dB = Aᵀ·dC`,
+/// twice its forward work, so 3 × 0.805 = 2.416 GFLOP in products (+ about 25 MFLOP elementwise)
+/// → floor 11.0 ms at 220 GFLOP/s. If the input is a constant, the three products for its
+/// gradient (`dQ·Wqᵀ + dK·Wkᵀ + dV·Wvᵀ`, 0.403 GFLOP) drop: 2.013 GFLOP, 9.2 ms.
+///
+/// Bytes: weights 4·d²·8 = 2 MiB; x, q, k, v, the context and the output [N, d] 2 MiB each; the
+/// scores and the weights [B, H, T, T] 16 MiB each. An explicit forward writes and re-reads both
+/// [B,H,T,T] tensors: ≥ 64 MiB + 12 MiB ≈ 80 MB → 3.2 ms at 25 GB/s; its backward moves about
+/// 6 more [B,H,T,T] passes (P, dP, dS) ≈ 100 MB → 4 ms. A fused kernel keeps score tiles in cache
+/// (≈ 16 MB, 0.7 ms). Floor: compute-bound, 3.7 ms forward, 11.0 ms forward+backward.
+/// Targets: forward+backward ≤ 25 ms (goal ≤ 22 ms = 0.4 × the peer's 54 ms).
+///
+/// Report `forward` and `forward-backward` with `with_flops` (0.82e9 and 2.44e9).
+fn mha_train() -> Result<Outcome, String> {
+    Ok(Outcome::Unavailable)
+}
+
+/// `decode cached` and `decode recompute`: an MHA layer with d=512, H=8 (d_h = 64) producing the
+/// output of one new token against a KV cache of 2047 positions (2048 with the new one), against
+/// recomputing the layer on all 2048 tokens.
+///
+/// `cached`:
+/// - Flops: the token's 4 projections `4 · 2·d²` = 2 097 152; scores `2·H·T·d_h` = 2 097 152;
+///   weights·V the same → 6.3 MFLOP → 0.03 ms at 220 GFLOP/s.
+/// - Bytes: the K and V caches `2·T·d·8` = 16 MiB (16.8 MB) and the weights `4·d²·8` = 8 MiB
+///   (8.4 MB) read once: 25.2 MB → 1.0 ms at 25 GB/s (0.5 ms at the 50 GB/s `PERF.md` assumes).
+/// - Floor: memory-bound, 1.0 ms here. Appending the token writes 2·d·8 = 8 KiB; a step must not
+///   copy the 16 MiB cache (that alone would cost 1.3 ms: read + write).
+///
+/// `recompute` (full forward, T = 2048):
+/// - Flops: projections `4 · 2·T·d²` = 4 294 967 296; `Q·Kᵀ` and `P·V` over the full square
+///   `2 · 2·H·T²·d_h` = 8 589 934 592 (half with a causal skip) → 12.9 GFLOP, 58.6 ms at 220
+///   GFLOP/s (8.6 GFLOP, 39 ms with the causal skip).
+/// - Bytes: an explicit pass writes and re-reads scores and weights [H,T,T] of 256 MiB each:
+///   ≈ 1.07 GB → 43 ms at 25 GB/s, comparable to the flops.
+fn decode() -> Result<Outcome, String> {
+    Ok(Outcome::Unavailable)
+}
+
+/// `long-causal explicit` and `long-causal tiled`: the causal attention kernel alone (no
+/// projections), B=1, H=8, T=4096, d_h=64; report `peak_mib` from
+/// [`crate::measure::resident_growth`] (measure `tiled` first, or each variant in a process of its
+/// own: memory the allocator kept from a larger variant would hide growth).
+///
+/// - Flops: `Q·Kᵀ` and `P·V` over the full square, `2 · 2·H·T²·d_h` = 34 359 738 368 (34.4 GFLOP,
+///   156 ms at 220 GFLOP/s): what `explicit` computes. Over the causal triangle only (T(T+1)/2
+///   pairs): 17.2 GFLOP → 78 ms at 220 GFLOP/s. (`PERF.md`'s "floor about 40 ms" matches counting
+///   a multiply-add as one flop, or one of the two products only.)
+/// - exp: one per kept score, H·T(T+1)/2 = 67.1 M (134 M for the square). Not in the flop floor
+///   but not free: at about 5 ns per scalar `f64::exp` that is 170 ms on 2 cores, above the
+///   matrix floor; the tiled kernel needs a vectorised exp (≈ 1–2 ns per value) to approach it.
+/// - Bytes: q, k, v and the output [H, T, d_h], 16 MiB each: 67 MB → 2.7 ms at 25 GB/s. `explicit`
+///   also materialises scores and weights [H, T, T], 1 GiB each: +2 GiB resident and ≥ 4.3 GB of
+///   traffic (172 ms at 25 GB/s).
+/// - Floor (tiled): compute-bound, 78 ms. Targets: tiled ≤ 120 ms (0.5 × the peer's 241 ms) with
+///   peak growth ≤ 16 MiB (the output alone is 16 MiB: allocate it before the measured call or
+///   count it).
+fn long_causal() -> Result<Outcome, String> {
+    Ok(Outcome::Unavailable)
+}
+
+/// `train-step step`: one optimiser step (forward, backward, update) of the tiny decoder of the
+/// model chapter, once it exists.
+///
+/// With P weights in the matrix products, L layers, width d, N = B·T tokens per batch:
+/// - Flops: forward `2·P·N + L · 2 · 2·B·T²·d` (projections + attention over the full square),
+///   backward twice that, so `6·P·N + 12·L·B·T²·d`; the update (AdamW) about 12 flops per
+///   parameter. Floor: that / 220 GFLOP/s.
+/// - Bytes: the update reads weights, gradients and both moments and writes three of them:
+///   7 · 8 · P bytes (/ 25 GB/s), plus the activations kept for backward (≥ 2 · N · d · 8 per
+///   stored tensor).
+fn train_step() -> Result<Outcome, String> {
+    Ok(Outcome::Unavailable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for (workload, name) in NAMES {
+            assert_eq!(Workload::from_name(name), Some(workload));
+            assert_eq!(workload.name(), name);
+        }
+        assert_eq!(Workload::from_name("GEMM"), None);
+    }
+
+    #[test]
+    fn the_product_check_catches_a_wrong_entry() {
+        let n = 16;
+        let a = random_values(n * n, 1);
+        let b = random_values(n * n, 2);
+        let mut c = vec![0.0; n * n];
+        kernels::matmul_naive(
+            &mut c,
+            MatRef::row_major(&a, n, n).unwrap(),
+            MatRef::row_major(&b, n, n).unwrap(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(check_product(&c, &a, &b, n), Ok(()));
+        c[n - 1] += 1e-6;
+        assert!(check_product(&c, &a, &b, n).unwrap_err().contains("C[0,15]"));
+        assert!(check_product(&vec![0.0; n * n], &a, &b, n).is_err());
+    }
+}
