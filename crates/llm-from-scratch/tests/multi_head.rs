@@ -86,7 +86,10 @@ fn input_errors_in_documented_order_before_touching_the_tape() {
         matches!(err, AttentionError::Stage { stage: Stage::Projection, source: TensorAutodiffError::Released { .. } }),
         "{err}"
     );
-    assert!(err.to_string().starts_with("attention qkv projection: matmul: the value made by constant was released"), "{err}");
+    assert!(
+        err.to_string().starts_with("attention qkv projection: matmul: the value made by constant was released"),
+        "{err}"
+    );
     // an empty batch is fine: nothing to attend, nothing computed
     assert_eq!(mha.forward(&x(&[0, 3, 4]), 0).unwrap().output.shape(), &[0, 3, 4]);
 }

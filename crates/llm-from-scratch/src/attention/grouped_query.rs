@@ -345,13 +345,14 @@ impl GroupedQueryAttention {
             }
         }
         if let Some(m) = options.key_padding
-            && m.shape() != [b, t] {
-                return Err(AttentionError::PaddingShape {
-                    what: "key padding",
-                    expected: Shape(vec![b, t]),
-                    actual: Shape::from(m.shape()),
-                });
-            }
+            && m.shape() != [b, t]
+        {
+            return Err(AttentionError::PaddingShape {
+                what: "key padding",
+                expected: Shape(vec![b, t]),
+                actual: Shape::from(m.shape()),
+            });
+        }
         Ok(())
     }
 

@@ -79,14 +79,15 @@ impl Linear {
             });
         }
         if let Some(b) = &bias
-            && b.shape() != [ws[1]] {
-                return Err(NnError::ParameterShape {
-                    module: "linear".into(),
-                    name: "bias",
-                    expected: fmt_shape(&[ws[1]]),
-                    actual: Shape::from(b.shape()),
-                });
-            }
+            && b.shape() != [ws[1]]
+        {
+            return Err(NnError::ParameterShape {
+                module: "linear".into(),
+                name: "bias",
+                expected: fmt_shape(&[ws[1]]),
+                actual: Shape::from(b.shape()),
+            });
+        }
         Ok(Self { name: "linear".into(), weight, bias })
     }
 
