@@ -31,7 +31,7 @@ fn grouped_with_g_equal_h_is_multi_head_attention() {
     let x = input(&[2, 5, 16], &mut rng);
     let explicit = mha.forward(&x, 3).unwrap();
     let grouped = mha.as_grouped().forward(&x, 3).unwrap();
-    for (a, b) in [(&explicit.output, &grouped.output), (&explicit.weights, &grouped.weights)] {
+    for (a, b) in [(&explicit.output, &grouped.output), (&explicit.weights, grouped.weights.as_ref().unwrap())] {
         assert!(close(&a.value().unwrap(), &b.value().unwrap(), 1e-12));
     }
 }
@@ -53,7 +53,7 @@ fn grouped_with_one_kv_head_is_multi_query_attention_bitwise() {
     .unwrap();
     assert_eq!(trace.key_heads.shape(), &[2, 1, 5, 6], "one key/value head is stored, not H");
     assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
-    assert!(trace.weights.value().unwrap().bitwise_eq(&mqa.weights().value().unwrap()));
+    assert!(trace.weights.as_ref().unwrap().value().unwrap().bitwise_eq(&mqa.weights().value().unwrap()));
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn padded_rows_match_the_unpadded_sequence_and_fully_masked_rows_are_zero() {
     let options =
         AttentionOptions { positions: Some(&positions), key_padding: Some(&padding), ..AttentionOptions::default() };
     let trace = layer.forward_with(&x, options).unwrap();
-    let w = trace.weights.value().unwrap();
+    let w = trace.weights.as_ref().unwrap().value().unwrap();
     assert!(w.all_finite() && out.all_finite());
     assert!(w.as_slice()[..5].iter().all(|&p| p == 0.0), "first padding query of head 0 attends to nothing");
 }

@@ -139,6 +139,14 @@ pub enum AttentionError {
         /// What the cache holds.
         actual: usize,
     },
+    /// A combination of settings the layer does not implement.
+    #[error("attention config: {feature} is not supported ({reason})")]
+    Unsupported {
+        /// What was asked for.
+        feature: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
     /// Another configuration value is unusable (capacity, RoPE base, …).
     #[error("attention config: {0}")]
     Rope(RopeError),

@@ -16,9 +16,8 @@
 //! Options: a sliding window ([`SlidingWindow`]), key padding with explicit positions, and dropout
 //! on the attention weights and on the output (training only).
 
-use crate::attention::scaled_dot_product::attend;
-use crate::attention::window::attention_mask;
-use crate::attention::{AttentionError, Branch, SlidingWindow, Stage};
+use crate::attention::scaled_dot_product::grouped_attention_with;
+use crate::attention::{AttentionError, Branch, SlidingWindow, Stage, Visibility, tiled_attention};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
 use crate::nn::{Linear, NamedParameters, QkvProjections, RopeLayout, RotaryEmbedding, SplitMix64};
@@ -49,6 +48,20 @@ pub struct AttentionConfig {
     pub attention_dropout: f64,
     /// Dropout on the layer's output (training only).
     pub output_dropout: f64,
+    /// The attention kernel: explicit (weights inspectable) or tiled (O(T) memory).
+    pub kernel: AttentionKernel,
+    /// A learned per-head sink logit (zero value vector) in every softmax.
+    pub sinks: bool,
+}
+
+/// How the attention weights are computed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// Every score materialised, weights returned in the trace: the chapters' path.
+    #[default]
+    Explicit,
+    /// Blocks with an online softmax, never forming `[T, T]`: long sequences and training.
+    Tiled,
 }
 
 impl AttentionConfig {
@@ -67,7 +80,21 @@ impl AttentionConfig {
             window: None,
             attention_dropout: 0.0,
             output_dropout: 0.0,
+            kernel: AttentionKernel::Explicit,
+            sinks: false,
         }
+    }
+
+    /// Selects the attention kernel.
+    pub fn with_kernel(mut self, kernel: AttentionKernel) -> Self {
+        self.kernel = kernel;
+        self
+    }
+
+    /// Adds (or removes) learned per-head sink logits.
+    pub fn with_sinks(mut self, sinks: bool) -> Self {
+        self.sinks = sinks;
+        self
     }
 
     /// Multi-head attention: `G = H` heads of width `d / H` (checked by [`AttentionConfig::validate`]).
@@ -148,6 +175,12 @@ impl AttentionConfig {
                 return Err(AttentionError::InvalidDropout { which, p });
             }
         }
+        if self.kernel == AttentionKernel::Tiled && self.attention_dropout > 0.0 {
+            return Err(AttentionError::Unsupported {
+                feature: "attention dropout with the tiled kernel",
+                reason: "the tiled kernel never forms the weights a dropout mask would apply to",
+            });
+        }
         self.rope().map(|_| ())
     }
 
@@ -157,10 +190,10 @@ impl AttentionConfig {
             .map_err(AttentionError::Rope)
     }
 
-    /// Scalars in the layer: `2·d·d_h·(H+G)` (+ `H·d_h + 2·G·d_h + d` with biases).
+    /// Scalars in the layer: `2·d·d_h·(H+G)` (+ `H·d_h + 2·G·d_h + d` with biases, + `H` sinks).
     pub fn parameter_count(&self) -> usize {
         let (d, dh, h, g) = (self.model_width, self.head_width, self.query_heads, self.kv_heads);
-        2 * d * dh * (h + g) + if self.bias { h * dh + 2 * g * dh + d } else { 0 }
+        2 * d * dh * (h + g) + if self.bias { h * dh + 2 * g * dh + d } else { 0 } + if self.sinks { h } else { 0 }
     }
 
     /// Bytes of a KV cache over `layers` such layers: `2·L·G·d_h·T·B·b` for `tokens` positions
@@ -203,10 +236,10 @@ pub struct AttentionTrace {
     pub rotated_query_heads: TensorValue,
     /// Key heads after RoPE.
     pub rotated_key_heads: TensorValue,
-    /// Scaled scores before masking.
-    pub scores: TensorValue,
-    /// Attention weights (after dropout when training).
-    pub weights: TensorValue,
+    /// Scaled scores before masking (`None` with the tiled kernel, which never forms them).
+    pub scores: Option<TensorValue>,
+    /// Attention weights, after dropout when training (`None` with the tiled kernel).
+    pub weights: Option<TensorValue>,
     /// Per-head outputs.
     pub head_outputs: TensorValue,
     /// Heads concatenated.
@@ -223,6 +256,7 @@ pub struct GroupedQueryAttention {
     qkv: QkvProjections,
     output: Linear,
     rope: RotaryEmbedding,
+    sinks: Option<TensorValue>,
 }
 
 impl GroupedQueryAttention {
@@ -269,7 +303,33 @@ impl GroupedQueryAttention {
             }
         }
         let rope = config.rope()?;
-        Ok(Self { prefix: prefix.to_string(), config, qkv, output, rope })
+        // sinks start at logit 0: as likely as a key with score 0
+        let sinks = config.sinks.then(|| {
+            TensorValue::leaf(crate::Tensor::from_parts(vec![config.query_heads], vec![0.0; config.query_heads]), true)
+        });
+        Ok(Self { prefix: prefix.to_string(), config, qkv, output, rope, sinks })
+    }
+
+    /// Uses an existing leaf `[H]` as the sink logits (the configuration must enable sinks).
+    ///
+    /// # Errors
+    /// [`AttentionError::ParameterShape`] if the shape is not `[H]` or sinks are disabled.
+    pub fn with_sink_logits(mut self, sinks: TensorValue) -> Result<Self, AttentionError> {
+        let h = self.config.query_heads;
+        if !self.config.sinks || sinks.shape() != [h] {
+            return Err(AttentionError::ParameterShape {
+                name: "sink logits",
+                expected: Shape(if self.config.sinks { vec![h] } else { vec![] }),
+                actual: Shape::from(sinks.shape()),
+            });
+        }
+        self.sinks = Some(sinks);
+        Ok(self)
+    }
+
+    /// The sink logits `[H]`, if enabled.
+    pub fn sink_logits(&self) -> Option<&TensorValue> {
+        self.sinks.as_ref()
     }
 
     /// The configuration.
@@ -296,6 +356,9 @@ impl GroupedQueryAttention {
     pub fn parameters(&self) -> NamedParameters {
         let mut list = self.qkv.parameters();
         list.extend(self.output.parameters());
+        if let Some(s) = &self.sinks {
+            list.push(crate::nn::NamedParameter::new(format!("{}.sinks", self.prefix), s.clone()));
+        }
         NamedParameters::try_new(list).unwrap_or_default()
     }
 
@@ -367,34 +430,30 @@ impl GroupedQueryAttention {
         options: AttentionOptions<'_>,
     ) -> Result<AttentionTrace, AttentionError> {
         self.check_input(x.shape(), &options)?;
-        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let t = x.shape()[1];
         // the mask uses absolute stream positions (offset + index): causality and windows count
         // tokens as they arrived, padding included; RoPE may use explicit positions instead
         let stream: Vec<usize> = (options.position_offset..options.position_offset + t).collect();
         let positions = options.positions.map_or_else(|| stream.clone(), <[usize]>::to_vec);
-        let (rows, padding) = match options.key_padding {
-            Some(m) => (b, Some(m.as_slice())),
-            None => (1, None),
-        };
-        let stream_rows = stream.repeat(rows);
-        let mask = attention_mask(&stream_rows, &stream_rows, rows, padding, self.config.window);
         let projected = self.project(x, &positions)?;
+        // keys are the same tokens as the queries, so relative stream positions suffice
+        let visibility = Visibility {
+            query_offset: 0,
+            window: self.config.window,
+            key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
+        };
         let mut rng = options.training;
-        let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
-        let (h, g, d_h) = (self.config.query_heads, self.config.kv_heads, self.config.head_width);
-        let group = self.config.group_size();
         let at = AttentionError::at;
-        // [B,H,T,d_h] → [B,G,H/G,T,d_h]: query head h = g·(H/G) + i reads key/value head g
-        let q5 = projected.rotated_query_heads.reshape(&[b, g, group, t, d_h]).map_err(at(Stage::Scores))?;
-        // [B,G,T,d_h] → [B,G,1,T,d_h]: one key/value head broadcast over its group, never copied
-        let k5 = projected.rotated_key_heads.reshape(&[b, g, 1, t, d_h]).map_err(at(Stage::Scores))?;
-        let v5 = projected.value_heads.reshape(&[b, g, 1, t, d_h]).map_err(at(Stage::WeightedValues))?;
-        let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
-        let attention = attend(&q5, &k5, &v5, Some(&mask), dropout)?;
-        let to_heads = |v: &TensorValue, last: usize| v.reshape(&[b, h, t, last]); // [B,G,H/G,T,·] → [B,H,T,·]
-        let scores = to_heads(attention.scores(), t).map_err(at(Stage::Scores))?;
-        let weights = to_heads(attention.weights(), t).map_err(at(Stage::Softmax))?;
-        let head_outputs = to_heads(attention.output(), d_h).map_err(at(Stage::WeightedValues))?;
+        let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
+        let (scores, weights, head_outputs) = match self.config.kernel {
+            AttentionKernel::Explicit => {
+                let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
+                let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
+                let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
+                (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
+            }
+            AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
+        };
         let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
         let mut output =
             self.output.forward(&merged).map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;

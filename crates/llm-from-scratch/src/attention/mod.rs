@@ -6,12 +6,16 @@ mod heads;
 mod kv_cache;
 mod multi_head;
 mod scaled_dot_product;
+mod tiled;
 mod window;
 
 pub use error::{AttentionError, Branch, Stage};
-pub use grouped_query::{AttentionConfig, AttentionOptions, AttentionTrace, GroupedQueryAttention};
+pub use grouped_query::{AttentionConfig, AttentionKernel, AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};
 pub use kv_cache::{KvCache, generate_with_cache};
 pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
-pub use scaled_dot_product::{AttentionOutput, causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
+pub use scaled_dot_product::{
+    AttentionOutput, causal_scaled_dot_product_self_attention, grouped_attention, scaled_dot_product_attention,
+};
+pub use tiled::{BLOCK_K, BLOCK_Q, OnlineSoftmax, Visibility, tiled_attention};
 pub use window::{SlidingWindow, attention_mask, visible};

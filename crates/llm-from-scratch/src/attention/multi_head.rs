@@ -11,8 +11,8 @@
 
 use crate::attention::grouped_query::check_sequence;
 use crate::attention::{
-    AttentionConfig, AttentionError, AttentionTrace, Branch, GroupedQueryAttention, Stage,
-    causal_scaled_dot_product_self_attention, merge_heads,
+    AttentionConfig, AttentionError, Branch, GroupedQueryAttention, Stage, causal_scaled_dot_product_self_attention,
+    merge_heads,
 };
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
@@ -29,8 +29,33 @@ pub struct MultiHeadAttention {
     inner: GroupedQueryAttention,
 }
 
-/// Every intermediate of one forward pass (the same record as the grouped layer's).
-pub type MultiHeadAttentionOutput = AttentionTrace;
+/// Every intermediate of one forward pass, for inspection and for reports.
+///
+/// # Shapes
+/// Head tensors `[B,h,T,d_h]`, scores and weights `[B,h,T,T]`, `merged` and `output` `[B,T,d]`.
+#[derive(Clone, Debug)]
+pub struct MultiHeadAttentionOutput {
+    /// `Q` split into heads, before RoPE.
+    pub query_heads: TensorValue,
+    /// `K` split into heads, before RoPE.
+    pub key_heads: TensorValue,
+    /// `V` split into heads.
+    pub value_heads: TensorValue,
+    /// Query heads after RoPE.
+    pub rotated_query_heads: TensorValue,
+    /// Key heads after RoPE.
+    pub rotated_key_heads: TensorValue,
+    /// Scaled scores before masking.
+    pub scores: TensorValue,
+    /// Attention probabilities.
+    pub weights: TensorValue,
+    /// Per-head outputs `weights · V`.
+    pub head_outputs: TensorValue,
+    /// Heads concatenated back.
+    pub merged: TensorValue,
+    /// `merged · W_O`.
+    pub output: TensorValue,
+}
 
 /// Checks the configuration rules in order: `d > 0`, `h > 0`, `h | d`, `d/h` even.
 fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionError> {

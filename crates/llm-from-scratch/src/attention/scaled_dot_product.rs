@@ -82,7 +82,7 @@ pub fn scaled_dot_product_attention(
     v: &TensorValue,
     mask: Option<&Mask>,
 ) -> Result<AttentionOutput, AttentionError> {
-    attend(q, k, v, mask, None)
+    attend(q, k, v, mask, None, None)
 }
 
 /// [`scaled_dot_product_attention`] with optional dropout `(p, rng)` on the weights after the
@@ -92,6 +92,7 @@ pub(crate) fn attend(
     k: &TensorValue,
     v: &TensorValue,
     mask: Option<&Mask>,
+    sinks: Option<&TensorValue>,
     dropout: Option<(f64, &mut SplitMix64)>,
 ) -> Result<AttentionOutput, AttentionError> {
     check_shapes(q, k, v)?;
@@ -104,9 +105,12 @@ pub(crate) fn attend(
         .and_then(|s| s.scale(scale))
         .map_err(AttentionError::at(Stage::Scores))?;
     // hidden keys count as −∞ inside the softmax (fused, so no −∞ is stored on the tape)
-    let weights = match mask {
-        Some(m) => scores.masked_softmax_last_axis(m),
-        None => scores.softmax_last_axis(),
+    let weights = match sinks {
+        None => match mask {
+            Some(m) => scores.masked_softmax_last_axis(m),
+            None => scores.softmax_last_axis(),
+        },
+        Some(sink) => softmax_with_sink(&scores, sink, mask),
     }
     .map_err(AttentionError::at(Stage::Softmax))?;
     let weights = match dropout {
@@ -115,6 +119,28 @@ pub(crate) fn attend(
     };
     let output = weights.matmul(v).map_err(AttentionError::at(Stage::WeightedValues))?;
     Ok(AttentionOutput { scores, weights, output })
+}
+
+/// Softmax over `[scores | sink]`, where the sink logit (broadcast to one extra column) is never
+/// masked and has a zero value vector: the returned weights over the real keys sum to
+/// `1 − p_sink`.
+fn softmax_with_sink(
+    scores: &TensorValue,
+    sink: &TensorValue,
+    mask: Option<&Mask>,
+) -> Result<TensorValue, crate::TensorAutodiffError> {
+    let r = scores.shape().len();
+    let mut column_shape = scores.shape().to_vec();
+    column_shape[r - 1] = 1;
+    let zeros = crate::autodiff::constant(&column_shape, &vec![0.0; column_shape.iter().product()])?;
+    let column = zeros.add(sink)?; // [..., T_q, 1]: the sink logit in every row
+    let extended = crate::autodiff::concat(&[scores, &column], r - 1)?; // [..., T_q, T_k + 1]
+    let t_k = scores.shape()[r - 1];
+    let weights = match mask {
+        Some(m) => extended.masked_softmax_last_axis(&m.with_open_column()?)?,
+        None => extended.softmax_last_axis()?,
+    };
+    weights.slice_axis(r - 1, 0, t_k)
 }
 
 /// Causal self-attention on `[lanes, T, d_h]` (or any `[..., T, d_h]`): query `i` sees keys
@@ -148,6 +174,67 @@ pub fn causal_scaled_dot_product_self_attention(
         });
     }
     scaled_dot_product_attention(q, k, v, Some(&Mask::causal(t_q, t_k, 0)))
+}
+
+/// The explicit path of grouped attention: `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` with the
+/// visibility rules of [`crate::attention::Visibility`] and optional per-head sink logits `[H]`.
+/// It materialises every score; [`crate::attention::tiled_attention`] computes the same without.
+///
+/// # Shapes
+/// Scores and weights `[B,H,T_q,T_k]`, output `[B,H,T_q,d]`.
+///
+/// # Errors
+/// [`AttentionError::QkvShapes`] if the shapes do not fit; `Stage` errors as in
+/// [`scaled_dot_product_attention`].
+pub fn grouped_attention(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    visibility: &crate::attention::Visibility,
+) -> Result<AttentionOutput, AttentionError> {
+    grouped_attention_with(q, k, v, sinks, visibility, None)
+}
+
+/// [`grouped_attention`] with optional dropout on the weights.
+pub(crate) fn grouped_attention_with(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    visibility: &crate::attention::Visibility,
+    dropout: Option<(f64, &mut SplitMix64)>,
+) -> Result<AttentionOutput, AttentionError> {
+    let (qs, ks) = (q.shape(), k.shape());
+    if qs.len() != 4 || ks.len() != 4 || ks[1] == 0 || qs[1] % ks[1] != 0 || k.shape() != v.shape() {
+        return Err(AttentionError::QkvShapes {
+            query: Shape::from(qs),
+            key: Shape::from(ks),
+            value: Shape::from(v.shape()),
+            reason: "grouped attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d] with G dividing H",
+        });
+    }
+    let (b, h, t_q, d) = (qs[0], qs[1], qs[2], qs[3]);
+    let (g, t_k) = (ks[1], ks[2]);
+    let at = AttentionError::at;
+    // [B,H,T_q,d] → [B,G,H/G,T_q,d]; keys and values [B,G,1,T_k,d] broadcast over each group
+    let q5 = q.reshape(&[b, g, h / g, t_q, d]).map_err(at(Stage::Scores))?;
+    let k5 = k.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::Scores))?;
+    let v5 = v.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::WeightedValues))?;
+    let sink5 = sinks.map(|s| s.reshape(&[1, g, h / g, 1, 1])).transpose().map_err(at(Stage::Softmax))?; // [H] → [1,G,H/G,1,1]
+    let queries: Vec<usize> = (visibility.query_offset..visibility.query_offset + t_q).collect();
+    let keys: Vec<usize> = (0..t_k).collect();
+    let mask = match &visibility.key_padding {
+        Some(p) => crate::attention::attention_mask(&queries.repeat(b), &keys.repeat(b), b, Some(p), visibility.window),
+        None => crate::attention::attention_mask(&queries, &keys, 1, None, visibility.window),
+    };
+    let out = attend(&q5, &k5, &v5, Some(&mask), sink5.as_ref(), dropout)?;
+    let to_heads = |x: &TensorValue, last: usize| x.reshape(&[b, h, t_q, last]); // [B,G,H/G,T_q,·] → [B,H,T_q,·]
+    Ok(AttentionOutput {
+        scores: to_heads(out.scores(), t_k).map_err(at(Stage::Scores))?,
+        weights: to_heads(out.weights(), t_k).map_err(at(Stage::Softmax))?,
+        output: to_heads(out.output(), d).map_err(at(Stage::WeightedValues))?,
+    })
 }
 
 #[cfg(test)]

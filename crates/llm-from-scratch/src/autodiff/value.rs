@@ -228,6 +228,11 @@ impl BackwardContext<'_> {
         self.node.parents[i].read(self.node.op)
     }
 
+    /// Number of inputs of the operation.
+    pub fn inputs(&self) -> usize {
+        self.node.parents.len()
+    }
+
     /// The shape of input `i` (always available).
     pub fn input_shape(&self, i: usize) -> &[usize] {
         self.node.parents[i].shape()

@@ -37,6 +37,34 @@ impl Mask {
         Self { shape: vec![t_q, t_k], masked }
     }
 
+    /// The same mask with one more, never-masked column on the last axis (for a sink logit).
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::RankMismatch`] for a rank-0 mask.
+    pub fn with_open_column(&self) -> Result<Self> {
+        let Some(&width) = self.shape.last() else {
+            return Err(TensorAutodiffError::RankMismatch {
+                op: "mask",
+                expected: "at least 1".into(),
+                shape: Shape::from(self.shape()),
+            });
+        };
+        let mut masked = Vec::with_capacity(self.masked.len() + self.masked.len() / width.max(1));
+        if width == 0 {
+            masked.resize(self.shape[..self.shape.len() - 1].iter().product(), false);
+        } else {
+            for row in self.masked.chunks(width) {
+                masked.extend_from_slice(row);
+                masked.push(false);
+            }
+        }
+        let mut shape = self.shape.clone();
+        if let Some(last) = shape.last_mut() {
+            *last += 1;
+        }
+        Ok(Self { shape, masked })
+    }
+
     /// The shape.
     pub fn shape(&self) -> &[usize] {
         &self.shape

@@ -1,0 +1,529 @@
+//! Tiled ("flash") attention: the same result as the explicit path without ever materialising the
+//! `[T_q, T_k]` score matrix.
+//!
+//! Queries are processed in blocks of [`BLOCK_Q`] rows and keys in blocks of [`BLOCK_K`]. For each
+//! query row the kernel keeps an [`OnlineSoftmax`] state — running maximum `m`, normaliser `ℓ` and
+//! the un-normalised output `n` — and folds in one key block at a time. When a block raises the
+//! maximum from `m` to `M`, everything accumulated so far is rescaled by `e^{m−M}`, which makes the
+//! result exact, not approximate. Memory for attention is O(T): one `log Σ e^s` per query row
+//! (kept for the backward) and a few block buffers.
+//!
+//! The backward recomputes each score block from `Q`, `K` and the saved `log Σ e^s` instead of
+//! storing the weights:
+//!
+//! ```text
+//! P  = exp(S − lse)                       (recomputed block)
+//! dV += Pᵀ · dO
+//! dP  = dO · Vᵀ
+//! dS  = P ⊙ (dP − D),  D_i = dO_i · O_i
+//! dQ += scale · dS · K,   dK += scale · dSᵀ · Q
+//! ```
+//!
+//! It runs in two parallel passes — `dQ` over (batch, head, query block), `dK`/`dV` over
+//! (batch, kv head, key block) — so each output element is summed by one task in a fixed order:
+//! results do not depend on the number of threads.
+//!
+//! Visibility (causality, sliding windows, key padding, a query offset for chunked prefill) is
+//! decided per element from absolute positions; blocks that no query can see are skipped.
+//! An optional per-head *sink* logit joins every softmax with a zero value vector: it can absorb
+//! probability mass without adding to the output.
+
+use rayon::prelude::*;
+
+use crate::attention::{AttentionError, SlidingWindow, Stage, visible};
+use crate::autodiff::TensorValue;
+use crate::error::{Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+use crate::tensor::kernels::{MatRef, matmul};
+
+/// Query rows per block.
+pub const BLOCK_Q: usize = 128;
+/// Key rows per block.
+pub const BLOCK_K: usize = 128;
+
+/// The running state of a softmax-weighted sum over keys seen so far, for one query row.
+///
+/// `Σ_j e^{s_j} v_j / Σ_j e^{s_j}` is kept as `m = max s_j`, `ℓ = Σ e^{s_j − m}` and
+/// `n = Σ e^{s_j − m} v_j`; [`OnlineSoftmax::merge`] combines two such states exactly.
+///
+/// ```
+/// use llm_from_scratch::attention::OnlineSoftmax;
+/// // two blocks of one key each: scores 0 and ln 3, values [1] and [0] → weights 1/4, 3/4
+/// let a = OnlineSoftmax::from_block(&[0.0], &[vec![1.0]]);
+/// let b = OnlineSoftmax::from_block(&[3f64.ln()], &[vec![0.0]]);
+/// let merged = a.merge(&b);
+/// assert!((merged.output()[0] - 0.25).abs() < 1e-15);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct OnlineSoftmax {
+    /// Running maximum `m` (−∞ before any visible key).
+    pub max: f64,
+    /// Normaliser `ℓ = Σ e^{s_j − m}`.
+    pub normaliser: f64,
+    /// Numerator `n = Σ e^{s_j − m} v_j`.
+    pub numerator: Vec<f64>,
+}
+
+impl OnlineSoftmax {
+    /// The state of no key at all, for values of width `d`.
+    pub fn empty(d: usize) -> Self {
+        Self { max: f64::NEG_INFINITY, normaliser: 0.0, numerator: vec![0.0; d] }
+    }
+
+    /// The state of one block of scores and their value rows (all rows of width `d`).
+    pub fn from_block(scores: &[f64], values: &[Vec<f64>]) -> Self {
+        let d = values.first().map_or(0, Vec::len);
+        let mut state = Self::empty(d);
+        for (s, v) in scores.iter().zip(values) {
+            state = state.merge(&Self { max: *s, normaliser: 1.0, numerator: v.clone() });
+        }
+        state
+    }
+
+    /// Combines two states: with `M = max(m_a, m_b)`, `ℓ = ℓ_a e^{m_a−M} + ℓ_b e^{m_b−M}` and the
+    /// same for the numerators.
+    pub fn merge(&self, other: &Self) -> Self {
+        let max = self.max.max(other.max);
+        if max == f64::NEG_INFINITY {
+            return self.clone();
+        }
+        let (a, b) = (rescale(self.max, max), rescale(other.max, max));
+        Self {
+            max,
+            normaliser: self.normaliser * a + other.normaliser * b,
+            numerator: self.numerator.iter().zip(&other.numerator).map(|(x, y)| x * a + y * b).collect(),
+        }
+    }
+
+    /// The weighted average `n / ℓ` (zeros when no key was visible).
+    pub fn output(&self) -> Vec<f64> {
+        if self.normaliser == 0.0 {
+            return vec![0.0; self.numerator.len()];
+        }
+        self.numerator.iter().map(|x| x / self.normaliser).collect()
+    }
+}
+
+/// `e^{m − M}`, with an empty state (`m = −∞`) contributing 0.
+fn rescale(m: f64, max: f64) -> f64 {
+    if m == f64::NEG_INFINITY { 0.0 } else { (m - max).exp() }
+}
+
+/// Which keys each query sees, decided from absolute positions.
+#[derive(Clone, Debug, Default)]
+pub struct Visibility {
+    /// Stream position of query row 0 (key row `j` is at position `j`): `T_k − T_q` for chunked
+    /// prefill and decode over keys `0..T_k`, 0 for self-attention.
+    pub query_offset: usize,
+    /// Sliding window, if any.
+    pub window: Option<SlidingWindow>,
+    /// `[B, T_k]`, `true` = padding key (never seen).
+    pub key_padding: Option<Vec<bool>>,
+}
+
+impl Visibility {
+    fn sees(&self, b: usize, t_k: usize, i: usize, j: usize) -> bool {
+        visible(self.query_offset + i, j, self.window) && !self.key_padding.as_ref().is_some_and(|p| p[b * t_k + j])
+    }
+
+    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only).
+    fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        let future = j0 > last_q;
+        let too_old = self.window.is_some_and(|w| j1 - 1 + w.visible_keys() <= first_q);
+        future || too_old
+    }
+
+    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed).
+    fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        let causal_ok = j1 - 1 <= first_q;
+        let window_ok = self.window.is_none_or(|w| last_q - j0 < w.visible_keys());
+        causal_ok && window_ok && self.key_padding.is_none()
+    }
+}
+
+/// Shapes of one call: `q [B,H,T_q,d]`, `k, v [B,G,T_k,d]`.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    b: usize,
+    h: usize,
+    g: usize,
+    t_q: usize,
+    t_k: usize,
+    d: usize,
+}
+
+impl Dims {
+    fn group(&self) -> usize {
+        self.h / self.g
+    }
+    fn q_lane(&self, b: usize, h: usize) -> usize {
+        (b * self.h + h) * self.t_q * self.d
+    }
+    fn kv_lane(&self, b: usize, h: usize) -> usize {
+        // repeat-interleave: query head h reads kv head ⌊h / (H/G)⌋
+        (b * self.g + h / self.group()) * self.t_k * self.d
+    }
+}
+
+fn check(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    vis: &Visibility,
+) -> Result<Dims, AttentionError> {
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    let fail = |reason| AttentionError::QkvShapes {
+        query: Shape::from(qs),
+        key: Shape::from(ks),
+        value: Shape::from(vs),
+        reason,
+    };
+    if qs.len() != 4 || ks.len() != 4 || ks != vs {
+        return Err(fail("tiled attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d]"));
+    }
+    let dims = Dims { b: qs[0], h: qs[1], g: ks[1], t_q: qs[2], t_k: ks[2], d: qs[3] };
+    if ks[0] != dims.b || ks[3] != dims.d || dims.g == 0 || !dims.h.is_multiple_of(dims.g) {
+        return Err(fail("batch and width must agree, and H must be a multiple of G"));
+    }
+    if let Some(s) = sinks
+        && s.shape() != [dims.h]
+    {
+        return Err(AttentionError::ParameterShape {
+            name: "sink logits",
+            expected: Shape(vec![dims.h]),
+            actual: Shape::from(s.shape()),
+        });
+    }
+    if let Some(p) = &vis.key_padding
+        && p.len() != dims.b * dims.t_k
+    {
+        return Err(AttentionError::PaddingShape {
+            what: "key padding",
+            expected: Shape(vec![dims.b, dims.t_k]),
+            actual: Shape(vec![p.len()]),
+        });
+    }
+    Ok(dims)
+}
+
+/// Scores of one block `scale · Q[i0..i1] · K[j0..j1]ᵀ` into `s`, hidden entries set to −∞.
+#[allow(clippy::too_many_arguments)]
+fn score_block(
+    s: &mut [f64],
+    q: &[f64],
+    k: &[f64],
+    dims: Dims,
+    b: usize,
+    (i0, i1): (usize, usize),
+    (j0, j1): (usize, usize),
+    scale: f64,
+    vis: &Visibility,
+) -> Result<(), TensorAutodiffError> {
+    let d = dims.d;
+    let (n, m) = (i1 - i0, j1 - j0);
+    let qv = MatRef::row_major(&q[i0 * d..], n, d)?;
+    let kv = MatRef::row_major(&k[j0 * d..], m, d)?.t();
+    matmul(&mut s[..n * m], qv, kv, false, false)?;
+    let open = vis.block_open(i0, i1, j0, j1);
+    for r in 0..n {
+        for c in 0..m {
+            let x = &mut s[r * m + c];
+            *x = if open || vis.sees(b, dims.t_k, i0 + r, j0 + c) { *x * scale } else { f64::NEG_INFINITY };
+        }
+    }
+    Ok(())
+}
+
+/// Forward of one (batch, head, query block): output rows and their `log Σ e^s`.
+#[allow(clippy::too_many_arguments)]
+fn forward_block(
+    out: &mut [f64],
+    lse: &mut [f64],
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    sink: Option<f64>,
+    dims: Dims,
+    b: usize,
+    i0: usize,
+    vis: &Visibility,
+) -> Result<(), TensorAutodiffError> {
+    let d = dims.d;
+    let n = lse.len();
+    let i1 = i0 + n;
+    let scale = 1.0 / (d as f64).sqrt();
+    // per row: m (running max), l (normaliser); `out` holds the numerator until the end
+    let mut m = vec![sink.unwrap_or(f64::NEG_INFINITY); n];
+    let mut l = vec![if sink.is_some() { 1.0 } else { 0.0 }; n];
+    out.fill(0.0);
+    let mut s = vec![0.0; n * BLOCK_K];
+    for j0 in (0..dims.t_k).step_by(BLOCK_K) {
+        let j1 = (j0 + BLOCK_K).min(dims.t_k);
+        if vis.block_hidden(i0, i1, j0, j1) {
+            continue;
+        }
+        let w = j1 - j0;
+        score_block(&mut s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
+        for r in 0..n {
+            let row = &mut s[r * w..(r + 1) * w];
+            let block_max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let new_max = m[r].max(block_max);
+            if new_max == f64::NEG_INFINITY {
+                row.fill(0.0);
+                continue;
+            }
+            // merging a block with a larger maximum rescales what came before by e^{m − M}
+            let alpha = rescale(m[r], new_max);
+            let mut total = 0.0;
+            for x in row.iter_mut() {
+                *x = if *x == f64::NEG_INFINITY { 0.0 } else { (*x - new_max).exp() };
+                total += *x;
+            }
+            l[r] = l[r] * alpha + total;
+            m[r] = new_max;
+            if alpha != 1.0 {
+                out[r * d..(r + 1) * d].iter_mut().for_each(|o| *o *= alpha);
+            }
+        }
+        // n += P · V_block
+        let p = MatRef::row_major(&s, n, w)?;
+        matmul(out, p, MatRef::row_major(&v[j0 * d..], w, d)?, true, false)?;
+    }
+    for r in 0..n {
+        let row = &mut out[r * d..(r + 1) * d];
+        if l[r] == 0.0 {
+            row.fill(0.0); // no visible key: zeros, as in the explicit path
+            lse[r] = f64::NEG_INFINITY;
+        } else {
+            row.iter_mut().for_each(|o| *o /= l[r]);
+            lse[r] = m[r] + l[r].ln();
+        }
+    }
+    Ok(())
+}
+
+/// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
+/// repeat-interleave), causal from absolute positions, with optional window, key padding and
+/// per-head sink logits `[H]`. Returns `[B,H,T_q,d]` on the tape; equal to the explicit path to
+/// rounding, in outputs and gradients.
+///
+/// # Errors
+/// [`AttentionError::QkvShapes`], `ParameterShape` (sinks), `PaddingShape` (key padding), or a
+/// `Stage` error for a released input.
+pub fn tiled_attention(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    visibility: &Visibility,
+) -> Result<TensorValue, AttentionError> {
+    let dims = check(q, k, v, sinks, visibility)?;
+    let read = |x: &TensorValue| x.read("tiled_attention").map_err(AttentionError::at(Stage::Scores));
+    let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
+    let sink_values = sinks.map(read).transpose()?;
+    let (b_n, h_n, t_q, d) = (dims.b, dims.h, dims.t_q, dims.d);
+    let mut out = vec![0.0; b_n * h_n * t_q * d];
+    let mut lse = vec![0.0; b_n * h_n * t_q];
+    let blocks = t_q.div_ceil(BLOCK_Q);
+    // tasks: (lane, query block) — each owns distinct output rows
+    let tasks: Vec<(usize, usize)> = (0..b_n * h_n).flat_map(|lane| (0..blocks).map(move |qb| (lane, qb))).collect();
+    let mut out_chunks: Vec<(&mut [f64], &mut [f64])> = Vec::with_capacity(tasks.len());
+    {
+        let mut rest_o: &mut [f64] = &mut out;
+        let mut rest_l: &mut [f64] = &mut lse;
+        for &(_, qb) in &tasks {
+            let rows = (t_q - qb * BLOCK_Q).min(BLOCK_Q);
+            let (o, ro) = std::mem::take(&mut rest_o).split_at_mut(rows * d);
+            let (l, rl) = std::mem::take(&mut rest_l).split_at_mut(rows);
+            out_chunks.push((o, l));
+            rest_o = ro;
+            rest_l = rl;
+        }
+    }
+    out_chunks
+        .into_par_iter()
+        .zip(tasks.par_iter())
+        .try_for_each(|((o, l), &(lane, qb))| {
+            let (b, h) = (lane / h_n, lane % h_n);
+            let sink = sink_values.as_ref().map(|s| s.as_slice()[h]);
+            let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+            let lane_q = &qt.as_slice()[ql..ql + t_q * d];
+            let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
+            forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * BLOCK_Q, visibility)
+        })
+        .map_err(AttentionError::at(Stage::Softmax))?;
+    let output = Tensor::new(&[b_n, h_n, t_q, d], out).map_err(AttentionError::at(Stage::WeightedValues))?;
+    let mut parents = vec![q.clone(), k.clone(), v.clone()];
+    parents.extend(sinks.cloned());
+    let vis = visibility.clone();
+    Ok(TensorValue::record("tiled_attention", parents, output, move |ctx| {
+        let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
+        let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
+        backward(dims, &vis, &q, &k, &v, sinks.as_ref(), &o, &lse, ctx.grad())
+    }))
+}
+
+/// Recomputes `P = exp(S − lse)` for one block (hidden entries 0).
+#[allow(clippy::too_many_arguments)]
+fn probabilities(
+    s: &mut [f64],
+    q: &[f64],
+    k: &[f64],
+    lse: &[f64],
+    dims: Dims,
+    b: usize,
+    (i0, i1): (usize, usize),
+    (j0, j1): (usize, usize),
+    vis: &Visibility,
+) -> Result<(), TensorAutodiffError> {
+    let scale = 1.0 / (dims.d as f64).sqrt();
+    score_block(s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
+    let w = j1 - j0;
+    for r in 0..i1 - i0 {
+        for x in &mut s[r * w..(r + 1) * w] {
+            *x = if *x == f64::NEG_INFINITY || lse[i0 + r] == f64::NEG_INFINITY {
+                0.0
+            } else {
+                (*x - lse[i0 + r]).exp()
+            };
+        }
+    }
+    Ok(())
+}
+
+/// `dS = P ⊙ (dP − D)` in place in `dp`, where `dP = dO · Vᵀ` was computed into it.
+fn softmax_adjoint(dp: &mut [f64], p: &[f64], delta: &[f64], i0: usize, w: usize) {
+    for (r, row) in dp.chunks_mut(w).enumerate() {
+        for (x, &pv) in row.iter_mut().zip(&p[r * w..(r + 1) * w]) {
+            *x = pv * (*x - delta[i0 + r]);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    dims: Dims,
+    vis: &Visibility,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    sinks: Option<&Tensor>,
+    o: &Tensor,
+    lse: &[f64],
+    g: &Tensor,
+) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
+    let Dims { b: _, h: h_n, g: g_n, t_q, t_k, d } = dims;
+    let scale = 1.0 / (d as f64).sqrt();
+    // D_i = dO_i · O_i: the softmax adjoint's row constant
+    let delta: Vec<f64> = g
+        .as_slice()
+        .chunks(d)
+        .zip(o.as_slice().chunks(d))
+        .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
+        .collect();
+    let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
+    let q_blocks = t_q.div_ceil(BLOCK_Q);
+    // pass 1: dQ and the sinks' partial sums, one task per (batch, head) lane
+    let mut dq = vec![0.0; qs.len()];
+    let sink_parts: Vec<Vec<f64>> = dq
+        .par_chunks_mut(t_q * d)
+        .enumerate()
+        .map(|(lane, dq_lane)| -> Result<Vec<f64>, TensorAutodiffError> {
+            let (b, h) = (lane / h_n, lane % h_n);
+            let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+            let (lq, lk, lv) = (&qs[ql..ql + t_q * d], &ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
+            let lg = &gs[ql..ql + t_q * d];
+            let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
+            let sink = sinks.map(|s| s.as_slice()[h]);
+            let mut parts = Vec::with_capacity(q_blocks);
+            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
+            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
+            for i0 in (0..t_q).step_by(BLOCK_Q) {
+                let i1 = (i0 + BLOCK_Q).min(t_q);
+                let n = i1 - i0;
+                // d sink_h = −Σ_i p_sink,i · D_i with p_sink,i = e^{s_h − lse_i}
+                parts.push(sink.map_or(0.0, |s| {
+                    (i0..i1).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -(s - ll[i]).exp() * ld[i]).sum()
+                }));
+                for j0 in (0..t_k).step_by(BLOCK_K) {
+                    let j1 = (j0 + BLOCK_K).min(t_k);
+                    if vis.block_hidden(i0, i1, j0, j1) {
+                        continue;
+                    }
+                    let w = j1 - j0;
+                    probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
+                    // dP = dO · Vᵀ, then dS = P ⊙ (dP − D)
+                    let go = MatRef::row_major(&lg[i0 * d..], n, d)?;
+                    matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
+                    softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
+                    // dQ += scale · dS · K
+                    ds[..n * w].iter_mut().for_each(|x| *x *= scale);
+                    let dsm = MatRef::row_major(&ds, n, w)?;
+                    matmul(&mut dq_lane[i0 * d..i1 * d], dsm, MatRef::row_major(&lk[j0 * d..], w, d)?, true, false)?;
+                }
+            }
+            Ok(parts)
+        })
+        .collect::<Result<_, _>>()?;
+    // pass 2: dK and dV, one task per (batch, kv head), summing its group's query heads in order
+    let mut dk = vec![0.0; ks.len()];
+    let mut dv = vec![0.0; vs.len()];
+    let group = dims.group();
+    dk.par_chunks_mut(t_k * d).zip(dv.par_chunks_mut(t_k * d)).enumerate().try_for_each(
+        |(kv_lane, (dk_lane, dv_lane))| -> Result<(), TensorAutodiffError> {
+            let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
+            let kl = kv_lane * t_k * d;
+            let (lk, lv) = (&ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
+            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
+            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
+            for j0 in (0..t_k).step_by(BLOCK_K) {
+                let j1 = (j0 + BLOCK_K).min(t_k);
+                let w = j1 - j0;
+                for h in gi * group..(gi + 1) * group {
+                    let lane = b * h_n + h;
+                    let ql = dims.q_lane(b, h);
+                    let (lq, lg) = (&qs[ql..ql + t_q * d], &gs[ql..ql + t_q * d]);
+                    let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
+                    for i0 in (0..t_q).step_by(BLOCK_Q) {
+                        let i1 = (i0 + BLOCK_Q).min(t_q);
+                        if vis.block_hidden(i0, i1, j0, j1) {
+                            continue;
+                        }
+                        let n = i1 - i0;
+                        probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
+                        let (pm, go) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&lg[i0 * d..], n, d)?);
+                        // dV += Pᵀ · dO
+                        matmul(&mut dv_lane[j0 * d..j1 * d], pm.t(), go, true, false)?;
+                        matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
+                        softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
+                        ds[..n * w].iter_mut().for_each(|x| *x *= scale);
+                        // dK += scale · dSᵀ · Q
+                        let dsm = MatRef::row_major(&ds, n, w)?;
+                        matmul(
+                            &mut dk_lane[j0 * d..j1 * d],
+                            dsm.t(),
+                            MatRef::row_major(&lq[i0 * d..], n, d)?,
+                            true,
+                            false,
+                        )?;
+                    }
+                }
+            }
+            Ok(())
+        },
+    )?;
+    let mut grads =
+        vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
+    if sinks.is_some() {
+        // partial sums per lane and query block, added per head in a fixed order
+        let mut ds = vec![0.0; h_n];
+        for (lane, parts) in sink_parts.iter().enumerate() {
+            ds[lane % h_n] += parts.iter().sum::<f64>();
+        }
+        grads.push(Some(Tensor::new(&[h_n], ds)?));
+    }
+    Ok(grads)
+}

@@ -1,0 +1,219 @@
+//! The tiled (flash-style) kernel against the explicit path: outputs and every gradient agree to
+//! 1e-12 relative across causal, window, grouped, padding and offset cases.
+
+use llm_from_scratch::attention::{
+    AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, OnlineSoftmax, SlidingWindow, Visibility,
+    grouped_attention, tiled_attention,
+};
+use llm_from_scratch::nn::SplitMix64;
+use llm_from_scratch::{GradcheckConfig, Tensor, TensorValue, gradcheck};
+
+fn random(shape: &[usize], rng: &mut SplitMix64, scale: f64) -> Tensor {
+    let n = shape.iter().product();
+    Tensor::new(shape, (0..n).map(|_| rng.uniform(-scale, scale)).collect()).unwrap()
+}
+
+fn assert_close(name: &str, a: &Tensor, b: &Tensor) {
+    assert_eq!(a.shape(), b.shape(), "{name}");
+    for (i, (x, y)) in a.as_slice().iter().zip(b.as_slice()).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{name}[{i}]: tiled {x} vs explicit {y}");
+    }
+}
+
+struct Case {
+    b: usize,
+    h: usize,
+    g: usize,
+    t_q: usize,
+    t_k: usize,
+    d: usize,
+    sinks: bool,
+    vis: Visibility,
+}
+
+/// Runs both paths with the same inputs and upstream adjoint; compares outputs and gradients.
+fn compare(case: &Case, seed: u64) {
+    let mut rng = SplitMix64::new(seed);
+    let q = TensorValue::leaf(random(&[case.b, case.h, case.t_q, case.d], &mut rng, 2.0), true);
+    let k = TensorValue::leaf(random(&[case.b, case.g, case.t_k, case.d], &mut rng, 2.0), true);
+    let v = TensorValue::leaf(random(&[case.b, case.g, case.t_k, case.d], &mut rng, 1.0), true);
+    let s = case.sinks.then(|| TensorValue::leaf(random(&[case.h], &mut rng, 1.0), true));
+    let upstream = random(&[case.b, case.h, case.t_q, case.d], &mut rng, 1.0);
+    let tiled = tiled_attention(&q, &k, &v, s.as_ref(), &case.vis).unwrap();
+    let explicit = grouped_attention(&q, &k, &v, s.as_ref(), &case.vis).unwrap().output().clone();
+    assert_close("output", &tiled.value().unwrap(), &explicit.value().unwrap());
+    let (gt, ge) = (tiled.backward_with(&upstream).unwrap(), explicit.backward_with(&upstream).unwrap());
+    let mut leaves = vec![("q", &q), ("k", &k), ("v", &v)];
+    if let Some(s) = &s {
+        leaves.push(("sinks", s));
+    }
+    for (name, leaf) in leaves {
+        assert_close(name, &gt.get_or_zeros(leaf), &ge.get_or_zeros(leaf));
+    }
+}
+
+fn case(b: usize, h: usize, g: usize, t_q: usize, t_k: usize, d: usize) -> Case {
+    Case { b, h, g, t_q, t_k, d, sinks: false, vis: Visibility { query_offset: t_k - t_q, ..Visibility::default() } }
+}
+
+#[test]
+fn causal_across_several_blocks_with_t_not_a_multiple_of_the_block() {
+    compare(&case(2, 4, 2, 300, 300, 8), 1);
+}
+
+#[test]
+fn a_single_token() {
+    compare(&case(1, 2, 1, 1, 1, 4), 2);
+}
+
+#[test]
+fn both_window_conventions() {
+    for window in [SlidingWindow::Inclusive(37), SlidingWindow::Exclusive(130), SlidingWindow::Inclusive(0)] {
+        let mut c = case(1, 2, 2, 290, 290, 6);
+        c.vis.window = Some(window);
+        compare(&c, 3);
+    }
+}
+
+#[test]
+fn multi_query_with_sinks() {
+    let mut c = case(2, 4, 1, 140, 140, 4);
+    c.sinks = true;
+    compare(&c, 4);
+}
+
+#[test]
+fn key_padding_including_fully_masked_rows() {
+    let mut c = case(2, 2, 1, 150, 150, 4);
+    // row 0: the first 20 keys are padding (so its first 20 queries see nothing); row 1: none
+    c.vis.key_padding = Some((0..300).map(|i| i < 20).collect());
+    compare(&c, 5);
+    c.sinks = true;
+    compare(&c, 6);
+}
+
+#[test]
+fn query_offset_for_chunked_prefill_and_decode() {
+    compare(&case(1, 4, 2, 50, 300, 8), 7); // a chunk of 50 new tokens after 250 cached
+    let mut decode = case(1, 4, 2, 1, 260, 8); // one token at position 259
+    decode.vis.window = Some(SlidingWindow::Exclusive(128));
+    compare(&decode, 8);
+}
+
+#[test]
+fn gradcheck_tiled_kernel_with_sinks_window_and_padding() {
+    let mut rng = SplitMix64::new(9);
+    let inputs = vec![
+        ("q", random(&[2, 2, 5, 4], &mut rng, 1.0)),
+        ("k", random(&[2, 1, 5, 4], &mut rng, 1.0)),
+        ("v", random(&[2, 1, 5, 4], &mut rng, 1.0)),
+        ("sinks", random(&[2], &mut rng, 1.0)),
+    ];
+    let vis = Visibility {
+        query_offset: 0,
+        window: Some(SlidingWindow::Inclusive(2)),
+        key_padding: Some(vec![true, false, false, false, false, false, false, false, false, false]),
+    };
+    let report =
+        gradcheck(&inputs, &GradcheckConfig::default(), |v| -> Result<TensorValue, Box<dyn std::error::Error>> {
+            Ok(tiled_attention(&v[0], &v[1], &v[2], Some(&v[3]), &vis)?)
+        })
+        .unwrap();
+    assert!(report.passed(), "{report:?}");
+}
+
+#[test]
+fn online_softmax_merges_blocks_exactly() {
+    // scores [1, 2 | 3] with values [1,0], [0,1] | [1,1]: merged in two blocks or at once
+    let vals = [vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 1.0]];
+    let whole = OnlineSoftmax::from_block(&[1.0, 2.0, 3.0], &vals);
+    let merged =
+        OnlineSoftmax::from_block(&[1.0, 2.0], &vals[..2]).merge(&OnlineSoftmax::from_block(&[3.0], &vals[2..]));
+    let z = 1f64.exp() + 2f64.exp() + 3f64.exp();
+    let want = [(1f64.exp() + 3f64.exp()) / z, (2f64.exp() + 3f64.exp()) / z];
+    for state in [whole, merged.clone()] {
+        for (got, want) in state.output().iter().zip(want) {
+            assert!((got - want).abs() < 1e-15);
+        }
+    }
+    assert_eq!(merged.max, 3.0);
+    assert_eq!(OnlineSoftmax::empty(2).merge(&OnlineSoftmax::empty(2)).output(), vec![0.0, 0.0]);
+}
+
+#[test]
+fn a_large_sink_absorbs_the_mass_without_adding_to_the_output() {
+    let mut rng = SplitMix64::new(10);
+    let q = TensorValue::leaf(random(&[1, 1, 3, 4], &mut rng, 1.0), false);
+    let k = TensorValue::leaf(random(&[1, 1, 3, 4], &mut rng, 1.0), false);
+    let v = TensorValue::leaf(random(&[1, 1, 3, 4], &mut rng, 1.0), false);
+    let sink = TensorValue::leaf(Tensor::new(&[1], vec![40.0]).unwrap(), false);
+    let out = tiled_attention(&q, &k, &v, Some(&sink), &Visibility::default()).unwrap().value().unwrap();
+    assert!(out.as_slice().iter().all(|x| x.abs() < 1e-15));
+    let explicit = grouped_attention(&q, &k, &v, Some(&sink), &Visibility::default()).unwrap();
+    let weights = explicit.weights().value().unwrap();
+    assert!(weights.as_slice().iter().all(|&w| w < 1e-15), "the real keys keep almost nothing");
+}
+
+#[test]
+fn errors_are_typed() {
+    let z = |shape: &[usize]| TensorValue::leaf(Tensor::zeros(shape).unwrap(), false);
+    let vis = Visibility::default();
+    let err = tiled_attention(&z(&[1, 3, 2, 4]), &z(&[1, 2, 2, 4]), &z(&[1, 2, 2, 4]), None, &vis).unwrap_err();
+    assert!(matches!(err, AttentionError::QkvShapes { .. }), "H must be a multiple of G");
+    let err =
+        tiled_attention(&z(&[1, 2, 2, 4]), &z(&[1, 1, 2, 4]), &z(&[1, 1, 2, 4]), Some(&z(&[3])), &vis).unwrap_err();
+    assert!(matches!(err, AttentionError::ParameterShape { name: "sink logits", .. }));
+    let bad = Visibility { key_padding: Some(vec![false; 3]), ..Visibility::default() };
+    let err = tiled_attention(&z(&[1, 2, 2, 4]), &z(&[1, 1, 2, 4]), &z(&[1, 1, 2, 4]), None, &bad).unwrap_err();
+    assert!(matches!(err, AttentionError::PaddingShape { .. }));
+    let mut rng = SplitMix64::new(0);
+    let config = AttentionConfig::new(8, 2, 1, 4).with_kernel(AttentionKernel::Tiled).with_dropout(0.1, 0.0);
+    let err = GroupedQueryAttention::new("a", config, &mut rng).unwrap_err();
+    assert!(err.to_string().contains("attention dropout with the tiled kernel is not supported"), "{err}");
+}
+
+#[test]
+fn the_layer_with_the_tiled_kernel_equals_the_explicit_layer() {
+    let mut rng = SplitMix64::new(11);
+    let config = AttentionConfig::new(16, 4, 2, 4)
+        .with_rope(400, 10_000.0)
+        .with_sinks(true)
+        .with_window(SlidingWindow::Exclusive(100));
+    let explicit = GroupedQueryAttention::new("a", config.clone(), &mut rng).unwrap();
+    let tiled = GroupedQueryAttention::from_parts(
+        "a",
+        config.with_kernel(AttentionKernel::Tiled),
+        explicit.qkv().clone(),
+        explicit.output_projection().clone(),
+    )
+    .unwrap()
+    .with_sink_logits(explicit.sink_logits().unwrap().clone())
+    .unwrap();
+    let x = TensorValue::leaf(random(&[2, 260, 16], &mut rng, 1.0), true);
+    let upstream = random(&[2, 260, 16], &mut rng, 1.0);
+    let (a, b) = (explicit.forward(&x, 0).unwrap(), tiled.forward(&x, 0).unwrap());
+    assert!(b.weights.is_none() && b.scores.is_none(), "the tiled kernel never forms the weights");
+    assert_close("output", &b.output.value().unwrap(), &a.output.value().unwrap());
+    let (ga, gb) = (a.output.backward_with(&upstream).unwrap(), b.output.backward_with(&upstream).unwrap());
+    assert_close("input", &gb.get_or_zeros(&x), &ga.get_or_zeros(&x));
+    for p in explicit.parameters().iter() {
+        assert_close(p.name(), &gb.get_or_zeros(p.value()), &ga.get_or_zeros(p.value()));
+    }
+}
+
+#[test]
+fn tiled_results_do_not_depend_on_the_thread_count() {
+    let run = |threads| {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
+            let mut rng = SplitMix64::new(12);
+            let q = TensorValue::leaf(random(&[1, 4, 300, 8], &mut rng, 1.0), true);
+            let k = TensorValue::leaf(random(&[1, 2, 300, 8], &mut rng, 1.0), true);
+            let v = TensorValue::leaf(random(&[1, 2, 300, 8], &mut rng, 1.0), true);
+            let out = tiled_attention(&q, &k, &v, None, &Visibility::default()).unwrap();
+            let g = out.backward_with(&random(&[1, 4, 300, 8], &mut rng, 1.0)).unwrap();
+            (out.value().unwrap(), g.get_or_zeros(&q), g.get_or_zeros(&k), g.get_or_zeros(&v))
+        })
+    };
+    let (a, b) = (run(1), run(2));
+    assert!(a.0.bitwise_eq(&b.0) && a.1.bitwise_eq(&b.1) && a.2.bitwise_eq(&b.2) && a.3.bitwise_eq(&b.3));
+}
