@@ -229,6 +229,9 @@ pub enum AttentionError {
         #[source]
         source: TensorAutodiffError,
     },
+    /// A tensor error outside any stage of a layer (e.g. from [`crate::gradcheck`] around one).
+    #[error("attention: {0}")]
+    Tensor(#[from] TensorAutodiffError),
     /// A layer used by a stage (a projection) rejected its input.
     #[error("attention {stage}: {source}")]
     Layer {
@@ -270,6 +273,12 @@ impl AttentionError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tensor_errors_outside_a_stage_convert() {
+        let err: AttentionError = TensorAutodiffError::Gradcheck { detail: "no inputs to check".into() }.into();
+        assert_eq!(err.to_string(), "attention: gradcheck: no inputs to check");
+    }
 
     #[test]
     fn layer_and_rope_errors_are_translated_with_their_stage() {

@@ -4,6 +4,8 @@ mod error;
 mod grouped_query;
 mod heads;
 mod kv_cache;
+mod latent;
+mod memory;
 mod multi_head;
 mod scaled_dot_product;
 mod tiled;
@@ -13,6 +15,8 @@ pub use error::{AttentionError, Branch, Stage};
 pub use grouped_query::{AttentionConfig, AttentionKernel, AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};
 pub use kv_cache::{KvCache, generate_with_cache};
+pub use latent::{LatentAttention, LatentConfig, LatentKvCache, LatentOutput, LatentWeights};
+pub use memory::{CacheLayout, explicit_attention_bytes, kv_cache_bytes, receptive_field, tiled_attention_bytes};
 pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
 pub use scaled_dot_product::{
     AttentionOutput, causal_scaled_dot_product_self_attention, grouped_attention, scaled_dot_product_attention,

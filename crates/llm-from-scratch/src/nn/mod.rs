@@ -2,7 +2,7 @@
 //! the layers the attention chapters stack.
 
 mod error;
-mod linear;
+pub(crate) mod linear;
 mod parameters;
 mod qkv;
 

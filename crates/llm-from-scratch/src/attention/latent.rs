@@ -1,0 +1,426 @@
+//! Multi-head latent attention (MLA): keys and values rebuilt from one small latent per token.
+//!
+//! Every token is compressed to a latent `c = x·W_DKV` of width `d_c`, shared by all heads. Head
+//! `h` reconstructs its key and value from it: `K_h = C·A_h` and `V_h = C·B_h` (`A = W_UK`,
+//! `B = W_UV`). A KV cache then stores `C` — `d_c` numbers per token instead of `2·H·d_h`.
+//!
+//! **Absorption.** Because `A_h` is a fixed matrix, `q_h·K_hᵀ = q_h·(C·A_h)ᵀ = (q_h·A_hᵀ)·Cᵀ`: the
+//! query can be moved into latent space once, and scores computed directly against the cached
+//! `C` without rebuilding any key. Likewise `P_h·V_h·W_O,h = (P_h·C)·(B_h·W_O,h)`: `B` merges into
+//! the output projection. The absorbed path equals the direct one to rounding.
+//!
+//! **Decoupled RoPE.** RoPE rotates a key by its position `n`: `R_n·k`. A rotation between `q` and
+//! `C` depends on `n`, so it cannot be folded into the fixed `A_h` — rotating the reconstructed key
+//! breaks absorption (a test shows it). MLA therefore adds a separate positional branch: a small
+//! rotated query `q_R = RoPE(x·W_QR)` per head and one rotated key `k_R = RoPE(x·W_KR)` shared by all
+//! heads, cached beside `C`:
+//!
+//! ```text
+//! score_h(m, n) = (q_h(m)·k_h(n) + q_R,h(m)·k_R(n)) / √(d_h + d_r)
+//! ```
+
+use crate::attention::grouped_query::check_sequence;
+use crate::attention::{AttentionError, Branch, Stage, merge_heads};
+use crate::autodiff::{TensorValue, constant};
+use crate::error::Shape;
+use crate::nn::linear::uniform_tensor;
+use crate::nn::{NamedParameter, NamedParameters, RotaryEmbedding, SplitMix64};
+use crate::tensor::{Mask, Tensor};
+
+/// Sizes of a [`LatentAttention`] layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LatentConfig {
+    /// `d`.
+    pub model_width: usize,
+    /// `H`.
+    pub heads: usize,
+    /// `d_h`, width of the content part of a query/key head.
+    pub head_width: usize,
+    /// `d_c`, width of the latent.
+    pub latent_width: usize,
+    /// `d_r`, width of the decoupled RoPE branch (even).
+    pub rope_width: usize,
+    /// RoPE capacity.
+    pub max_positions: usize,
+    /// RoPE base.
+    pub rope_base: f64,
+}
+
+impl LatentConfig {
+    /// Scalars in the layer: `W_Q, W_QR, W_DKV, W_KR, W_UK, W_UV, W_O`.
+    pub fn parameter_count(&self) -> usize {
+        let (d, h, dh, dc, dr) = (self.model_width, self.heads, self.head_width, self.latent_width, self.rope_width);
+        d * h * dh + d * h * dr + d * dc + d * dr + dc * h * dh + dc * h * dh + h * dh * d
+    }
+
+    /// Numbers cached per token and layer: `d_c + d_r` (versus `2·G·d_h` for grouped attention).
+    pub fn cached_per_token(&self) -> usize {
+        self.latent_width + self.rope_width
+    }
+
+    fn validate(&self) -> Result<RotaryEmbedding, AttentionError> {
+        for (value, what) in [
+            (self.model_width, "model width"),
+            (self.heads, "heads"),
+            (self.head_width, "head width"),
+            (self.latent_width, "latent width"),
+        ] {
+            if value == 0 {
+                return Err(AttentionError::Unsupported {
+                    feature: what,
+                    reason: "latent attention sizes must be positive",
+                });
+            }
+        }
+        RotaryEmbedding::new(self.rope_width, self.max_positions, self.rope_base).map_err(AttentionError::Rope)
+    }
+}
+
+/// The parameters of a latent attention layer, `y = x·W` layout.
+#[derive(Clone, Debug)]
+pub struct LatentWeights {
+    /// `W_Q [d, H·d_h]`.
+    pub query: TensorValue,
+    /// `W_QR [d, H·d_r]`, the positional query branch.
+    pub query_rope: TensorValue,
+    /// `W_DKV [d, d_c]`, down-projection to the latent.
+    pub down: TensorValue,
+    /// `W_KR [d, d_r]`, the shared positional key.
+    pub key_rope: TensorValue,
+    /// `A = W_UK [d_c, H·d_h]`, latent → keys.
+    pub up_key: TensorValue,
+    /// `B = W_UV [d_c, H·d_h]`, latent → values.
+    pub up_value: TensorValue,
+    /// `W_O [H·d_h, d]`.
+    pub output: TensorValue,
+}
+
+/// Everything a forward pass returns.
+#[derive(Clone, Debug)]
+pub struct LatentOutput {
+    /// The latent `C [B, T, d_c]` (what a cache stores).
+    pub latent: TensorValue,
+    /// The rotated shared key `k_R [B, 1, T, d_r]` (cached beside `C`).
+    pub rope_key: TensorValue,
+    /// Attention weights `[B, H, T, T]`.
+    pub weights: TensorValue,
+    /// The layer's output `[B, T, d]`.
+    pub output: TensorValue,
+}
+
+/// Multi-head latent attention with a decoupled RoPE branch (causal).
+#[derive(Clone, Debug)]
+pub struct LatentAttention {
+    config: LatentConfig,
+    weights: LatentWeights,
+    rope: RotaryEmbedding,
+}
+
+/// The latent KV cache: `C` and `k_R` per token, nothing else.
+#[derive(Clone, Debug)]
+pub struct LatentKvCache {
+    batch: usize,
+    latent_width: usize,
+    rope_width: usize,
+    /// `[B][len · d_c]`.
+    latent: Vec<Vec<f64>>,
+    /// `[B][len · d_r]`.
+    rope_key: Vec<Vec<f64>>,
+    next_position: usize,
+}
+
+impl LatentKvCache {
+    /// Tokens stored.
+    pub fn len(&self) -> usize {
+        self.next_position
+    }
+    /// `true` before the first call.
+    pub fn is_empty(&self) -> bool {
+        self.next_position == 0
+    }
+    /// Numbers stored: `B · len · (d_c + d_r)`.
+    pub fn stored_values(&self) -> usize {
+        self.latent.iter().chain(&self.rope_key).map(Vec::len).sum()
+    }
+}
+
+impl LatentAttention {
+    /// A layer with weights uniform in `±1/√fan_in`, drawn from a trial copy of `rng`.
+    ///
+    /// # Errors
+    /// [`AttentionError::Unsupported`] for a zero size, [`AttentionError::Rope`] for a bad RoPE width
+    /// (zero or odd), capacity or base.
+    pub fn new(config: LatentConfig, rng: &mut SplitMix64) -> Result<Self, AttentionError> {
+        config.validate()?;
+        let (d, h, dh, dc, dr) =
+            (config.model_width, config.heads, config.head_width, config.latent_width, config.rope_width);
+        let mut trial = rng.clone();
+        let mut draw = |rows: usize, cols: usize| {
+            TensorValue::leaf(uniform_tensor(&[rows, cols], 1.0 / (rows as f64).sqrt(), &mut trial), true)
+        };
+        let weights = LatentWeights {
+            query: draw(d, h * dh),
+            query_rope: draw(d, h * dr),
+            down: draw(d, dc),
+            key_rope: draw(d, dr),
+            up_key: draw(dc, h * dh),
+            up_value: draw(dc, h * dh),
+            output: draw(h * dh, d),
+        };
+        *rng = trial;
+        Self::from_weights(config, weights)
+    }
+
+    /// A layer from existing weights.
+    ///
+    /// # Errors
+    /// As [`LatentAttention::new`], then [`AttentionError::ParameterShape`] naming a weight whose
+    /// shape does not fit.
+    pub fn from_weights(config: LatentConfig, weights: LatentWeights) -> Result<Self, AttentionError> {
+        let rope = config.validate()?;
+        let (d, h, dh, dc, dr) =
+            (config.model_width, config.heads, config.head_width, config.latent_width, config.rope_width);
+        let w = &weights;
+        for (name, value, expected) in [
+            ("query weight", &w.query, [d, h * dh]),
+            ("query rope weight", &w.query_rope, [d, h * dr]),
+            ("down weight", &w.down, [d, dc]),
+            ("key rope weight", &w.key_rope, [d, dr]),
+            ("up key weight", &w.up_key, [dc, h * dh]),
+            ("up value weight", &w.up_value, [dc, h * dh]),
+            ("output weight", &w.output, [h * dh, d]),
+        ] {
+            if value.shape() != expected {
+                return Err(AttentionError::ParameterShape {
+                    name,
+                    expected: Shape(expected.to_vec()),
+                    actual: Shape::from(value.shape()),
+                });
+            }
+        }
+        Ok(Self { config, weights, rope })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LatentConfig {
+        &self.config
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &LatentWeights {
+        &self.weights
+    }
+
+    /// The parameters under dotted names (`mla.query.weight`, …).
+    pub fn parameters(&self) -> NamedParameters {
+        let w = &self.weights;
+        let list = [
+            ("query", &w.query),
+            ("query_rope", &w.query_rope),
+            ("down", &w.down),
+            ("key_rope", &w.key_rope),
+            ("up_key", &w.up_key),
+            ("up_value", &w.up_value),
+            ("output", &w.output),
+        ]
+        .into_iter()
+        .map(|(n, v)| NamedParameter::new(format!("mla.{n}.weight"), v.clone()))
+        .collect();
+        NamedParameters::try_new(list).unwrap_or_default()
+    }
+
+    /// An empty latent cache for `batch` rows.
+    pub fn new_cache(&self, batch: usize) -> LatentKvCache {
+        LatentKvCache {
+            batch,
+            latent_width: self.config.latent_width,
+            rope_width: self.config.rope_width,
+            latent: vec![Vec::new(); batch],
+            rope_key: vec![Vec::new(); batch],
+            next_position: 0,
+        }
+    }
+
+    /// The shared pieces of both paths for `x [B,T,d]` at positions `offset..offset+T`: the
+    /// latent `C`, content queries `[B,H,T,d_h]`, rotated positional queries `[B,H,T,d_r]` and the
+    /// rotated shared key `[B,1,T,d_r]`.
+    fn pieces(&self, x: &TensorValue, offset: usize) -> Result<[TensorValue; 4], AttentionError> {
+        let c = &self.config;
+        check_sequence(x.shape(), c.model_width)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        self.rope.check_interval(offset, t).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
+        let at = AttentionError::at;
+        let w = &self.weights;
+        let latent = x.matmul(&w.down).map_err(at(Stage::Projection))?; // [B,T,d_c]
+        let split = |v: TensorValue, heads: usize, width: usize| -> Result<TensorValue, AttentionError> {
+            v.reshape(&[b, t, heads, width]).and_then(|v| v.transpose(1, 2)).map_err(at(Stage::SplitHeads(None)))
+        };
+        let q = split(x.matmul(&w.query).map_err(at(Stage::Projection))?, c.heads, c.head_width)?;
+        let q_rope = split(x.matmul(&w.query_rope).map_err(at(Stage::Projection))?, c.heads, c.rope_width)?;
+        let k_rope = split(x.matmul(&w.key_rope).map_err(at(Stage::Projection))?, 1, c.rope_width)?;
+        let rotate =
+            |v: &TensorValue, branch| self.rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(branch, e));
+        Ok([latent, q, rotate(&q_rope, Branch::Query)?, rotate(&k_rope, Branch::Key)?])
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / ((self.config.head_width + self.config.rope_width) as f64).sqrt()
+    }
+
+    /// The direct path: rebuild `K = C·A` and `V = C·B` per head, then ordinary causal attention.
+    ///
+    /// # Errors
+    /// Input errors (rank, width, empty, positions), then `Stage` errors.
+    pub fn forward(&self, x: &TensorValue, offset: usize) -> Result<LatentOutput, AttentionError> {
+        let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
+        let c = &self.config;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let at = AttentionError::at;
+        let heads = |v: TensorValue| v.reshape(&[b, t, c.heads, c.head_width]).and_then(|v| v.transpose(1, 2));
+        let k = heads(latent.matmul(&self.weights.up_key).map_err(at(Stage::Projection))?)
+            .map_err(at(Stage::SplitHeads(Some(Branch::Key))))?;
+        let v = heads(latent.matmul(&self.weights.up_value).map_err(at(Stage::Projection))?)
+            .map_err(at(Stage::SplitHeads(Some(Branch::Value))))?;
+        let scores = (|| {
+            let content = q.matmul(&k.transpose(2, 3)?)?; // [B,H,T,T]
+            let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?; // k_R broadcast over heads
+            content.add(&position)?.scale(self.scale())
+        })()
+        .map_err(at(Stage::Scores))?;
+        let weights = scores.masked_softmax_last_axis(&Mask::causal(t, t, 0)).map_err(at(Stage::Softmax))?;
+        let heads_out = weights.matmul(&v).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
+        let merged = merge_heads(&heads_out)?;
+        let output = merged.matmul(&self.weights.output).map_err(at(Stage::OutputProjection))?;
+        Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
+    }
+
+    /// The absorbed path: queries move into latent space (`q·Aᵀ`), scores are taken against `C`
+    /// itself, and `B·W_O` is one merged output matrix. No key or value is ever rebuilt.
+    ///
+    /// # Errors
+    /// As [`LatentAttention::forward`].
+    pub fn forward_absorbed(&self, x: &TensorValue, offset: usize) -> Result<LatentOutput, AttentionError> {
+        let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let latent4 =
+            latent.reshape(&[b, 1, t, self.config.latent_width]).map_err(AttentionError::at(Stage::Scores))?;
+        let (weights, output) = self.attend_absorbed(&q, &q_rope, &latent4, &k_rope, &Mask::causal(t, t, 0))?;
+        Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
+    }
+
+    /// `A_hᵀ` per head `[1,H,d_h,d_c]` and the merged output `B_h·W_O,h` stacked `[H·d_c, d]`.
+    fn absorbed_matrices(&self) -> Result<(TensorValue, TensorValue), crate::TensorAutodiffError> {
+        let c = &self.config;
+        let (h, dh, dc, d) = (c.heads, c.head_width, c.latent_width, c.model_width);
+        // A [d_c, H·d_h] → [d_c, H, d_h] → [H, d_h, d_c]: per head Aᵀ
+        let a_t = self.weights.up_key.reshape(&[dc, h, dh])?.permute(&[1, 2, 0])?.reshape(&[1, h, dh, dc])?;
+        // B_h·W_O,h: [H, d_c, d_h] · [H, d_h, d] → [H, d_c, d] → [H·d_c, d]
+        let b_h = self.weights.up_value.reshape(&[dc, h, dh])?.transpose(0, 1)?;
+        let wo_h = self.weights.output.reshape(&[h, dh, d])?;
+        Ok((a_t, b_h.matmul(&wo_h)?.reshape(&[h * dc, d])?))
+    }
+
+    /// Absorbed attention of queries `[B,H,T_q,·]` over latents `[B,1,T_k,d_c]` and rotated keys
+    /// `[B,1,T_k,d_r]`.
+    fn attend_absorbed(
+        &self,
+        q: &TensorValue,
+        q_rope: &TensorValue,
+        latent: &TensorValue,
+        k_rope: &TensorValue,
+        mask: &Mask,
+    ) -> Result<(TensorValue, TensorValue), AttentionError> {
+        let at = AttentionError::at;
+        let (b, t_q) = (q.shape()[0], q.shape()[2]);
+        let (h, dc) = (self.config.heads, self.config.latent_width);
+        let (a_t, merged_out) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
+        let scores = (|| {
+            let q_latent = q.matmul(&a_t)?; // (q·Aᵀ): [B,H,T_q,d_c]
+            let content = q_latent.matmul(&latent.transpose(2, 3)?)?; // ·Cᵀ: [B,H,T_q,T_k]
+            let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?;
+            content.add(&position)?.scale(self.scale())
+        })()
+        .map_err(at(Stage::Scores))?;
+        let weights = scores.masked_softmax_last_axis(mask).map_err(at(Stage::Softmax))?;
+        let output = (|| {
+            let pc = weights.matmul(latent)?; // (P·C): [B,H,T_q,d_c]
+            pc.transpose(1, 2)?.reshape(&[b, t_q, h * dc])?.matmul(&merged_out) // Σ_h (P_h·C)·(B_h·W_O,h)
+        })()
+        .map_err(at(Stage::OutputProjection))?;
+        Ok((weights, output))
+    }
+
+    /// Runs `x [B,T,d]` as the next tokens after what `cache` holds, with the absorbed path over
+    /// the cached latents, and appends their `C` and `k_R`. Returns the output `[B,T,d]`.
+    ///
+    /// # Errors
+    /// Input errors; [`AttentionError::CacheMismatch`] for a cache of another shape;
+    /// [`AttentionError::PositionOutOfRange`] past capacity (the cache is then unchanged).
+    pub fn forward_cached(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
+        let c = &self.config;
+        if x.shape().len() == 3 {
+            for (what, expected, actual) in [
+                ("batch", x.shape()[0], cache.batch),
+                ("latent width", c.latent_width, cache.latent_width),
+                ("rope width", c.rope_width, cache.rope_width),
+            ] {
+                if expected != actual {
+                    return Err(AttentionError::CacheMismatch { what, expected, actual });
+                }
+            }
+        }
+        let first = cache.next_position;
+        let [latent, q, q_rope, k_rope] = self.pieces(x, first)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
+        let (new_c, new_kr) = (read(&latent)?, read(&k_rope)?);
+        let (dc, dr) = (c.latent_width, c.rope_width);
+        for bi in 0..b {
+            cache.latent[bi].extend_from_slice(&new_c.as_slice()[bi * t * dc..(bi + 1) * t * dc]);
+            cache.rope_key[bi].extend_from_slice(&new_kr.as_slice()[bi * t * dr..(bi + 1) * t * dr]);
+        }
+        cache.next_position = first + t;
+        let total = cache.next_position;
+        let all = |lanes: &[Vec<f64>], w: usize| {
+            constant(&[b, 1, total, w], &lanes.concat()).map_err(AttentionError::at(Stage::Scores))
+        };
+        let (latent_all, rope_all) = (all(&cache.latent, dc)?, all(&cache.rope_key, dr)?);
+        let (_, output) = self.attend_absorbed(&q, &q_rope, &latent_all, &rope_all, &Mask::causal(t, total, first))?;
+        output.value().map_err(AttentionError::at(Stage::OutputProjection))
+    }
+
+    /// The counterexample of the chapter: RoPE applied to the *reconstructed* content key
+    /// (`K = RoPE(C·A)`, no decoupled branch) — its scores `[B,H,T,T]`, which no fixed matrix can
+    /// absorb, and the scores of the naive absorbed formula `(q·Aᵀ)·Cᵀ` on rotated queries.
+    ///
+    /// # Errors
+    /// As [`LatentAttention::forward`].
+    pub fn rope_on_reconstructed_keys(
+        &self,
+        x: &TensorValue,
+        offset: usize,
+    ) -> Result<(Tensor, Tensor), AttentionError> {
+        let [latent, q, _, _] = self.pieces(x, offset)?;
+        let c = &self.config;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let at = AttentionError::at;
+        let rope = RotaryEmbedding::new(c.head_width, c.max_positions, c.rope_base).map_err(AttentionError::Rope)?;
+        let rot = |v: &TensorValue| rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(Branch::Key, e));
+        let k = latent
+            .matmul(&self.weights.up_key)
+            .and_then(|k| k.reshape(&[b, t, c.heads, c.head_width]))
+            .and_then(|k| k.transpose(1, 2))
+            .map_err(at(Stage::Projection))?;
+        let q_rot = rot(&q)?;
+        let direct = q_rot.matmul(&rot(&k)?.transpose(2, 3).map_err(at(Stage::Scores))?).map_err(at(Stage::Scores))?;
+        let (a_t, _) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
+        let latent4 = latent.reshape(&[b, 1, t, c.latent_width]).map_err(at(Stage::Scores))?;
+        let absorbed =
+            q_rot.matmul(&a_t).and_then(|ql| ql.matmul(&latent4.transpose(2, 3)?)).map_err(at(Stage::Scores))?;
+        Ok((read_value(&direct)?, read_value(&absorbed)?))
+    }
+}
+
+fn read_value(v: &TensorValue) -> Result<Tensor, AttentionError> {
+    v.value().map_err(AttentionError::at(Stage::Scores))
+}
