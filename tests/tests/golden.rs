@@ -22,6 +22,10 @@ const DEMOS: &[(&str, Render)] = &[
     ("ch30-multi-head-attention", || {
         report(ch30_multi_head_attention::learner_evidence, ch30_multi_head_attention::render_report)
     }),
+    ("ch32-grouped-query-attention", || {
+        report(ch32_grouped_query_attention::learner_evidence, ch32_grouped_query_attention::render_report)
+    }),
+    ("ch33-kv-cache", || report(ch33_kv_cache::learner_evidence, ch33_kv_cache::render_report)),
 ];
 
 #[test]

@@ -129,8 +129,9 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 ///
 /// Flops, forward:
 /// - Q, K, V and output projections, `4 · 2·N·d²` = 536 870 912;
-/// - scores `Q·Kᵀ`, `2·B·H·T²·d_h` = 134 217 728, and `P·V`, the same = 268 435 456 (the full
-///   T×T square; a kernel that skips the masked half of a causal layer does half);
+/// - scores `Q·Kᵀ` and weights·values `P·V`, `2·B·H·T²·d_h` = 134 217 728 each, 268 435 456
+///   together (the full T×T square; a kernel that skips the masked half of a causal layer does
+///   half);
 /// - total in products 805 306 368 (0.805 GFLOP); softmax over B·H·T² = 2 097 152 scores (about
 ///   5 flops and one exp each), the 1/√d_h scale and RoPE (about 6 flops per element of q and k)
 ///   add about 15 MFLOP (< 2 %).
@@ -146,7 +147,7 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 /// [B,H,T,T] tensors: ≥ 64 MiB + 12 MiB ≈ 80 MB → 3.2 ms at 25 GB/s; its backward moves about
 /// 6 more [B,H,T,T] passes (P, dP, dS) ≈ 100 MB → 4 ms. A fused kernel keeps score tiles in cache
 /// (≈ 16 MB, 0.7 ms). Floor: compute-bound, 3.7 ms forward, 11.0 ms forward+backward.
-/// Targets: forward+backward ≤ 25 ms (goal ≤ 22 ms = 0.4 × the peer's 54 ms).
+/// Targets: forward+backward ≤ 25 ms (0.6 × the best peer, PyTorch's 42 ms; goal 0.4 ×, 17 ms).
 ///
 /// Report `forward` and `forward-backward` with `with_flops` (0.82e9 and 2.44e9).
 fn mha_train() -> Result<Outcome, String> {

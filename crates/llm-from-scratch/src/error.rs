@@ -43,8 +43,8 @@ pub enum TensorAutodiffError {
         /// The number of values supplied.
         actual: usize,
     },
-    /// The product of a shape does not fit in `usize`.
-    #[error("{op}: shape {shape} has more elements than fit in memory")]
+    /// The product of a shape overflows `usize` or exceeds [`crate::tensor::MAX_ELEMENTS`].
+    #[error("{op}: shape {shape} holds more than 2^31 elements, the most one tensor may hold")]
     ShapeOverflow {
         /// The stage that failed.
         op: &'static str,

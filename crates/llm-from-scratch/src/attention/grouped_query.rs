@@ -167,6 +167,11 @@ impl AttentionConfig {
                 heads: self.query_heads,
             });
         }
+        // every weight must be allocatable: W_Q holds d·H·d_h numbers
+        crate::tensor::dense::element_count(
+            "attention config",
+            &[self.model_width, self.query_heads, self.head_width],
+        )?;
         if let Some(w) = self.window {
             w.validate()?;
         }
@@ -431,12 +436,14 @@ impl GroupedQueryAttention {
     ) -> Result<AttentionTrace, AttentionError> {
         self.check_input(x.shape(), &options)?;
         let t = x.shape()[1];
-        // the mask uses absolute stream positions (offset + index): causality and windows count
-        // tokens as they arrived, padding included; RoPE may use explicit positions instead
-        let stream: Vec<usize> = (options.position_offset..options.position_offset + t).collect();
-        let positions = options.positions.map_or_else(|| stream.clone(), <[usize]>::to_vec);
+        // RoPE uses explicit positions when given (padding), else offset + index (checked above)
+        let positions = match options.positions {
+            Some(p) => p.to_vec(),
+            None => (options.position_offset..options.position_offset + t).collect(),
+        };
         let projected = self.project(x, &positions)?;
-        // keys are the same tokens as the queries, so relative stream positions suffice
+        // causality and windows count stream positions (tokens as they arrived, padding included);
+        // keys are the same tokens as the queries, so positions relative to the first suffice
         let visibility = Visibility {
             query_offset: 0,
             window: self.config.window,

@@ -72,6 +72,11 @@ impl LatentConfig {
                 });
             }
         }
+        let widest = self.head_width.max(self.rope_width).max(self.latent_width);
+        crate::tensor::dense::element_count(
+            "latent config",
+            &[self.model_width.max(self.latent_width), self.heads, widest],
+        )?;
         RotaryEmbedding::new(self.rope_width, self.max_positions, self.rope_base).map_err(AttentionError::Rope)
     }
 }

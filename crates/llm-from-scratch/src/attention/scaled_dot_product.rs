@@ -225,8 +225,10 @@ pub(crate) fn grouped_attention_with(
     let queries: Vec<usize> = (visibility.query_offset..visibility.query_offset + t_q).collect();
     let keys: Vec<usize> = (0..t_k).collect();
     let mask = match &visibility.key_padding {
-        Some(p) => crate::attention::attention_mask(&queries.repeat(b), &keys.repeat(b), b, Some(p), visibility.window),
-        None => crate::attention::attention_mask(&queries, &keys, 1, None, visibility.window),
+        Some(p) => {
+            crate::attention::attention_mask(&queries.repeat(b), &keys.repeat(b), b, Some(p), visibility.window)?
+        }
+        None => crate::attention::attention_mask(&queries, &keys, 1, None, visibility.window)?,
     };
     let out = attend(&q5, &k5, &v5, Some(&mask), sink5.as_ref(), dropout)?;
     let to_heads = |x: &TensorValue, last: usize| x.reshape(&[b, h, t_q, last]); // [B,G,H/G,T_q,·] → [B,H,T_q,·]

@@ -2,6 +2,7 @@
 //! *absolute* positions, so the same rule holds in a full pass, in chunked prefill and in decode.
 
 use crate::attention::AttentionError;
+use crate::error::Shape;
 use crate::tensor::Mask;
 
 /// A sliding window: a query sees only the most recent keys.
@@ -70,19 +71,35 @@ pub fn visible(i: usize, j: usize, window: Option<SlidingWindow>) -> bool {
 
 /// The mask (`true` = hidden) of queries at `query_positions` over keys at `key_positions`.
 ///
-/// Positions are given per batch row (`rows` rows of `T_q` and `T_k`), or once for all rows
-/// (`rows = 1`); `key_padding` (`rows × T_k`, `true` = padding) hides padded keys. The result has
-/// shape `[T_q, T_k]` for one row, `[B, 1, 1, T_q, T_k]` for several — broadcasting over the
-/// `[B, G, H/G, T_q, T_k]` scores of grouped attention.
+/// Positions are given per batch row (`rows` rows of `T_q` and `T_k`); `key_padding`
+/// (`rows × T_k`, `true` = padding) hides padded keys. The result has shape `[T_q, T_k]` for one
+/// row, `[B, 1, 1, T_q, T_k]` for several — broadcasting over the `[B, G, H/G, T_q, T_k]` scores
+/// of grouped attention.
+///
+/// # Errors
+/// [`AttentionError::PaddingShape`] if `rows` is 0 or does not divide both position lists, or the
+/// padding is not `rows × T_k`; [`AttentionError::Tensor`] if the mask would be too large.
 pub fn attention_mask(
     query_positions: &[usize],
     key_positions: &[usize],
     rows: usize,
     key_padding: Option<&[bool]>,
     window: Option<SlidingWindow>,
-) -> Mask {
-    let t_q = query_positions.len() / rows.max(1);
-    let t_k = key_positions.len() / rows.max(1);
+) -> Result<Mask, AttentionError> {
+    let fits = rows > 0
+        && query_positions.len().is_multiple_of(rows)
+        && key_positions.len().is_multiple_of(rows)
+        && key_padding.is_none_or(|p| p.len() == key_positions.len());
+    if !fits {
+        return Err(AttentionError::PaddingShape {
+            what: "positions or key padding",
+            expected: Shape(vec![rows, key_positions.len() / rows.max(1)]),
+            actual: Shape(vec![query_positions.len(), key_positions.len(), key_padding.map_or(0, <[bool]>::len)]),
+        });
+    }
+    let (t_q, t_k) = (query_positions.len() / rows, key_positions.len() / rows);
+    let shape = if rows == 1 { vec![t_q, t_k] } else { vec![rows, 1, 1, t_q, t_k] };
+    crate::tensor::dense::element_count("attention mask", &shape)?;
     let mut hidden = Vec::with_capacity(rows * t_q * t_k);
     for b in 0..rows {
         for &i in &query_positions[b * t_q..(b + 1) * t_q] {
@@ -92,8 +109,7 @@ pub fn attention_mask(
             }
         }
     }
-    let shape = if rows == 1 { vec![t_q, t_k] } else { vec![rows, 1, 1, t_q, t_k] };
-    Mask::new(&shape, hidden).unwrap_or_else(|_| Mask::causal(t_q, t_k, 0))
+    Ok(Mask::new(&shape, hidden)?)
 }
 
 #[cfg(test)]
@@ -115,10 +131,12 @@ mod tests {
     #[test]
     fn masks_come_from_absolute_positions() {
         // a decode step: one query at position 6 over cached keys 4,5 and itself, window inclusive(1)
-        let m = attention_mask(&[6], &[4, 5, 6], 1, None, Some(SlidingWindow::Inclusive(1)));
+        let m = attention_mask(&[6], &[4, 5, 6], 1, None, Some(SlidingWindow::Inclusive(1))).unwrap();
         assert_eq!((m.shape(), m.as_slice()), (&[1usize, 3][..], &[true, false, false][..]));
         // two rows, the second left-padded by one token
-        let m = attention_mask(&[0, 1, 0, 0], &[0, 1, 0, 0], 2, Some(&[false, false, true, false]), None);
+        let m = attention_mask(&[0, 1, 0, 0], &[0, 1, 0, 0], 2, Some(&[false, false, true, false]), None).unwrap();
+        assert!(attention_mask(&[0, 1], &[0, 1], 2, Some(&[false]), None).is_err());
+        assert!(attention_mask(&[0], &[0], 0, None, None).is_err());
         assert_eq!(m.shape(), &[2, 1, 1, 2, 2]);
         assert_eq!(m.as_slice(), &[false, true, false, false, true, false, true, false]);
     }

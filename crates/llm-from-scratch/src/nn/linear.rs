@@ -31,6 +31,15 @@ pub(crate) fn uniform_tensor(shape: &[usize], bound: f64, rng: &mut SplitMix64) 
     Tensor::from_parts(shape.to_vec(), (0..len).map(|_| rng.uniform(-bound, bound)).collect())
 }
 
+/// Refuses layer sizes whose tensors could not be allocated (overflow or above
+/// [`crate::tensor::MAX_ELEMENTS`]) before anything is drawn.
+pub(crate) fn check_sizes(module: &str, shapes: &[&[usize]]) -> Result<(), NnError> {
+    for shape in shapes {
+        crate::tensor::dense::element_count("layer size", shape).map_err(NnError::tensor(module))?;
+    }
+    Ok(())
+}
+
 impl Linear {
     /// A layer named `name` (parameters `name.weight`, `name.bias`) initialised uniformly in
     /// `±1/√in`, the usual scale that keeps `x · W` of unit order. Draws from a trial copy of `rng`
@@ -55,6 +64,7 @@ impl Linear {
                 });
             }
         }
+        check_sizes(&format!("linear {name}"), &[&[in_width, out_width]])?;
         let mut trial = rng.clone();
         let bound = 1.0 / (in_width as f64).sqrt();
         let weight = TensorValue::leaf(uniform_tensor(&[in_width, out_width], bound, &mut trial), true);

@@ -84,6 +84,8 @@ impl QkvProjections {
                 });
             }
         }
+        let module = format!("qkv {prefix}");
+        crate::nn::linear::check_sizes(&module, &[&[model_width, query_width], &[model_width, kv_width]])?;
         let mut trial = rng.clone();
         let bound = 1.0 / (model_width as f64).sqrt();
         let widths = [query_width, kv_width, kv_width];

@@ -22,6 +22,7 @@ impl RmsNorm {
     /// # Errors
     /// [`NnError::InvalidConfig`] if `d` is 0 or `eps` is negative or not finite.
     pub fn new(name: &str, width: usize, eps: f64) -> Result<Self, NnError> {
+        crate::nn::linear::check_sizes(&format!("rms_norm {name}"), &[&[width]])?;
         Self::from_gain(name, TensorValue::leaf(Tensor::from_parts(vec![width], vec![1.0; width]), true), eps)
     }
 

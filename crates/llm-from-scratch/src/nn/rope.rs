@@ -128,6 +128,7 @@ impl RotaryEmbedding {
             return Err(RopeError::InvalidBase { base });
         }
         let pairs = head_width / 2;
+        crate::tensor::dense::element_count("rope tables", &[max_positions, pairs])?;
         let thetas: Vec<f64> = (0..pairs).map(|i| base.powf(-2.0 * i as f64 / head_width as f64)).collect();
         let mut cos = Vec::with_capacity(max_positions * pairs);
         let mut sin = Vec::with_capacity(max_positions * pairs);

@@ -23,12 +23,18 @@ pub struct Tensor {
     data: Arc<Vec<f64>>,
 }
 
-/// The number of elements of `shape`, or a typed error if it overflows `usize`.
+/// The most elements one tensor may hold: 2³¹ (16 GiB of `f64`). Larger requests are refused with
+/// a typed error instead of aborting the process when the allocation fails.
+pub const MAX_ELEMENTS: usize = 1 << 31;
+
+/// The number of elements of `shape`, or a typed error if it overflows or exceeds [`MAX_ELEMENTS`].
 pub(crate) fn element_count(op: &'static str, shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &axis| acc.checked_mul(axis))
-        .ok_or_else(|| TensorAutodiffError::ShapeOverflow { op, shape: Shape::from(shape) })
+    // the non-zero axes must fit too, so that `shape.iter().product()` can never overflow later
+    let nonzero = shape.iter().filter(|&&a| a != 0).try_fold(1usize, |acc, &axis| acc.checked_mul(axis));
+    match nonzero {
+        Some(n) if n <= MAX_ELEMENTS => Ok(if shape.contains(&0) { 0 } else { n }),
+        _ => Err(TensorAutodiffError::ShapeOverflow { op, shape: Shape::from(shape) }),
+    }
 }
 
 impl Tensor {

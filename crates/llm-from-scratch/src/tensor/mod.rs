@@ -2,10 +2,10 @@
 //! operations are built from.
 
 pub(crate) mod broadcast;
-mod dense;
+pub(crate) mod dense;
 pub mod kernels;
 mod mask;
 
 pub use broadcast::{broadcast_shapes, sum_to_shape};
-pub use dense::Tensor;
+pub use dense::{MAX_ELEMENTS, Tensor};
 pub use mask::Mask;
