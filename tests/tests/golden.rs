@@ -26,6 +26,10 @@ const DEMOS: &[(&str, Render)] = &[
         report(ch32_grouped_query_attention::learner_evidence, ch32_grouped_query_attention::render_report)
     }),
     ("ch33-kv-cache", || report(ch33_kv_cache::learner_evidence, ch33_kv_cache::render_report)),
+    ("ch34-efficient-attention", || {
+        report(ch34_efficient_attention::learner_evidence, ch34_efficient_attention::render_report)
+    }),
+    ("ch35-latent-attention", || report(ch35_latent_attention::learner_evidence, ch35_latent_attention::render_report)),
 ];
 
 #[test]

@@ -8,10 +8,15 @@
 //!
 //! A workload whose layer does not exist yet returns [`Outcome::Unavailable`].
 
+use llm_from_scratch::attention::{
+    AttentionConfig, AttentionError, GroupedQueryAttention, MultiHeadAttention, Visibility,
+    causal_scaled_dot_product_self_attention, tiled_attention,
+};
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::tensor::kernels::{self, MatRef};
+use llm_from_scratch::{Tensor, TensorValue};
 
-use crate::measure::{Measurement, Runs, median_ms};
+use crate::measure::{Measurement, Runs, median_ms, resident_growth};
 
 /// The workloads, by the name the command line uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +156,38 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 ///
 /// Report `forward` and `forward-backward` with `with_flops` (0.82e9 and 2.44e9).
 fn mha_train() -> Result<Outcome, String> {
-    Ok(Outcome::Unavailable)
+    const B: usize = 4;
+    const T: usize = 256;
+    const D: usize = 256;
+    const H: usize = 8;
+    let mut rng = SplitMix64::new(7);
+    let layer = MultiHeadAttention::new("bench", D, H, T, 10_000.0, &mut rng).map_err(|e| e.to_string())?;
+    // two inputs and upstream adjoints rotate between runs
+    let inputs: Vec<Tensor> = (0..2).map(|s| tensor(&[B, T, D], 100 + s)).collect::<Result<_, _>>()?;
+    let upstreams: Vec<Tensor> = (0..2).map(|s| tensor(&[B, T, D], 200 + s)).collect::<Result<_, _>>()?;
+    let runs = Runs { warmups: 3, timed: 11 };
+    let forward = median_ms(runs, |i| -> Result<(), String> {
+        let x = TensorValue::leaf(inputs[i % 2].clone(), true);
+        let out = layer.forward(&x, 0).map_err(|e| e.to_string())?;
+        std::hint::black_box(out.output.value().map_err(|e| e.to_string())?);
+        Ok(())
+    })?;
+    let forward_backward = median_ms(runs, |i| -> Result<(), String> {
+        let x = TensorValue::leaf(inputs[i % 2].clone(), true);
+        let out = layer.forward(&x, 0).map_err(|e| e.to_string())?;
+        let grads = out.output.backward_with(&upstreams[i % 2]).map_err(|e| e.to_string())?;
+        std::hint::black_box(grads.get(&x).map(Tensor::len));
+        Ok(())
+    })?;
+    Ok(Outcome::Measured(vec![
+        Measurement::new("mha-train", "forward", forward).with_flops(0.82e9),
+        Measurement::new("mha-train", "forward-backward", forward_backward).with_flops(2.44e9),
+    ]))
+}
+
+/// A tensor of `shape` with values uniform in [−1, 1) from `seed`.
+fn tensor(shape: &[usize], seed: u64) -> Result<Tensor, String> {
+    Tensor::new(shape, random_values(shape.iter().product(), seed)).map_err(|e| e.to_string())
 }
 
 /// `decode cached` and `decode recompute`: an MHA layer with d=512, H=8 (d_h = 64) producing the
@@ -173,7 +209,39 @@ fn mha_train() -> Result<Outcome, String> {
 /// - Bytes: an explicit pass writes and re-reads scores and weights [H,T,T] of 256 MiB each:
 ///   ≈ 1.07 GB → 43 ms at 25 GB/s, comparable to the flops.
 fn decode() -> Result<Outcome, String> {
-    Ok(Outcome::Unavailable)
+    const D: usize = 512;
+    const H: usize = 8;
+    const CACHED: usize = 2047;
+    let err = |e: AttentionError| e.to_string();
+    let mut rng = SplitMix64::new(11);
+    let config = AttentionConfig::multi_head(D, H).with_rope(CACHED + 1, 10_000.0);
+    let layer = GroupedQueryAttention::new("bench", config, &mut rng).map_err(err)?;
+    let prompt = TensorValue::leaf(tensor(&[1, CACHED, D], 300)?, false);
+    let mut cache = layer.new_cache(1);
+    layer.forward_cached(&prompt, &mut cache).map_err(err)?;
+    let token = TensorValue::leaf(tensor(&[1, 1, D], 301)?, false);
+    // each run decodes position 2047 on a copy of the 2047-position cache (the copy is not timed)
+    let mut copies: Vec<_> = (0..16).map(|_| cache.clone()).collect();
+    let runs = Runs { warmups: 3, timed: 13 };
+    let mut timings = Vec::new();
+    for (i, copy) in copies.iter_mut().enumerate().take(runs.warmups + runs.timed) {
+        let start = std::time::Instant::now();
+        std::hint::black_box(layer.forward_cached(&token, copy).map_err(err)?);
+        if i >= runs.warmups {
+            timings.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    timings.sort_by(f64::total_cmp);
+    let cached = timings[timings.len() / 2];
+    let full = TensorValue::leaf(tensor(&[1, CACHED + 1, D], 302)?, false);
+    let recompute = median_ms(Runs { warmups: 1, timed: 5 }, |_| -> Result<(), String> {
+        std::hint::black_box(layer.forward(&full, 0).map_err(err)?.output.value().map_err(|e| e.to_string())?);
+        Ok(())
+    })?;
+    Ok(Outcome::Measured(vec![
+        Measurement::new("decode", "cached", cached),
+        Measurement::new("decode", "recompute", recompute),
+    ]))
 }
 
 /// `long-causal explicit` and `long-causal tiled`: the causal attention kernel alone (no
@@ -195,7 +263,36 @@ fn decode() -> Result<Outcome, String> {
 ///   peak growth ≤ 16 MiB (the output alone is 16 MiB: allocate it before the measured call or
 ///   count it).
 fn long_causal() -> Result<Outcome, String> {
-    Ok(Outcome::Unavailable)
+    const H: usize = 8;
+    const T: usize = 4096;
+    const DH: usize = 64;
+    let leaf = |seed| tensor(&[1, H, T, DH], seed).map(|t| TensorValue::leaf(t, false));
+    let (q, k, v) = (leaf(400)?, leaf(401)?, leaf(402)?);
+    let visibility = Visibility::default();
+    let runs = Runs { warmups: 1, timed: 5 };
+    // tiled first: memory the allocator keeps from the explicit variant would hide growth
+    let (_, tiled_peak) = resident_growth(|| tiled_attention(&q, &k, &v, None, &visibility).map(|o| o.len()));
+    let tiled = median_ms(runs, |_| -> Result<(), String> {
+        let out = tiled_attention(&q, &k, &v, None, &visibility).map_err(|e| e.to_string())?;
+        std::hint::black_box(out.len());
+        Ok(())
+    })?;
+    let explicit_call = || {
+        causal_scaled_dot_product_self_attention(&q, &k, &v).and_then(|o| Ok(o.output().value().map(|t| t.len())?))
+    };
+    let (_, explicit_peak) = resident_growth(explicit_call);
+    let explicit = median_ms(Runs { warmups: 1, timed: 5 }, |_| -> Result<(), String> {
+        std::hint::black_box(explicit_call().map_err(|e| e.to_string())?);
+        Ok(())
+    })?;
+    let with_peak = |m: Measurement, peak: Option<f64>| match peak {
+        Some(p) => m.with_peak_mib(p),
+        None => m,
+    };
+    Ok(Outcome::Measured(vec![
+        with_peak(Measurement::new("long-causal", "explicit", explicit).with_flops(34.4e9), explicit_peak),
+        with_peak(Measurement::new("long-causal", "tiled", tiled).with_flops(17.2e9), tiled_peak),
+    ]))
 }
 
 /// `train-step step`: one optimiser step (forward, backward, update) of the tiny decoder of the

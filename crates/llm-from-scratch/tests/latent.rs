@@ -110,15 +110,14 @@ fn gradcheck_latent_attention_both_paths() {
 fn errors_are_typed() {
     let mut rng = SplitMix64::new(5);
     let odd = LatentConfig { rope_width: 3, ..config() };
-    assert_eq!(
-        LatentAttention::new(odd, &mut rng).unwrap_err(),
-        AttentionError::Rope(RopeError::OddHeadWidth { head_width: 3 })
-    );
+    assert_eq!(LatentAttention::new(odd, &mut rng).unwrap_err(), AttentionError::OddRopeWidth { rope_width: 3 });
     let zero = LatentConfig { latent_width: 0, ..config() };
-    assert!(matches!(
-        LatentAttention::new(zero, &mut rng),
-        Err(AttentionError::Unsupported { feature: "latent width", .. })
-    ));
+    assert_eq!(
+        LatentAttention::new(zero, &mut rng).unwrap_err().to_string(),
+        "attention config: latent width must be positive, got 0"
+    );
+    let no_rope = LatentConfig { rope_width: 0, ..config() };
+    assert_eq!(LatentAttention::new(no_rope, &mut rng).unwrap_err(), AttentionError::Rope(RopeError::ZeroHeadWidth));
     let layer = LatentAttention::new(config(), &mut rng).unwrap();
     let mut w = layer.weights().clone();
     w.up_value = TensorValue::leaf(Tensor::zeros(&[5, 11]).unwrap(), true);

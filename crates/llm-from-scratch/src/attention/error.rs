@@ -139,6 +139,18 @@ pub enum AttentionError {
         /// What the cache holds.
         actual: usize,
     },
+    /// A size that must be positive is 0.
+    #[error("attention config: {what} must be positive, got 0")]
+    ZeroSize {
+        /// Which size.
+        what: &'static str,
+    },
+    /// The decoupled RoPE branch of latent attention rotates pairs, so `d_r` must be even.
+    #[error("attention config: rope width {rope_width} is odd; rotary embedding needs pairs")]
+    OddRopeWidth {
+        /// `d_r`.
+        rope_width: usize,
+    },
     /// A combination of settings the layer does not implement.
     #[error("attention config: {feature} is not supported ({reason})")]
     Unsupported {

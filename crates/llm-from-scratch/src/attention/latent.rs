@@ -66,10 +66,7 @@ impl LatentConfig {
             (self.latent_width, "latent width"),
         ] {
             if value == 0 {
-                return Err(AttentionError::Unsupported {
-                    feature: what,
-                    reason: "latent attention sizes must be positive",
-                });
+                return Err(AttentionError::ZeroSize { what });
             }
         }
         let widest = self.head_width.max(self.rope_width).max(self.latent_width);
@@ -77,6 +74,9 @@ impl LatentConfig {
             "latent config",
             &[self.model_width.max(self.latent_width), self.heads, widest],
         )?;
+        if !self.rope_width.is_multiple_of(2) {
+            return Err(AttentionError::OddRopeWidth { rope_width: self.rope_width });
+        }
         RotaryEmbedding::new(self.rope_width, self.max_positions, self.rope_base).map_err(AttentionError::Rope)
     }
 }

@@ -61,8 +61,9 @@ pub fn receptive_field(layers: usize, window: usize) -> u128 {
     layers as u128 * window as u128
 }
 
-/// Bytes the explicit path stores for one attention call's scores and weights: `2·B·H·T_q·T_k`
-/// numbers of `bytes_per_value` (the tiled path stores `B·H·T_q` log-sum-exps instead).
+/// A lower bound on the bytes the explicit path stores for one attention call: its scores and
+/// weights, `2·B·H·T_q·T_k` numbers of `bytes_per_value` (reshaped copies and a sink column add
+/// more). The tiled path stores `B·H·T_q` log-sum-exps instead.
 pub fn explicit_attention_bytes(batch: usize, heads: usize, t_q: usize, t_k: usize, bytes_per_value: usize) -> u128 {
     2 * [batch, heads, t_q, t_k, bytes_per_value].iter().map(|&v| v as u128).product::<u128>()
 }

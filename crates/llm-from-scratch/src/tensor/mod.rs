@@ -3,6 +3,7 @@
 
 pub(crate) mod broadcast;
 pub(crate) mod dense;
+pub mod exp;
 pub mod kernels;
 mod mask;
 
