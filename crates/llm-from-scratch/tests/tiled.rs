@@ -62,6 +62,17 @@ fn causal_across_several_blocks_with_t_not_a_multiple_of_the_block() {
 }
 
 #[test]
+fn the_fused_one_pass_backward_with_many_kv_lanes() {
+    // B·G = 8 lanes selects the fused backward; window, padding and sinks all at once
+    let mut c = case(2, 8, 4, 150, 150, 4);
+    c.sinks = true;
+    c.vis.window = Some(SlidingWindow::Exclusive(70));
+    c.vis.key_padding = Some((0..300).map(|i| i % 37 == 0).collect());
+    compare(&c, 13);
+    compare(&case(8, 2, 1, 130, 130, 4), 14);
+}
+
+#[test]
 fn a_single_token() {
     compare(&case(1, 2, 1, 1, 1, 4), 2);
 }
@@ -206,14 +217,28 @@ fn tiled_results_do_not_depend_on_the_thread_count() {
     let run = |threads| {
         rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
             let mut rng = SplitMix64::new(12);
-            let q = TensorValue::leaf(random(&[1, 4, 300, 8], &mut rng, 1.0), true);
-            let k = TensorValue::leaf(random(&[1, 2, 300, 8], &mut rng, 1.0), true);
-            let v = TensorValue::leaf(random(&[1, 2, 300, 8], &mut rng, 1.0), true);
+            // B·G = 8: the fused one-pass backward
+            let q = TensorValue::leaf(random(&[4, 4, 300, 8], &mut rng, 1.0), true);
+            let k = TensorValue::leaf(random(&[4, 2, 300, 8], &mut rng, 1.0), true);
+            let v = TensorValue::leaf(random(&[4, 2, 300, 8], &mut rng, 1.0), true);
             let out = tiled_attention(&q, &k, &v, None, &Visibility::default()).unwrap();
-            let g = out.backward_with(&random(&[1, 4, 300, 8], &mut rng, 1.0)).unwrap();
+            let g = out.backward_with(&random(&[4, 4, 300, 8], &mut rng, 1.0)).unwrap();
             (out.value().unwrap(), g.get_or_zeros(&q), g.get_or_zeros(&k), g.get_or_zeros(&v))
         })
     };
     let (a, b) = (run(1), run(2));
     assert!(a.0.bitwise_eq(&b.0) && a.1.bitwise_eq(&b.1) && a.2.bitwise_eq(&b.2) && a.3.bitwise_eq(&b.3));
+    // the two-pass backward (fewer than 8 kv lanes)
+    let two_pass = |threads| {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| {
+            let mut rng = SplitMix64::new(15);
+            let q = TensorValue::leaf(random(&[1, 4, 300, 8], &mut rng, 1.0), true);
+            let k = TensorValue::leaf(random(&[1, 2, 300, 8], &mut rng, 1.0), true);
+            let out = tiled_attention(&q, &k, &k, None, &Visibility::default()).unwrap();
+            let g = out.backward_with(&random(&[1, 4, 300, 8], &mut rng, 1.0)).unwrap();
+            (g.get_or_zeros(&q), g.get_or_zeros(&k))
+        })
+    };
+    let (a, b) = (two_pass(1), two_pass(2));
+    assert!(a.0.bitwise_eq(&b.0) && a.1.bitwise_eq(&b.1));
 }

@@ -23,9 +23,13 @@ use crate::attention::grouped_query::check_sequence;
 use crate::attention::{AttentionError, GroupedQueryAttention, SlidingWindow, Stage, visible};
 use crate::autodiff::{TensorValue, constant};
 use crate::tensor::Tensor;
+use crate::tensor::exp::exp_shifted_sum;
 
 /// Keys and values of one layer for a batch of sequences that advance together.
-#[derive(Clone, Debug)]
+///
+/// Storage for every position it may keep (the window's need, or `max_positions`) is reserved at
+/// the first append, so decoding never reallocates — and never copies — what is stored.
+#[derive(Debug)]
 pub struct KvCache {
     batch: usize,
     kv_heads: usize,
@@ -44,7 +48,35 @@ pub struct KvCache {
     next_position: usize,
 }
 
+impl Clone for KvCache {
+    /// A copy with the same reserved capacity (a derived clone would trim it, and the next
+    /// append would then reallocate).
+    fn clone(&self) -> Self {
+        let copy_lanes = |lanes: &[Vec<f64>]| {
+            lanes
+                .iter()
+                .map(|lane| {
+                    let mut v = Vec::with_capacity(lane.capacity());
+                    v.extend_from_slice(lane);
+                    v
+                })
+                .collect()
+        };
+        Self {
+            keys: copy_lanes(&self.keys),
+            values: copy_lanes(&self.values),
+            slot_positions: self.slot_positions.clone(),
+            ..*self
+        }
+    }
+}
+
 impl KvCache {
+    /// Positions a lane may hold: the window's need, or the whole capacity.
+    fn slots(&self) -> usize {
+        self.ring.unwrap_or(self.max_positions)
+    }
+
     /// An empty cache for `batch` rows of the layer's shape.
     pub fn for_layer(layer: &GroupedQueryAttention, batch: usize) -> Self {
         let c = layer.config();
@@ -133,6 +165,12 @@ impl KvCache {
     /// window's ring is full. Never copies what is already stored.
     fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
         let (t, d) = (k.shape()[2], self.head_width);
+        let reserve = self.slots() * d;
+        for lane in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            if lane.capacity() < reserve {
+                lane.reserve_exact(reserve - lane.len());
+            }
+        }
         for step in 0..t {
             let position = first_position + step;
             let slot = match self.ring {
@@ -183,28 +221,47 @@ impl KvCache {
     }
 }
 
-/// Softmax-weighted sum for one query row over `keys` given as `(position, key, value)`.
-fn attend_row<'a>(
+/// `Σ aᵢ·bᵢ` with eight running partial sums combined in a fixed order: vectorisable, and the same
+/// result on every run.
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    let mut lanes = [0.0; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail
+}
+
+/// Softmax-weighted sum for one query row over `keys` given as `(position, key, value)`;
+/// `scores` is scratch space of at least `keys.len()`.
+fn attend_row(
     q: &[f64],
     query_position: usize,
-    keys: impl Iterator<Item = (usize, &'a [f64], &'a [f64])> + Clone,
+    keys: &[(usize, &[f64], &[f64])],
     window: Option<SlidingWindow>,
     scale: f64,
+    scores: &mut [f64],
     out: &mut [f64],
 ) {
-    let seen = keys.filter(|(p, _, _)| visible(query_position, *p, window));
-    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>() * scale;
-    let max = seen.clone().map(|(_, k, _)| dot(q, k)).fold(f64::NEG_INFINITY, f64::max);
+    let scores = &mut scores[..keys.len()];
+    for (s, (p, k, _)) in scores.iter_mut().zip(keys) {
+        *s = if visible(query_position, *p, window) { dot(q, k) * scale } else { f64::NEG_INFINITY };
+    }
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     out.fill(0.0);
     if max == f64::NEG_INFINITY {
         return; // no visible key: attend to nothing (zeros), as in the full pass
     }
-    let mut total = 0.0;
-    for (_, k, v) in seen {
-        let w = (dot(q, k) - max).exp();
-        total += w;
-        for (o, x) in out.iter_mut().zip(v) {
-            *o += w * x;
+    let total = exp_shifted_sum(scores, max);
+    for (&w, (_, _, v)) in scores.iter().zip(keys) {
+        if w != 0.0 {
+            for (o, x) in out.iter_mut().zip(v.iter()) {
+                *o += w * x;
+            }
         }
     }
     for o in out.iter_mut() {
@@ -251,13 +308,20 @@ impl GroupedQueryAttention {
             let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
             let (ck, cv) = (&cache.keys[kv_lane], &cache.values[kv_lane]);
             let fresh = |j: usize| (kv_lane * t + j) * d;
+            // the cached keys in chronological order, then this call's keys
+            let mut keys: Vec<(usize, &[f64], &[f64])> = Vec::with_capacity(cached.len() + t);
+            keys.extend(
+                cached.iter().map(|&s| (cache.slot_positions[s], &ck[s * d..(s + 1) * d], &cv[s * d..(s + 1) * d])),
+            );
+            keys.extend(
+                (0..t)
+                    .map(|j| (first + j, &k.as_slice()[fresh(j)..fresh(j) + d], &v.as_slice()[fresh(j)..fresh(j) + d])),
+            );
+            let mut scores = vec![0.0; keys.len()];
             for step in 0..t {
-                let past =
-                    cached.iter().map(|&s| (cache.slot_positions[s], &ck[s * d..(s + 1) * d], &cv[s * d..(s + 1) * d]));
-                let new = (0..=step)
-                    .map(|j| (first + j, &k.as_slice()[fresh(j)..fresh(j) + d], &v.as_slice()[fresh(j)..fresh(j) + d]));
+                // the new keys after `step` are in the future of this query: the mask hides them
                 let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
-                attend_row(qrow, first + step, past.chain(new), c.window, scale, &mut out[step * d..(step + 1) * d]);
+                attend_row(qrow, first + step, &keys, c.window, scale, &mut scores, &mut out[step * d..(step + 1) * d]);
             }
         });
         cache.append(&k, &v, first);

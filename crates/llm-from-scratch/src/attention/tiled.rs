@@ -34,7 +34,8 @@ use crate::attention::{AttentionError, SlidingWindow, Stage, visible};
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::kernels::{MatRef, matmul};
+use crate::tensor::exp::{exp, exp_shifted_sum};
+use crate::tensor::kernels::{MatRef, matmul, matmul_scaled};
 
 /// Query rows per block.
 pub const BLOCK_Q: usize = 128;
@@ -106,7 +107,7 @@ impl OnlineSoftmax {
 
 /// `e^{m − M}`, with an empty state (`m = −∞`) contributing 0.
 fn rescale(m: f64, max: f64) -> f64 {
-    if m == f64::NEG_INFINITY { 0.0 } else { (m - max).exp() }
+    if m == f64::NEG_INFINITY { 0.0 } else { exp(m - max) }
 }
 
 /// Which keys each query sees, decided from absolute positions.
@@ -141,6 +142,20 @@ impl Visibility {
         let window_ok = self.window.is_none_or(|w| last_q - j0 < w.visible_keys());
         causal_ok && window_ok && self.key_padding.is_none()
     }
+}
+
+/// The largest value of a row (−∞ for an empty or all-hidden row), over eight interleaved lanes
+/// so that it vectorises. NaN never wins a comparison; it still poisons the exponentials after.
+fn row_max(row: &[f64]) -> f64 {
+    let mut lanes = [f64::NEG_INFINITY; 8];
+    let mut chunks = row.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(chunk) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let tail = chunks.remainder().iter().fold(f64::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    lanes.iter().fold(tail, |m, &x| if x > m { x } else { m })
 }
 
 /// Shapes of one call: `q [B,H,T_q,d]`, `k, v [B,G,T_k,d]`.
@@ -226,12 +241,14 @@ fn score_block(
     let (n, m) = (i1 - i0, j1 - j0);
     let qv = MatRef::row_major(&q[i0 * d..], n, d)?;
     let kv = MatRef::row_major(&k[j0 * d..], m, d)?.t();
-    matmul(&mut s[..n * m], qv, kv, false, false)?;
-    let open = vis.block_open(i0, i1, j0, j1);
-    for r in 0..n {
-        for c in 0..m {
-            let x = &mut s[r * m + c];
-            *x = if open || vis.sees(b, dims.t_k, i0 + r, j0 + c) { *x * scale } else { f64::NEG_INFINITY };
+    matmul_scaled(&mut s[..n * m], qv, kv, scale, false, false)?;
+    if !vis.block_open(i0, i1, j0, j1) {
+        for r in 0..n {
+            for c in 0..m {
+                if !vis.sees(b, dims.t_k, i0 + r, j0 + c) {
+                    s[r * m + c] = f64::NEG_INFINITY;
+                }
+            }
         }
     }
     Ok(())
@@ -250,6 +267,7 @@ fn forward_block(
     b: usize,
     i0: usize,
     vis: &Visibility,
+    scratch: &mut Vec<f64>,
 ) -> Result<(), TensorAutodiffError> {
     let d = dims.d;
     let n = lse.len();
@@ -259,17 +277,18 @@ fn forward_block(
     let mut m = vec![sink.unwrap_or(f64::NEG_INFINITY); n];
     let mut l = vec![if sink.is_some() { 1.0 } else { 0.0 }; n];
     out.fill(0.0);
-    let mut s = vec![0.0; n * BLOCK_K];
+    scratch.resize(n * BLOCK_K, 0.0); // reused by the worker thread: every entry is written before it is read
+    let s = scratch.as_mut_slice();
     for j0 in (0..dims.t_k).step_by(BLOCK_K) {
         let j1 = (j0 + BLOCK_K).min(dims.t_k);
         if vis.block_hidden(i0, i1, j0, j1) {
             continue;
         }
         let w = j1 - j0;
-        score_block(&mut s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
+        score_block(s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
         for r in 0..n {
             let row = &mut s[r * w..(r + 1) * w];
-            let block_max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let block_max = row_max(row);
             let new_max = m[r].max(block_max);
             if new_max == f64::NEG_INFINITY {
                 row.fill(0.0);
@@ -277,11 +296,7 @@ fn forward_block(
             }
             // merging a block with a larger maximum rescales what came before by e^{m − M}
             let alpha = rescale(m[r], new_max);
-            let mut total = 0.0;
-            for x in row.iter_mut() {
-                *x = if *x == f64::NEG_INFINITY { 0.0 } else { (*x - new_max).exp() };
-                total += *x;
-            }
+            let total = exp_shifted_sum(row, new_max); // hidden keys: e^{−∞} = 0
             l[r] = l[r] * alpha + total;
             m[r] = new_max;
             if alpha != 1.0 {
@@ -289,7 +304,7 @@ fn forward_block(
             }
         }
         // n += P · V_block
-        let p = MatRef::row_major(&s, n, w)?;
+        let p = MatRef::row_major(s, n, w)?;
         matmul(out, p, MatRef::row_major(&v[j0 * d..], w, d)?, true, false)?;
     }
     for r in 0..n {
@@ -326,7 +341,10 @@ pub fn tiled_attention(
     let sink_values = sinks.map(read).transpose()?;
     let (b_n, h_n, t_q, d) = (dims.b, dims.h, dims.t_q, dims.d);
     let mut out = vec![0.0; b_n * h_n * t_q * d];
-    let mut lse = vec![0.0; b_n * h_n * t_q];
+    // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
+    let needs_grad =
+        q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.is_some_and(TensorValue::requires_grad);
+    let mut lse = vec![0.0; if needs_grad { b_n * h_n * t_q } else { 0 }];
     let blocks = t_q.div_ceil(BLOCK_Q);
     // tasks: (lane, query block) — each owns distinct output rows
     let tasks: Vec<(usize, usize)> = (0..b_n * h_n).flat_map(|lane| (0..blocks).map(move |qb| (lane, qb))).collect();
@@ -337,7 +355,7 @@ pub fn tiled_attention(
         for &(_, qb) in &tasks {
             let rows = (t_q - qb * BLOCK_Q).min(BLOCK_Q);
             let (o, ro) = std::mem::take(&mut rest_o).split_at_mut(rows * d);
-            let (l, rl) = std::mem::take(&mut rest_l).split_at_mut(rows);
+            let (l, rl) = std::mem::take(&mut rest_l).split_at_mut(if needs_grad { rows } else { 0 });
             out_chunks.push((o, l));
             rest_o = ro;
             rest_l = rl;
@@ -346,14 +364,23 @@ pub fn tiled_attention(
     out_chunks
         .into_par_iter()
         .zip(tasks.par_iter())
-        .try_for_each(|((o, l), &(lane, qb))| {
-            let (b, h) = (lane / h_n, lane % h_n);
-            let sink = sink_values.as_ref().map(|s| s.as_slice()[h]);
-            let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
-            let lane_q = &qt.as_slice()[ql..ql + t_q * d];
-            let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
-            forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * BLOCK_Q, visibility)
-        })
+        .try_for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(scratch, own_lse), ((o, l), &(lane, qb))| {
+                let (b, h) = (lane / h_n, lane % h_n);
+                let sink = sink_values.as_ref().map(|s| s.as_slice()[h]);
+                let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+                let lane_q = &qt.as_slice()[ql..ql + t_q * d];
+                let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
+                let l = if needs_grad {
+                    l
+                } else {
+                    own_lse.resize(o.len() / d, 0.0);
+                    own_lse.as_mut_slice()
+                };
+                forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * BLOCK_Q, visibility, scratch)
+            },
+        )
         .map_err(AttentionError::at(Stage::Softmax))?;
     let output = Tensor::new(&[b_n, h_n, t_q, d], out).map_err(AttentionError::at(Stage::WeightedValues))?;
     let mut parents = vec![q.clone(), k.clone(), v.clone()];
@@ -383,12 +410,11 @@ fn probabilities(
     score_block(s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
     let w = j1 - j0;
     for r in 0..i1 - i0 {
-        for x in &mut s[r * w..(r + 1) * w] {
-            *x = if *x == f64::NEG_INFINITY || lse[i0 + r] == f64::NEG_INFINITY {
-                0.0
-            } else {
-                (*x - lse[i0 + r]).exp()
-            };
+        let row = &mut s[r * w..(r + 1) * w];
+        if lse[i0 + r] == f64::NEG_INFINITY {
+            row.fill(0.0); // the row saw no key: its weights are all zero
+        } else {
+            exp_shifted_sum(row, lse[i0 + r]);
         }
     }
     Ok(())
@@ -401,6 +427,107 @@ fn softmax_adjoint(dp: &mut [f64], p: &[f64], delta: &[f64], i0: usize, w: usize
             *x = pv * (*x - delta[i0 + r]);
         }
     }
+}
+
+/// With at least this many (batch, kv head) lanes the backward runs as one pass per kv lane (each
+/// block recomputed once); with fewer, as two passes that spread the work over query lanes too.
+/// The choice depends only on the shapes, so results never depend on the thread count.
+const FUSED_BACKWARD_LANES: usize = 8;
+
+/// One pass per (batch, kv head) lane: the task owns `dK`, `dV` of its lane and `dQ` of the query
+/// heads of its group, so every block's `P` and `dS` is recomputed once and used for all three.
+#[allow(clippy::too_many_arguments)]
+fn fused_backward(
+    dims: Dims,
+    vis: &Visibility,
+    (qs, ks, vs, gs): (&[f64], &[f64], &[f64], &[f64]),
+    sinks: Option<&Tensor>,
+    lse: &[f64],
+    delta: &[f64],
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
+    let Dims { b: _, h: h_n, g: g_n, t_q, t_k, d } = dims;
+    let scale = 1.0 / (d as f64).sqrt();
+    let group = dims.group();
+    let (mut dq, mut dk, mut dv) = (vec![0.0; qs.len()], vec![0.0; ks.len()], vec![0.0; vs.len()]);
+    let sink_parts: Vec<Vec<f64>> = dq
+        .par_chunks_mut(group * t_q * d)
+        .zip(dk.par_chunks_mut(t_k * d))
+        .zip(dv.par_chunks_mut(t_k * d))
+        .enumerate()
+        .map(|(kv_lane, ((dq_group, dk_lane), dv_lane))| -> Result<Vec<f64>, TensorAutodiffError> {
+            let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
+            let kl = kv_lane * t_k * d;
+            let (lk, lv) = (&ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
+            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
+            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
+            let mut parts = vec![0.0; group];
+            for (r, part) in parts.iter_mut().enumerate() {
+                let lane = b * h_n + gi * group + r;
+                let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
+                // d sink_h = −Σ_i p_sink,i · D_i with p_sink,i = e^{s_h − lse_i}
+                if let Some(s) = sinks.map(|s| s.as_slice()[gi * group + r]) {
+                    *part = (0..t_q).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -exp(s - ll[i]) * ld[i]).sum();
+                }
+            }
+            for j0 in (0..t_k).step_by(BLOCK_K) {
+                let j1 = (j0 + BLOCK_K).min(t_k);
+                let w = j1 - j0;
+                for r in 0..group {
+                    let h = gi * group + r;
+                    let lane = b * h_n + h;
+                    let ql = dims.q_lane(b, h);
+                    let (lq, lg) = (&qs[ql..ql + t_q * d], &gs[ql..ql + t_q * d]);
+                    let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
+                    let dq_lane = &mut dq_group[r * t_q * d..(r + 1) * t_q * d];
+                    for i0 in (0..t_q).step_by(BLOCK_Q) {
+                        let i1 = (i0 + BLOCK_Q).min(t_q);
+                        if vis.block_hidden(i0, i1, j0, j1) {
+                            continue;
+                        }
+                        let n = i1 - i0;
+                        probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
+                        let (pm, go) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&lg[i0 * d..], n, d)?);
+                        // dV += Pᵀ · dO
+                        matmul(&mut dv_lane[j0 * d..j1 * d], pm.t(), go, true, false)?;
+                        // dS = P ⊙ (dO · Vᵀ − D), scaled once for both uses below
+                        matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
+                        softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
+                        ds[..n * w].iter_mut().for_each(|x| *x *= scale);
+                        let dsm = MatRef::row_major(&ds, n, w)?;
+                        // dK += scale · dSᵀ · Q and dQ += scale · dS · K
+                        matmul(
+                            &mut dk_lane[j0 * d..j1 * d],
+                            dsm.t(),
+                            MatRef::row_major(&lq[i0 * d..], n, d)?,
+                            true,
+                            false,
+                        )?;
+                        matmul(
+                            &mut dq_lane[i0 * d..i1 * d],
+                            dsm,
+                            MatRef::row_major(&lk[j0 * d..], w, d)?,
+                            true,
+                            false,
+                        )?;
+                    }
+                }
+            }
+            Ok(parts)
+        })
+        .collect::<Result<_, _>>()?;
+    let mut grads =
+        vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
+    if sinks.is_some() {
+        let mut ds = vec![0.0; h_n];
+        for (kv_lane, parts) in sink_parts.iter().enumerate() {
+            for (r, part) in parts.iter().enumerate() {
+                ds[(kv_lane % g_n) * group + r] += part;
+            }
+        }
+        grads.push(Some(Tensor::new(&[h_n], ds)?));
+    }
+    Ok(grads)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -426,6 +553,9 @@ fn backward(
         .collect();
     let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let q_blocks = t_q.div_ceil(BLOCK_Q);
+    if dims.b * g_n >= FUSED_BACKWARD_LANES {
+        return fused_backward(dims, vis, (qs, ks, vs, gs), sinks, lse, &delta, (q, k, v));
+    }
     // pass 1: dQ and the sinks' partial sums, one task per (batch, head) lane
     let mut dq = vec![0.0; qs.len()];
     let sink_parts: Vec<Vec<f64>> = dq
@@ -446,7 +576,7 @@ fn backward(
                 let n = i1 - i0;
                 // d sink_h = −Σ_i p_sink,i · D_i with p_sink,i = e^{s_h − lse_i}
                 parts.push(sink.map_or(0.0, |s| {
-                    (i0..i1).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -(s - ll[i]).exp() * ld[i]).sum()
+                    (i0..i1).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -exp(s - ll[i]) * ld[i]).sum()
                 }));
                 for j0 in (0..t_k).step_by(BLOCK_K) {
                     let j1 = (j0 + BLOCK_K).min(t_k);

@@ -1,14 +1,14 @@
 //! [`QkvProjections`]: the query, key and value projections, packed into one product.
 
-use crate::autodiff::{TensorValue, concat};
+use crate::autodiff::TensorValue;
 use crate::error::Shape;
 use crate::nn::linear::uniform_tensor;
 use crate::nn::{NamedParameter, NnError, SplitMix64};
 
 /// Three projections of the same input: `Q = x·W_Q (+b_Q)`, `K = x·W_K (+b_K)`, `V = x·W_V (+b_V)`.
 ///
-/// They run as one product with the packed weight `[W_Q | W_K | W_V]` (`[d, d_q + 2·d_kv]`), whose
-/// output is sliced back into three; the tape routes each slice's adjoint to its own weight.
+/// The three weights are kept together and applied to the same input; each is its own product, so
+/// no packed copy of the weights is made per call (decoding one token reads each weight once).
 /// Key and value share a width that may be smaller than the query's (grouped-query attention).
 ///
 /// # Shapes
@@ -160,20 +160,14 @@ impl QkvProjections {
             });
         }
         let run = || {
-            let w = &self.weights;
-            // [d, d_q + 2·d_kv]: one product instead of three
-            let packed = concat(&[&w[0], &w[1], &w[2]], 1)?;
-            let mut y = x.matmul(&packed)?; // [..., d_q + 2·d_kv]
-            if let Some(b) = &self.biases {
-                y = y.add(&concat(&[&b[0], &b[1], &b[2]], 0)?)?;
-            }
-            let last = y.shape().len() - 1;
-            let (q, kv) = (self.head_width(), self.kv_width());
-            Ok(QkvOutput {
-                query: y.slice_axis(last, 0, q)?,
-                key: y.slice_axis(last, q, q + kv)?,
-                value: y.slice_axis(last, q + kv, q + 2 * kv)?,
-            })
+            let project = |i: usize| {
+                let y = x.matmul(&self.weights[i])?; // [..., d] · [d, width] → [..., width]
+                match &self.biases {
+                    Some(b) => y.add(&b[i]),
+                    None => Ok(y),
+                }
+            };
+            Ok(QkvOutput { query: project(0)?, key: project(1)?, value: project(2)? })
         };
         run().map_err(NnError::tensor(&self.prefix))
     }
@@ -225,11 +219,11 @@ impl QkvProjections {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::autodiff::{GradcheckConfig, concat, constant, gradcheck};
     use crate::tensor::Tensor;
 
     #[test]
-    fn packed_product_equals_three_products() {
+    fn projections_equal_three_plain_products() {
         let mut rng = SplitMix64::new(2);
         let qkv = QkvProjections::with_widths("attn", 4, 6, 2, true, &mut rng).unwrap();
         let x = constant(&[2, 3, 4], &(0..24).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>()).unwrap();

@@ -91,9 +91,9 @@ pub struct RotaryEmbedding {
     base: f64,
     layout: RopeLayout,
     /// `cos(p·θ_i)` at `[p, i]`, `max_positions × d_h/2`.
-    cos: Vec<f64>,
+    cos: std::sync::Arc<Vec<f64>>,
     /// `sin(p·θ_i)` at `[p, i]`.
-    sin: Vec<f64>,
+    sin: std::sync::Arc<Vec<f64>>,
 }
 
 impl RotaryEmbedding {
@@ -139,7 +139,14 @@ impl RotaryEmbedding {
                 sin.push(angle.sin());
             }
         }
-        Ok(Self { head_width, max_positions, base, layout: RopeLayout::AdjacentPairs, cos, sin })
+        Ok(Self {
+            head_width,
+            max_positions,
+            base,
+            layout: RopeLayout::AdjacentPairs,
+            cos: cos.into(),
+            sin: sin.into(),
+        })
     }
 
     /// The same tables with another pairing.

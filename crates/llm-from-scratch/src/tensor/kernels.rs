@@ -125,6 +125,22 @@ pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulat
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
 pub fn matmul(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) -> Result<()> {
+    matmul_scaled(dst, lhs, rhs, 1.0, accumulate, parallel)
+}
+
+/// `dst (+)= scale · lhs · rhs`: [`matmul`] with the product scaled inside the kernel (attention
+/// scores `q·kᵀ/√d_h` without a separate pass over them).
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+pub fn matmul_scaled(
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) -> Result<()> {
     check_dims(dst.len(), &lhs, &rhs)?;
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || n == 0 {
@@ -137,14 +153,14 @@ pub fn matmul(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: boo
         return Ok(());
     }
     if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
-        return matmul_small(dst, lhs, rhs, accumulate);
+        return matmul_small(dst, lhs, rhs, scale, accumulate);
     }
-    gemm_call(dst, lhs, rhs, accumulate, parallel);
+    gemm_call(dst, lhs, rhs, scale, accumulate, parallel);
     Ok(())
 }
 
 /// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
-fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool) -> Result<()> {
+fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool) -> Result<()> {
     let n = rhs.cols;
     if !accumulate {
         dst.fill(0.0);
@@ -152,7 +168,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: b
     for i in 0..lhs.rows {
         let row = &mut dst[i * n..(i + 1) * n];
         for p in 0..lhs.cols {
-            let a = lhs.at(i, p);
+            let a = scale * lhs.at(i, p);
             for (j, out) in row.iter_mut().enumerate() {
                 *out += a * rhs.at(p, j);
             }
@@ -162,7 +178,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: b
 }
 
 #[allow(unsafe_code)]
-fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) {
+fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel { gemm_common::Parallelism::Rayon(0) } else { gemm_common::Parallelism::None };
     let isz = |v: usize| v as isize;
@@ -186,7 +202,7 @@ fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool
             isz(lhs.row_stride),
             isz(lhs.col_stride),
             1.0,
-            1.0,
+            scale,
             false,
             false,
             false,

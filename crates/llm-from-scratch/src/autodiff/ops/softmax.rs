@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::autodiff::TensorValue;
 use crate::autodiff::ops::masked_fill::expand;
 use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::exp::exp_shifted_sum;
 use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
@@ -37,11 +38,8 @@ pub(crate) fn softmax_row(x: &[f64], out: &mut [f64]) {
         }
         return;
     }
-    let mut sum = 0.0;
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (v - max).exp();
-        sum += *o;
-    }
+    out.copy_from_slice(x);
+    let sum = exp_shifted_sum(out, max);
     let inv = 1.0 / sum;
     for o in out.iter_mut() {
         *o *= inv;
