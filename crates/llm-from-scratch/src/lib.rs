@@ -26,6 +26,7 @@
 pub mod attention;
 pub mod autodiff;
 pub mod error;
+pub mod fuzzing;
 pub mod nn;
 pub mod report;
 pub mod tensor;

@@ -148,3 +148,71 @@ impl TensorValue {
         Ok(gradients)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::autodiff::{Tape, constant, parameter};
+    use crate::error::TensorAutodiffError;
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn backward_needs_a_scalar_or_an_upstream_of_the_output_shape() {
+        let w = parameter(&[2], &[1.0, 2.0]).unwrap();
+        let y = w.scale(3.0).unwrap();
+        let err = y.backward().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "backward: backward without an upstream adjoint needs one value but the output has shape [2]"
+        );
+        assert!(matches!(err, TensorAutodiffError::NotScalar { .. }));
+        let err = y.backward_with(&Tensor::new(&[3], vec![1.0; 3]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("backward: shapes [2] and [3]"), "{err}");
+        // Σ upstream ⊙ (3w): ∂/∂w = 3·upstream
+        let g = y.backward_with(&Tensor::new(&[2], vec![0.5, -1.0]).unwrap()).unwrap();
+        assert_eq!(g.get(&w).unwrap().as_slice(), &[1.5, -3.0]);
+    }
+
+    #[test]
+    fn a_released_value_needed_by_a_backward_rule_is_a_typed_error() {
+        let w = parameter(&[2], &[1.0, 2.0]).unwrap();
+        let y = w.mul(&w).unwrap().sum().unwrap();
+        w.release(); // mul's backward needs w's value
+        let err = y.backward().unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::Released { op: "mul", .. }), "{err}");
+        assert_eq!(err.to_string(), "mul: the value made by parameter was released and cannot be read");
+        // a rule that needs only shapes still works after release
+        let v = parameter(&[2], &[1.0, 2.0]).unwrap();
+        let s = v.scale(2.0).unwrap().sum().unwrap();
+        v.release();
+        assert_eq!(s.backward().unwrap().get(&v).unwrap().as_slice(), &[2.0, 2.0]);
+    }
+
+    #[test]
+    fn the_tape_is_in_creation_order_and_checks_finiteness() {
+        let a = parameter(&[1], &[1.0]).unwrap();
+        let b = a.scale(f64::INFINITY).unwrap();
+        let c = b.add(&a).unwrap();
+        let tape = Tape::of(&c);
+        assert_eq!(tape.len(), 3);
+        assert!(tape.nodes().windows(2).all(|w| w[0].id() < w[1].id()));
+        assert!(!tape.all_finite());
+        assert!(Tape::of(&a.scale(2.0).unwrap()).all_finite());
+        // constants keep no links: their tape is the value alone
+        let k = constant(&[1], &[1.0]).unwrap().scale(2.0).unwrap();
+        assert_eq!(Tape::of(&k).len(), 1);
+    }
+
+    #[test]
+    fn leaves_can_be_assigned_but_not_reshaped_and_ops_cannot_be_assigned() {
+        let w = parameter(&[2], &[1.0, 2.0]).unwrap();
+        w.set_value(Tensor::new(&[2], vec![3.0, 4.0]).unwrap()).unwrap();
+        assert_eq!(w.value().unwrap().as_slice(), &[3.0, 4.0]);
+        let err = w.set_value(Tensor::new(&[3], vec![0.0; 3]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("set_value: shapes [2] and [3]"), "{err}");
+        let y = w.scale(2.0).unwrap();
+        assert!(matches!(
+            y.set_value(Tensor::new(&[2], vec![0.0; 2]).unwrap()),
+            Err(TensorAutodiffError::InvalidArgument { .. })
+        ));
+    }
+}

@@ -282,6 +282,32 @@ mod tests {
         assert!(one.iter().zip(&four).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn fast_kernel_equals_the_naive_kernel(
+            m in 1usize..40, k in 1usize..40, n in 1usize..40, seed in proptest::prelude::any::<u64>(),
+            lhs_t in proptest::prelude::any::<bool>(), rhs_t in proptest::prelude::any::<bool>(),
+            accumulate in proptest::prelude::any::<bool>(), scale in -2.0f64..2.0
+        ) {
+            let a = filled(m * k, seed);
+            let b = filled(k * n, seed ^ 1);
+            let av = if lhs_t { MatRef::row_major(&a, k, m).unwrap().t() } else { MatRef::row_major(&a, m, k).unwrap() };
+            let bv = if rhs_t { MatRef::row_major(&b, n, k).unwrap().t() } else { MatRef::row_major(&b, k, n).unwrap() };
+            let mut fast = filled(m * n, seed ^ 2);
+            let mut slow = fast.clone();
+            matmul_scaled(&mut fast, av, bv, scale, accumulate, true).unwrap();
+            let mut product = vec![0.0; m * n];
+            matmul_naive(&mut product, av, bv, false).unwrap();
+            for (s, p) in slow.iter_mut().zip(&product) {
+                *s = if accumulate { *s + scale * p } else { scale * p };
+            }
+            for (f, s) in fast.iter().zip(&slow) {
+                proptest::prop_assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{} vs {}", f, s);
+            }
+        }
+    }
+
     #[test]
     fn views_that_read_past_their_storage_are_rejected() {
         let data = [0.0; 5];
