@@ -161,3 +161,36 @@ pub enum TensorAutodiffError {
 
 /// Shorthand used throughout the tensor and autodiff modules.
 pub type Result<T, E = TensorAutodiffError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::{Mask, Tensor};
+
+    #[test]
+    fn construction_errors_name_the_stage_and_the_values() {
+        let err = Tensor::new(&[2, 3], vec![0.0; 5]).unwrap_err();
+        assert_eq!(
+            err,
+            TensorAutodiffError::LengthMismatch { op: "tensor", shape: Shape(vec![2, 3]), expected: 6, actual: 5 }
+        );
+        assert_eq!(err.to_string(), "tensor: shape [2,3] holds 6 values but 5 were given");
+        let err = Mask::new(&[2], vec![true]).unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::LengthMismatch { op: "mask", expected: 2, actual: 1, .. }));
+        let err = Tensor::zeros(&[1 << 20, 1 << 20]).unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::ShapeOverflow { op: "zeros", .. }));
+        assert_eq!(
+            err.to_string(),
+            "zeros: shape [1048576,1048576] holds more than 2^31 elements, the most one tensor may hold"
+        );
+        let err = crate::constant(&[2, 2], &[0.0; 4]).unwrap().reshape(&[3]).unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::ReshapeMismatch { from_len: 4, to_len: 3, .. }));
+        let err = crate::constant(&[2, 2], &[0.0; 4]).unwrap().slice_axis(0, 1, 3).unwrap_err();
+        assert_eq!(err, TensorAutodiffError::RangeOutOfBounds { op: "slice_axis", axis: 0, start: 1, end: 3, len: 2 });
+        let err = crate::constant(&[1], &[0.5]).unwrap().dropout(-0.1, &mut crate::nn::SplitMix64::new(0)).unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::InvalidArgument { op: "dropout", name: "p", .. }));
+        let err =
+            crate::constant(&[2], &[0.0; 2]).unwrap().add(&crate::constant(&[3], &[0.0; 3]).unwrap()).unwrap_err();
+        assert!(matches!(err, TensorAutodiffError::ShapeMismatch { op: "add", .. }));
+    }
+}

@@ -240,6 +240,10 @@ fn configuration_and_input_errors_are_typed() {
         new(AttentionConfig::new(8, 2, 1, 2).with_dropout(1.0, 0.0)).to_string(),
         "attention config: attention dropout p = 1 must satisfy 0 ≤ p < 1"
     );
+    assert!(matches!(
+        new(AttentionConfig::new(8, 2, 1, 2).with_dropout(0.0, f64::NAN)),
+        AttentionError::InvalidDropout { which: "output", .. }
+    ));
     let layer = GroupedQueryAttention::new("a", AttentionConfig::new(8, 2, 1, 2).with_rope(8, 10.0), &mut rng).unwrap();
     let x = input(&[2, 3, 8], &mut rng);
     let bad = Mask::new(&[2, 2], vec![false; 4]).unwrap();

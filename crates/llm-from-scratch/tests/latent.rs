@@ -116,6 +116,8 @@ fn errors_are_typed() {
         LatentAttention::new(zero, &mut rng).unwrap_err().to_string(),
         "attention config: latent width must be positive, got 0"
     );
+    let zero_heads = LatentConfig { heads: 0, ..config() };
+    assert_eq!(LatentAttention::new(zero_heads, &mut rng).unwrap_err(), AttentionError::ZeroSize { what: "heads" });
     let no_rope = LatentConfig { rope_width: 0, ..config() };
     assert_eq!(LatentAttention::new(no_rope, &mut rng).unwrap_err(), AttentionError::Rope(RopeError::ZeroHeadWidth));
     let layer = LatentAttention::new(config(), &mut rng).unwrap();

@@ -181,6 +181,7 @@ fn errors_are_typed() {
     let config = AttentionConfig::new(8, 2, 1, 4).with_kernel(AttentionKernel::Tiled).with_dropout(0.1, 0.0);
     let err = GroupedQueryAttention::new("a", config, &mut rng).unwrap_err();
     assert!(err.to_string().contains("attention dropout with the tiled kernel is not supported"), "{err}");
+    assert!(matches!(err, AttentionError::Unsupported { .. }));
 }
 
 #[test]

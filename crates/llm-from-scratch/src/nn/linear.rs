@@ -181,6 +181,7 @@ mod tests {
     fn construction_errors_leave_the_generator_untouched() {
         let mut rng = SplitMix64::new(1);
         let err = Linear::new("proj", 0, 3, true, &mut rng).unwrap_err();
+        assert!(matches!(err, NnError::InvalidConfig { setting: "input width", .. }));
         assert_eq!(
             err.to_string(),
             "linear proj: input width = 0 is invalid (a linear layer needs at least one input and one output)"

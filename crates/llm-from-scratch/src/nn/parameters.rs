@@ -109,6 +109,7 @@ mod tests {
         let err = NamedParameters::try_new(vec![NamedParameter::new("w", a.clone()), NamedParameter::new("w", b)])
             .unwrap_err();
         assert_eq!(err.to_string(), "parameters: the name \"w\" appears twice (positions 0 and 1)");
+        assert!(matches!(err, NnError::DuplicateParameterName { first: 0, second: 1, .. }));
         let err = NamedParameters::try_new(vec![NamedParameter::new("x", a.clone()), NamedParameter::new("y", a)])
             .unwrap_err();
         assert!(matches!(err, NnError::DuplicateParameterNode { .. }));
