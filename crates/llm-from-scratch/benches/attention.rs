@@ -1,0 +1,163 @@
+//! Micro-benchmarks of the attention family (`cargo bench -p llm-from-scratch --bench attention`):
+//! RoPE, the causal attention kernel on its explicit and tiled paths, and one cached decode step.
+//!
+//! Throughput is in elements/s with one element = one floating-point operation (a multiply-add
+//! counts 2, an exponential counts 1), so `Gelem/s` reads as GFLOP/s. Each benchmark's doc comment
+//! gives its flops and bytes; the larger of flops / 220 GFLOP/s and bytes / bandwidth is its floor
+//! (`PERF.md`). Inputs are uniform in [−1, 1) (never zeros), gradients flow to parameter leaves and
+//! the backward takes one fixed upstream adjoint. Sizes and times are small so that a full run
+//! takes well under a minute; the workload numbers of `PERF.md` live in `llm-bench`.
+
+use std::cell::OnceCell;
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use llm_from_scratch::attention::{
+    AttentionConfig, GroupedQueryAttention, KvCache, Visibility, causal_scaled_dot_product_self_attention,
+    tiled_attention,
+};
+use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
+use llm_from_scratch::{Tensor, TensorValue, constant};
+
+/// `[4, 8, 256, 32]`: 4 sequences × 8 heads, T = 256, d_h = 32.
+const HEADS_SHAPE: [usize; 4] = [4, 8, 256, 32];
+/// The same values as 32 lanes, `[B·H, T, d_h]`, for the explicit path.
+const LANES_SHAPE: [usize; 3] = [32, 256, 32];
+
+/// A tensor of `shape` with values uniform in [−1, 1).
+fn random_tensor(shape: &[usize], seed: u64) -> Tensor {
+    let mut rng = SplitMix64::new(seed);
+    let values = (0..shape.iter().product()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    Tensor::new(shape, values).expect("values fill the shape")
+}
+
+/// A leaf that receives a gradient.
+fn random_parameter(shape: &[usize], seed: u64) -> TensorValue {
+    TensorValue::leaf(random_tensor(shape, seed), true)
+}
+
+/// RoPE on `[4,8,256,32]` at positions 0..256: 131 072 pairs × 6 flops (4 mul, 2 add) = 0.79 MFLOP
+/// forward, twice that (1.57 MFLOP) with the backward's inverse rotation; memory-bound: 2 MiB read
+/// and 2 MiB written per pass (+ 32 KiB of tables).
+fn rope(c: &mut Criterion) {
+    let rope = RotaryEmbedding::new(HEADS_SHAPE[3], HEADS_SHAPE[2], 10_000.0).expect("valid rope");
+    let x = random_parameter(&HEADS_SHAPE, 1);
+    let upstream = random_tensor(&HEADS_SHAPE, 2);
+    let flops = 6 * (HEADS_SHAPE.iter().product::<usize>() / 2) as u64;
+    let mut group = c.benchmark_group("rope");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(flops));
+    group.bench_function("forward/4x8x256x32", |bench| {
+        bench.iter(|| rope.rotate(black_box(&x), 0).expect("positions fit"));
+    });
+    group.throughput(Throughput::Elements(2 * flops));
+    group.bench_function("forward_backward/4x8x256x32", |bench| {
+        bench.iter(|| {
+            let y = rope.rotate(black_box(&x), 0).expect("positions fit");
+            y.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        });
+    });
+    group.finish();
+}
+
+/// Causal attention on the explicit path, `[32,256,32]` lanes: every score is materialised (no
+/// causal skipping). Forward: Q·Kᵀ and P·V, 2 × 32·2·256²·32 = 268 MFLOP, plus a softmax over
+/// 2.1 M scores (16 MiB per score-sized tensor); the backward doubles each product (537 MFLOP), so
+/// 805 MFLOP in total.
+fn explicit_causal(c: &mut Criterion) {
+    let (q, k, v) =
+        (random_parameter(&LANES_SHAPE, 3), random_parameter(&LANES_SHAPE, 4), random_parameter(&LANES_SHAPE, 5));
+    let upstream = random_tensor(&LANES_SHAPE, 6);
+    let product_flops = 2 * 32 * 256 * 256 * 32;
+    let mut group = c.benchmark_group("causal_attention_explicit");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(2 * product_flops));
+    group.bench_function("forward/32x256x32", |bench| {
+        bench.iter(|| {
+            causal_scaled_dot_product_self_attention(black_box(&q), black_box(&k), black_box(&v)).expect("shapes fit")
+        });
+    });
+    group.throughput(Throughput::Elements(6 * product_flops));
+    group.bench_function("forward_backward/32x256x32", |bench| {
+        bench.iter(|| {
+            let out = causal_scaled_dot_product_self_attention(black_box(&q), black_box(&k), black_box(&v))
+                .expect("shapes fit");
+            out.output().backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        });
+    });
+    group.finish();
+}
+
+/// Causal attention on the tiled path, q, k, v `[4,8,256,32]`: with 128×128 blocks 3 of the 4
+/// blocks per lane are visible, each product 2·128²·32 = 1.05 MFLOP. Forward: 2 products per
+/// block = 201 MFLOP (+ 1.6 M exponentials); the fused backward recomputes P and runs 5 products
+/// per block = 503 MFLOP, so 705 MFLOP in total; O(T) memory beyond the 2 MiB inputs.
+fn tiled_causal(c: &mut Criterion) {
+    let (q, k, v) =
+        (random_parameter(&HEADS_SHAPE, 7), random_parameter(&HEADS_SHAPE, 8), random_parameter(&HEADS_SHAPE, 9));
+    let upstream = random_tensor(&HEADS_SHAPE, 10);
+    let visibility = Visibility::default();
+    let block_flops = 32 * 3 * 2 * 128 * 128 * 32;
+    let mut group = c.benchmark_group("causal_attention_tiled");
+    group.sampling_mode(SamplingMode::Flat);
+    group.throughput(Throughput::Elements(2 * block_flops));
+    group.bench_function("forward/4x8x256x32", |bench| {
+        bench.iter(|| {
+            tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility).expect("shapes fit")
+        });
+    });
+    group.throughput(Throughput::Elements(7 * block_flops));
+    group.bench_function("forward_backward/4x8x256x32", |bench| {
+        bench.iter(|| {
+            let out =
+                tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility).expect("shapes fit");
+            out.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        });
+    });
+    group.finish();
+}
+
+/// One decode step of MHA d = 512, H = 8 (d_h = 64), RoPE over 2048 positions, against 2047 cached
+/// positions: Q/K/V projections 3·2·512² = 1.57 MFLOP, attention 8·2048·64·4 = 4.19 MFLOP, output
+/// projection 0.52 MFLOP, so 6.3 MFLOP; memory-bound: 16.8 MB of cache and 8.4 MB of weights read.
+/// The prefilled cache is cloned in the untimed setup (capacity kept, so the append never copies).
+fn decode_step(c: &mut Criterion) {
+    let config = AttentionConfig::multi_head(512, 8).with_rope(2048, 10_000.0);
+    let layer = GroupedQueryAttention::new("decode", config, &mut SplitMix64::new(11)).expect("valid config");
+    let token = random_tensor(&[1, 1, 512], 12);
+    let token = constant(token.shape(), token.as_slice()).expect("values fill the shape");
+    let flops = 3 * 2 * 512 * 512 + 8 * 2048 * 64 * 4 + 2 * 512 * 512;
+    // prefilled once, and only when this benchmark is selected
+    let prefilled: OnceCell<KvCache> = OnceCell::new();
+    let mut group = c.benchmark_group("decode_step");
+    group.throughput(Throughput::Elements(flops));
+    group.bench_function("mha512x8/cache2047", |bench| {
+        let prefilled = prefilled.get_or_init(|| {
+            let prompt = random_tensor(&[1, 2047, 512], 13);
+            let prompt = constant(prompt.shape(), prompt.as_slice()).expect("values fill the shape");
+            let mut cache = layer.new_cache(1);
+            layer.forward_cached(&prompt, &mut cache).expect("prompt fits the positions");
+            cache
+        });
+        bench.iter_batched(
+            || prefilled.clone(),
+            |mut cache| {
+                let out = layer.forward_cached(black_box(&token), &mut cache).expect("position 2047 fits");
+                (out, cache) // dropped outside the timed region
+            },
+            BatchSize::LargeInput,
+        );
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2));
+    targets = rope, explicit_causal, tiled_causal, decode_step
+}
+criterion_main!(benches);
