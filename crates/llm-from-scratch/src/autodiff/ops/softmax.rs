@@ -171,6 +171,42 @@ mod tests {
         assert!(r.passed(), "{r:?}");
     }
 
+    /// The textbook formula with the library `f64::exp`, one row at a time.
+    fn naive_softmax(row: &[f64]) -> Vec<f64> {
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = row.iter().map(|v| (v - max).exp()).collect();
+        let z: f64 = e.iter().sum();
+        e.iter().map(|v| v / z).collect()
+    }
+
+    #[test]
+    fn the_fast_softmax_equals_the_naive_formula() {
+        let mut rng = crate::nn::SplitMix64::new(17);
+        for width in [1, 3, 8, 9, 64, 257] {
+            let values: Vec<f64> = (0..4 * width).map(|_| rng.uniform(-30.0, 30.0)).collect();
+            let y = constant(&[4, width], &values).unwrap().softmax_last_axis().unwrap().value().unwrap();
+            for (got, row) in y.as_slice().chunks(width).zip(values.chunks(width)) {
+                for (g, w) in got.iter().zip(naive_softmax(row)) {
+                    assert!((g - w).abs() <= 1e-15 * (1.0 + w), "{g} vs {w}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn softmax_is_bitwise_independent_of_thread_count() {
+        let mut rng = crate::nn::SplitMix64::new(18);
+        let values: Vec<f64> = (0..300 * 77).map(|_| rng.uniform(-5.0, 5.0)).collect();
+        let run = |threads| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| constant(&[300, 77], &values).unwrap().softmax_last_axis().unwrap().value().unwrap())
+        };
+        assert!(run(1).bitwise_eq(&run(2)));
+    }
+
     #[test]
     fn gradcheck_softmax() {
         let x = Tensor::new(&[3, 4], (0..12).map(|i| (i as f64 * 1.3).sin() * 2.0).collect()).unwrap();
