@@ -9,6 +9,8 @@
 //! output element is summed in the same order whatever the number of threads: results are
 //! bitwise independent of the thread count (a test checks 1 thread against 2).
 
+use rayon::prelude::*;
+
 use crate::error::{Result, Shape, TensorAutodiffError};
 
 /// Below this many multiply-adds (`m·n·k`) the naive loop beats the packing overhead of the fast
@@ -155,8 +157,42 @@ pub fn matmul_scaled(
     if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
         return matmul_small(dst, lhs, rhs, scale, accumulate);
     }
+    if m == 1 && rhs.col_stride == 1 {
+        row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
+        return Ok(());
+    }
     gemm_call(dst, lhs, rhs, scale, accumulate, parallel);
     Ok(())
+}
+
+/// Output columns per task of [`row_times_matrix`].
+const ROW_COLUMNS_PER_TASK: usize = 128;
+
+/// One row times a row-major matrix (decoding one token): streams the matrix once, row by row,
+/// with no packing — the product is limited by reading the weights. Column blocks of a fixed
+/// width run in parallel; each output is summed over `p` in order, whatever the thread count.
+fn row_times_matrix(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
+    let k = lhs.cols;
+    let block = |(c, out): (usize, &mut [f64])| {
+        let j0 = c * ROW_COLUMNS_PER_TASK;
+        let mut sums = [0.0; ROW_COLUMNS_PER_TASK];
+        let sums = &mut sums[..out.len()];
+        for p in 0..k {
+            let a = scale * lhs.at(0, p);
+            let row = &rhs.data[p * rhs.row_stride + j0..][..out.len()];
+            for (sum, &w) in sums.iter_mut().zip(row) {
+                *sum += a * w;
+            }
+        }
+        for (o, sum) in out.iter_mut().zip(sums.iter()) {
+            *o = if accumulate { *o + sum } else { *sum };
+        }
+    };
+    if parallel {
+        dst.par_chunks_mut(ROW_COLUMNS_PER_TASK).enumerate().for_each(block);
+    } else {
+        dst.chunks_mut(ROW_COLUMNS_PER_TASK).enumerate().for_each(block);
+    }
 }
 
 /// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
@@ -304,6 +340,31 @@ mod tests {
             }
             for (f, s) in fast.iter().zip(&slow) {
                 proptest::prop_assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{} vs {}", f, s);
+            }
+        }
+    }
+
+    #[test]
+    fn one_row_times_a_matrix_equals_naive_and_ignores_the_thread_count() {
+        // m = 1 with a row-major right side takes the streaming path (decoding one token)
+        for &(k, n) in &[(300, 300), (512, 1000), (64, 129)] {
+            let a = filled(k, 7);
+            let b = filled(k * n, 8);
+            let (av, bv) = (MatRef::row_major(&a, 1, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
+            let mut slow = vec![0.0; n];
+            matmul_naive(&mut slow, av, bv, false).unwrap();
+            let run = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| {
+                    let mut out = filled(n, 9);
+                    matmul_scaled(&mut out, av, bv, 0.5, true, true).unwrap();
+                    out
+                })
+            };
+            let (one, two) = (run(1), run(2));
+            assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
+            for ((got, start), want) in one.iter().zip(filled(n, 9)).zip(&slow) {
+                assert!((got - (start + 0.5 * want)).abs() <= 1e-12 * (1.0 + want.abs()));
             }
         }
     }
