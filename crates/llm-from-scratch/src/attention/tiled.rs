@@ -393,142 +393,167 @@ pub fn tiled_attention(
     }))
 }
 
-/// Recomputes `P = exp(S − lse)` for one block (hidden entries 0).
-#[allow(clippy::too_many_arguments)]
-fn probabilities(
-    s: &mut [f64],
-    q: &[f64],
-    k: &[f64],
-    lse: &[f64],
-    dims: Dims,
+/// The slices of one (batch, query head) lane that the backward reads.
+struct Lane<'a> {
     b: usize,
-    (i0, i1): (usize, usize),
-    (j0, j1): (usize, usize),
-    vis: &Visibility,
-) -> Result<(), TensorAutodiffError> {
-    let scale = 1.0 / (dims.d as f64).sqrt();
-    score_block(s, q, k, dims, b, (i0, i1), (j0, j1), scale, vis)?;
-    let w = j1 - j0;
-    for r in 0..i1 - i0 {
-        let row = &mut s[r * w..(r + 1) * w];
-        if lse[i0 + r] == f64::NEG_INFINITY {
-            row.fill(0.0); // the row saw no key: its weights are all zero
-        } else {
-            exp_shifted_sum(row, lse[i0 + r]);
-        }
-    }
-    Ok(())
+    q: &'a [f64],
+    k: &'a [f64],
+    v: &'a [f64],
+    /// `dO` of the lane.
+    g: &'a [f64],
+    lse: &'a [f64],
+    /// `D_i = dO_i · O_i`.
+    delta: &'a [f64],
 }
 
-/// `dS = P ⊙ (dP − D)` in place in `dp`, where `dP = dO · Vᵀ` was computed into it.
-fn softmax_adjoint(dp: &mut [f64], p: &[f64], delta: &[f64], i0: usize, w: usize) {
-    for (r, row) in dp.chunks_mut(w).enumerate() {
-        for (x, &pv) in row.iter_mut().zip(&p[r * w..(r + 1) * w]) {
-            *x = pv * (*x - delta[i0 + r]);
-        }
-    }
-}
-
-/// With at least this many (batch, kv head) lanes the backward runs as one pass per kv lane (each
-/// block recomputed once); with fewer, as two passes that spread the work over query lanes too.
-/// The choice depends only on the shapes, so results never depend on the thread count.
-const FUSED_BACKWARD_LANES: usize = 8;
-
-/// One pass per (batch, kv head) lane: the task owns `dK`, `dV` of its lane and `dQ` of the query
-/// heads of its group, so every block's `P` and `dS` is recomputed once and used for all three.
-#[allow(clippy::too_many_arguments)]
-fn fused_backward(
+/// Everything the backward shares between lanes.
+struct Backward<'a> {
     dims: Dims,
-    vis: &Visibility,
-    (qs, ks, vs, gs): (&[f64], &[f64], &[f64], &[f64]),
-    sinks: Option<&Tensor>,
-    lse: &[f64],
-    delta: &[f64],
-    (q, k, v): (&Tensor, &Tensor, &Tensor),
-) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
-    let Dims { b: _, h: h_n, g: g_n, t_q, t_k, d } = dims;
-    let scale = 1.0 / (d as f64).sqrt();
-    let group = dims.group();
-    let (mut dq, mut dk, mut dv) = (vec![0.0; qs.len()], vec![0.0; ks.len()], vec![0.0; vs.len()]);
-    let sink_parts: Vec<Vec<f64>> = dq
-        .par_chunks_mut(group * t_q * d)
-        .zip(dk.par_chunks_mut(t_k * d))
-        .zip(dv.par_chunks_mut(t_k * d))
-        .enumerate()
-        .map(|(kv_lane, ((dq_group, dk_lane), dv_lane))| -> Result<Vec<f64>, TensorAutodiffError> {
-            let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
-            let kl = kv_lane * t_k * d;
-            let (lk, lv) = (&ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
-            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
-            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
-            let mut parts = vec![0.0; group];
-            for (r, part) in parts.iter_mut().enumerate() {
-                let lane = b * h_n + gi * group + r;
-                let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
-                // d sink_h = −Σ_i p_sink,i · D_i with p_sink,i = e^{s_h − lse_i}
-                if let Some(s) = sinks.map(|s| s.as_slice()[gi * group + r]) {
-                    *part = (0..t_q).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -exp(s - ll[i]) * ld[i]).sum();
-                }
+    vis: &'a Visibility,
+    q: &'a [f64],
+    k: &'a [f64],
+    v: &'a [f64],
+    g: &'a [f64],
+    lse: &'a [f64],
+    delta: &'a [f64],
+}
+
+impl<'a> Backward<'a> {
+    fn lane(&self, b: usize, h: usize) -> Lane<'a> {
+        let Dims { h: h_n, t_q, t_k, d, .. } = self.dims;
+        let (ql, kl, row) = (self.dims.q_lane(b, h), self.dims.kv_lane(b, h), (b * h_n + h) * t_q);
+        Lane {
+            b,
+            q: &self.q[ql..ql + t_q * d],
+            k: &self.k[kl..kl + t_k * d],
+            v: &self.v[kl..kl + t_k * d],
+            g: &self.g[ql..ql + t_q * d],
+            lse: &self.lse[row..row + t_q],
+            delta: &self.delta[row..row + t_q],
+        }
+    }
+
+    /// Recomputes one block's `P = exp(S − lse)` into `p` (hidden entries and rows that saw no key
+    /// give 0) and `dS = scale · P ⊙ (dO·Vᵀ − D)` into `ds`.
+    fn block(
+        &self,
+        lane: &Lane<'_>,
+        (i0, i1): (usize, usize),
+        (j0, j1): (usize, usize),
+        p: &mut [f64],
+        ds: &mut [f64],
+    ) -> Result<(), TensorAutodiffError> {
+        let d = self.dims.d;
+        let (n, w) = (i1 - i0, j1 - j0);
+        let scale = 1.0 / (d as f64).sqrt();
+        score_block(p, lane.q, lane.k, self.dims, lane.b, (i0, i1), (j0, j1), scale, self.vis)?;
+        for (r, row) in p[..n * w].chunks_mut(w).enumerate() {
+            if lane.lse[i0 + r] == f64::NEG_INFINITY {
+                row.fill(0.0);
+            } else {
+                exp_shifted_sum(row, lane.lse[i0 + r]);
             }
+        }
+        // dP = dO · Vᵀ, then dS = P ⊙ (dP − D), scaled once for the products that use it
+        let go = MatRef::row_major(&lane.g[i0 * d..], n, d)?;
+        matmul(&mut ds[..n * w], go, MatRef::row_major(&lane.v[j0 * d..], w, d)?.t(), false, false)?;
+        for (r, row) in ds[..n * w].chunks_mut(w).enumerate() {
+            for (x, &pv) in row.iter_mut().zip(&p[r * w..(r + 1) * w]) {
+                *x = scale * pv * (*x - lane.delta[i0 + r]);
+            }
+        }
+        Ok(())
+    }
+
+    /// `dQ` of one query lane: `dQ += dS · K` over its key blocks, in order.
+    fn query_lane(&self, lane: &Lane<'_>, dq: &mut [f64]) -> Result<(), TensorAutodiffError> {
+        let Dims { t_q, t_k, d, .. } = self.dims;
+        let (mut p, mut ds) = (vec![0.0; BLOCK_Q * BLOCK_K], vec![0.0; BLOCK_Q * BLOCK_K]);
+        for i0 in (0..t_q).step_by(BLOCK_Q) {
+            let i1 = (i0 + BLOCK_Q).min(t_q);
             for j0 in (0..t_k).step_by(BLOCK_K) {
                 let j1 = (j0 + BLOCK_K).min(t_k);
-                let w = j1 - j0;
-                for r in 0..group {
-                    let h = gi * group + r;
-                    let lane = b * h_n + h;
-                    let ql = dims.q_lane(b, h);
-                    let (lq, lg) = (&qs[ql..ql + t_q * d], &gs[ql..ql + t_q * d]);
-                    let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
-                    let dq_lane = &mut dq_group[r * t_q * d..(r + 1) * t_q * d];
-                    for i0 in (0..t_q).step_by(BLOCK_Q) {
-                        let i1 = (i0 + BLOCK_Q).min(t_q);
-                        if vis.block_hidden(i0, i1, j0, j1) {
-                            continue;
-                        }
-                        let n = i1 - i0;
-                        probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
-                        let (pm, go) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&lg[i0 * d..], n, d)?);
-                        // dV += Pᵀ · dO
-                        matmul(&mut dv_lane[j0 * d..j1 * d], pm.t(), go, true, false)?;
-                        // dS = P ⊙ (dO · Vᵀ − D), scaled once for both uses below
-                        matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
-                        softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
-                        ds[..n * w].iter_mut().for_each(|x| *x *= scale);
-                        let dsm = MatRef::row_major(&ds, n, w)?;
-                        // dK += scale · dSᵀ · Q and dQ += scale · dS · K
+                if self.vis.block_hidden(i0, i1, j0, j1) {
+                    continue;
+                }
+                self.block(lane, (i0, i1), (j0, j1), &mut p, &mut ds)?;
+                let dsm = MatRef::row_major(&ds, i1 - i0, j1 - j0)?;
+                matmul(&mut dq[i0 * d..i1 * d], dsm, MatRef::row_major(&lane.k[j0 * d..], j1 - j0, d)?, true, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `dK`, `dV` of one (batch, kv head) lane, summing the query heads of its group in order;
+    /// with `dq` (the group's query lanes) also their `dQ`, from the same recomputed blocks.
+    fn kv_lane(
+        &self,
+        kv_lane: usize,
+        mut dq: Option<&mut [f64]>,
+        dk: &mut [f64],
+        dv: &mut [f64],
+    ) -> Result<(), TensorAutodiffError> {
+        let Dims { g: g_n, t_q, t_k, d, .. } = self.dims;
+        let group = self.dims.group();
+        let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
+        let (mut p, mut ds) = (vec![0.0; BLOCK_Q * BLOCK_K], vec![0.0; BLOCK_Q * BLOCK_K]);
+        for j0 in (0..t_k).step_by(BLOCK_K) {
+            let j1 = (j0 + BLOCK_K).min(t_k);
+            let w = j1 - j0;
+            for r in 0..group {
+                let lane = self.lane(b, gi * group + r);
+                for i0 in (0..t_q).step_by(BLOCK_Q) {
+                    let i1 = (i0 + BLOCK_Q).min(t_q);
+                    if self.vis.block_hidden(i0, i1, j0, j1) {
+                        continue;
+                    }
+                    let n = i1 - i0;
+                    self.block(&lane, (i0, i1), (j0, j1), &mut p, &mut ds)?;
+                    let (pm, dsm) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&ds, n, w)?);
+                    // dV += Pᵀ · dO and dK += dSᵀ · Q
+                    matmul(&mut dv[j0 * d..j1 * d], pm.t(), MatRef::row_major(&lane.g[i0 * d..], n, d)?, true, false)?;
+                    matmul(&mut dk[j0 * d..j1 * d], dsm.t(), MatRef::row_major(&lane.q[i0 * d..], n, d)?, true, false)?;
+                    if let Some(dq) = dq.as_deref_mut() {
+                        let rows = &mut dq[r * t_q * d..(r + 1) * t_q * d];
                         matmul(
-                            &mut dk_lane[j0 * d..j1 * d],
-                            dsm.t(),
-                            MatRef::row_major(&lq[i0 * d..], n, d)?,
-                            true,
-                            false,
-                        )?;
-                        matmul(
-                            &mut dq_lane[i0 * d..i1 * d],
+                            &mut rows[i0 * d..i1 * d],
                             dsm,
-                            MatRef::row_major(&lk[j0 * d..], w, d)?,
+                            MatRef::row_major(&lane.k[j0 * d..], w, d)?,
                             true,
                             false,
                         )?;
                     }
                 }
             }
-            Ok(parts)
-        })
-        .collect::<Result<_, _>>()?;
-    let mut grads =
-        vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
-    if sinks.is_some() {
-        let mut ds = vec![0.0; h_n];
-        for (kv_lane, parts) in sink_parts.iter().enumerate() {
-            for (r, part) in parts.iter().enumerate() {
-                ds[(kv_lane % g_n) * group + r] += part;
+        }
+        Ok(())
+    }
+
+    /// `d sink_h = −Σ_{b,i} p_sink · D_i` with `p_sink = e^{s_h − lse_i}`, summed per head in order.
+    fn sinks(&self, sinks: &Tensor) -> Vec<f64> {
+        let Dims { b: b_n, h: h_n, .. } = self.dims;
+        let mut grad = vec![0.0; h_n];
+        for b in 0..b_n {
+            for (h, g) in grad.iter_mut().enumerate() {
+                let (lane, s) = (self.lane(b, h), sinks.as_slice()[h]);
+                *g += lane
+                    .lse
+                    .iter()
+                    .zip(lane.delta)
+                    .filter(|(l, _)| **l != f64::NEG_INFINITY)
+                    .map(|(l, dl)| -exp(s - l) * dl)
+                    .sum::<f64>();
             }
         }
-        grads.push(Some(Tensor::new(&[h_n], ds)?));
+        grad
     }
-    Ok(grads)
 }
+
+/// With at least this many (batch, kv head) lanes the backward runs as one pass per kv lane (each
+/// block recomputed once for `dQ`, `dK` and `dV`); with fewer, as two passes that also spread the
+/// work over query lanes. The choice depends only on the shapes, so results never depend on the
+/// thread count.
+const FUSED_BACKWARD_LANES: usize = 8;
 
 #[allow(clippy::too_many_arguments)]
 fn backward(
@@ -542,8 +567,7 @@ fn backward(
     lse: &[f64],
     g: &Tensor,
 ) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
-    let Dims { b: _, h: h_n, g: g_n, t_q, t_k, d } = dims;
-    let scale = 1.0 / (d as f64).sqrt();
+    let Dims { h: h_n, g: g_n, t_q, t_k, d, .. } = dims;
     // D_i = dO_i · O_i: the softmax adjoint's row constant
     let delta: Vec<f64> = g
         .as_slice()
@@ -551,109 +575,25 @@ fn backward(
         .zip(o.as_slice().chunks(d))
         .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
         .collect();
-    let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
-    let q_blocks = t_q.div_ceil(BLOCK_Q);
+    let run =
+        Backward { dims, vis, q: q.as_slice(), k: k.as_slice(), v: v.as_slice(), g: g.as_slice(), lse, delta: &delta };
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let kv_lanes = dk.par_chunks_mut(t_k * d).zip(dv.par_chunks_mut(t_k * d)).enumerate();
     if dims.b * g_n >= FUSED_BACKWARD_LANES {
-        return fused_backward(dims, vis, (qs, ks, vs, gs), sinks, lse, &delta, (q, k, v));
+        // one task per kv lane owns dK, dV of the lane and dQ of its group's query heads
+        let groups = dq.par_chunks_mut(dims.group() * t_q * d);
+        kv_lanes.zip(groups).try_for_each(|((lane, (dk, dv)), dq)| run.kv_lane(lane, Some(dq), dk, dv))?;
+    } else {
+        // pass 1: dQ per query lane; pass 2: dK and dV per kv lane
+        dq.par_chunks_mut(t_q * d)
+            .enumerate()
+            .try_for_each(|(lane, dq)| run.query_lane(&run.lane(lane / h_n, lane % h_n), dq))?;
+        kv_lanes.try_for_each(|(lane, (dk, dv))| run.kv_lane(lane, None, dk, dv))?;
     }
-    // pass 1: dQ and the sinks' partial sums, one task per (batch, head) lane
-    let mut dq = vec![0.0; qs.len()];
-    let sink_parts: Vec<Vec<f64>> = dq
-        .par_chunks_mut(t_q * d)
-        .enumerate()
-        .map(|(lane, dq_lane)| -> Result<Vec<f64>, TensorAutodiffError> {
-            let (b, h) = (lane / h_n, lane % h_n);
-            let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
-            let (lq, lk, lv) = (&qs[ql..ql + t_q * d], &ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
-            let lg = &gs[ql..ql + t_q * d];
-            let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
-            let sink = sinks.map(|s| s.as_slice()[h]);
-            let mut parts = Vec::with_capacity(q_blocks);
-            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
-            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
-            for i0 in (0..t_q).step_by(BLOCK_Q) {
-                let i1 = (i0 + BLOCK_Q).min(t_q);
-                let n = i1 - i0;
-                // d sink_h = −Σ_i p_sink,i · D_i with p_sink,i = e^{s_h − lse_i}
-                parts.push(sink.map_or(0.0, |s| {
-                    (i0..i1).filter(|&i| ll[i] != f64::NEG_INFINITY).map(|i| -exp(s - ll[i]) * ld[i]).sum()
-                }));
-                for j0 in (0..t_k).step_by(BLOCK_K) {
-                    let j1 = (j0 + BLOCK_K).min(t_k);
-                    if vis.block_hidden(i0, i1, j0, j1) {
-                        continue;
-                    }
-                    let w = j1 - j0;
-                    probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
-                    // dP = dO · Vᵀ, then dS = P ⊙ (dP − D)
-                    let go = MatRef::row_major(&lg[i0 * d..], n, d)?;
-                    matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
-                    softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
-                    // dQ += scale · dS · K
-                    ds[..n * w].iter_mut().for_each(|x| *x *= scale);
-                    let dsm = MatRef::row_major(&ds, n, w)?;
-                    matmul(&mut dq_lane[i0 * d..i1 * d], dsm, MatRef::row_major(&lk[j0 * d..], w, d)?, true, false)?;
-                }
-            }
-            Ok(parts)
-        })
-        .collect::<Result<_, _>>()?;
-    // pass 2: dK and dV, one task per (batch, kv head), summing its group's query heads in order
-    let mut dk = vec![0.0; ks.len()];
-    let mut dv = vec![0.0; vs.len()];
-    let group = dims.group();
-    dk.par_chunks_mut(t_k * d).zip(dv.par_chunks_mut(t_k * d)).enumerate().try_for_each(
-        |(kv_lane, (dk_lane, dv_lane))| -> Result<(), TensorAutodiffError> {
-            let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
-            let kl = kv_lane * t_k * d;
-            let (lk, lv) = (&ks[kl..kl + t_k * d], &vs[kl..kl + t_k * d]);
-            let mut p = vec![0.0; BLOCK_Q * BLOCK_K];
-            let mut ds = vec![0.0; BLOCK_Q * BLOCK_K];
-            for j0 in (0..t_k).step_by(BLOCK_K) {
-                let j1 = (j0 + BLOCK_K).min(t_k);
-                let w = j1 - j0;
-                for h in gi * group..(gi + 1) * group {
-                    let lane = b * h_n + h;
-                    let ql = dims.q_lane(b, h);
-                    let (lq, lg) = (&qs[ql..ql + t_q * d], &gs[ql..ql + t_q * d]);
-                    let (ll, ld) = (&lse[lane * t_q..(lane + 1) * t_q], &delta[lane * t_q..(lane + 1) * t_q]);
-                    for i0 in (0..t_q).step_by(BLOCK_Q) {
-                        let i1 = (i0 + BLOCK_Q).min(t_q);
-                        if vis.block_hidden(i0, i1, j0, j1) {
-                            continue;
-                        }
-                        let n = i1 - i0;
-                        probabilities(&mut p, lq, lk, ll, dims, b, (i0, i1), (j0, j1), vis)?;
-                        let (pm, go) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&lg[i0 * d..], n, d)?);
-                        // dV += Pᵀ · dO
-                        matmul(&mut dv_lane[j0 * d..j1 * d], pm.t(), go, true, false)?;
-                        matmul(&mut ds[..n * w], go, MatRef::row_major(&lv[j0 * d..], w, d)?.t(), false, false)?;
-                        softmax_adjoint(&mut ds[..n * w], &p, ld, i0, w);
-                        ds[..n * w].iter_mut().for_each(|x| *x *= scale);
-                        // dK += scale · dSᵀ · Q
-                        let dsm = MatRef::row_major(&ds, n, w)?;
-                        matmul(
-                            &mut dk_lane[j0 * d..j1 * d],
-                            dsm.t(),
-                            MatRef::row_major(&lq[i0 * d..], n, d)?,
-                            true,
-                            false,
-                        )?;
-                    }
-                }
-            }
-            Ok(())
-        },
-    )?;
     let mut grads =
         vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
-    if sinks.is_some() {
-        // partial sums per lane and query block, added per head in a fixed order
-        let mut ds = vec![0.0; h_n];
-        for (lane, parts) in sink_parts.iter().enumerate() {
-            ds[lane % h_n] += parts.iter().sum::<f64>();
-        }
-        grads.push(Some(Tensor::new(&[h_n], ds)?));
+    if let Some(s) = sinks {
+        grads.push(Some(Tensor::new(&[h_n], run.sinks(s))?));
     }
     Ok(grads)
 }
