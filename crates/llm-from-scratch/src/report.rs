@@ -1,6 +1,7 @@
 //! Formatting used by every chapter report: six decimals, canonical zero, compact shapes.
 
-use crate::tensor::Tensor;
+use crate::autodiff::GradcheckReport;
+use crate::tensor::{Mask, Tensor};
 
 /// `{:.6}` with negative zero (and anything that rounds to it) printed as `0.000000`.
 ///
@@ -22,4 +23,64 @@ pub fn fmt_values(values: &[f64]) -> String {
 /// `shape:[..] values:[..]`, the way reports print a tensor.
 pub fn fmt_tensor(tensor: &Tensor) -> String {
     format!("shape:{} values:{}", crate::fmt_shape(tensor.shape()), fmt_values(tensor.as_slice()))
+}
+
+/// `65536` → `65,536`.
+///
+/// ```
+/// assert_eq!(llm_from_scratch::report::fmt_thousands(131_072), "131,072");
+/// ```
+pub fn fmt_thousands(n: u128) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A mask's rows as `[.xx,..x,...]` (`x` = hidden, `.` = visible), row length = the last axis.
+pub fn fmt_mask_rows(mask: &Mask) -> String {
+    let cols = mask.shape().last().copied().unwrap_or(0).max(1);
+    let rows: Vec<String> = mask
+        .as_slice()
+        .chunks(cols)
+        .map(|row| row.iter().map(|&hidden| if hidden { 'x' } else { '.' }).collect())
+        .collect();
+    format!("[{}]", rows.join(","))
+}
+
+/// `delta:1e-6 tolerance:8e-6 x:12 w:16 coordinates:28 failures:0 passed:true`: a gradient check
+/// as every chapter prints it (counts and the verdict; the errors themselves depend on rounding).
+pub fn fmt_gradcheck(report: &GradcheckReport) -> String {
+    let per_input: Vec<String> = report.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
+    format!(
+        "delta:{:e} tolerance:{:e} {} coordinates:{} failures:{} passed:{}",
+        report.delta,
+        report.tolerance,
+        per_input.join(" "),
+        report.coordinates(),
+        report.failures(),
+        report.passed()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers_print_as_the_reports_expect() {
+        assert_eq!(fmt_thousands(0), "0");
+        assert_eq!(fmt_thousands(999), "999");
+        assert_eq!(fmt_thousands(2_362_368), "2,362,368");
+        assert_eq!(fmt_mask_rows(&Mask::causal(2, 3, 1)), "[..x,...]");
+        let x = Tensor::new(&[2], vec![0.5, -1.0]).unwrap();
+        let report = crate::gradcheck(&[("x", x)], &crate::GradcheckConfig::default(), |v| v[0].mul(&v[0])).unwrap();
+        assert_eq!(fmt_gradcheck(&report), "delta:1e-6 tolerance:8e-6 x:2 coordinates:2 failures:0 passed:true");
+        assert_eq!(fmt_values(&[-0.0, 1.0]), "[0.000000,1.000000]");
+    }
 }

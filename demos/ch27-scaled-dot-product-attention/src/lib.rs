@@ -30,7 +30,7 @@ use std::fmt::Display;
 
 use llm_from_scratch::attention::scaled_dot_product_attention;
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -303,7 +303,6 @@ fn error_cases() -> DemoResult<Vec<(&'static str, String)>> {
 pub fn render_report(evidence: &Evidence) -> String {
     let e = evidence;
     let check = &e.gradcheck;
-    let per_input: Vec<String> = check.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
     let mut lines = vec![
         "chapter=27-scaled-dot-product-attention".to_string(),
         "prediction=every weight row sums to 1 and every output row is a weighted average of the \
@@ -340,13 +339,7 @@ pub fn render_report(evidence: &Evidence) -> String {
         format!("query_gradient={}", fmt_tensor(&e.query_gradient)),
         format!("key_gradient={}", fmt_tensor(&e.key_gradient)),
         format!("value_gradient={}", fmt_tensor(&e.value_gradient)),
-        format!(
-            "gradcheck=delta:1e-6 tolerance:8e-6 {} coordinates:{} failures:{} passed:{}",
-            per_input.join(" "),
-            check.coordinates(),
-            check.failures(),
-            check.passed()
-        ),
+        format!("gradcheck={}", fmt_gradcheck(check)),
     ];
     lines.extend(e.errors.iter().map(|(case, message)| format!("error_{case}={message}")));
     lines.push(format!("replay={}", bitwise_word(e.replay_bitwise)));

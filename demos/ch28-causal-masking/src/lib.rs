@@ -37,7 +37,7 @@ use std::fmt::Display;
 
 use llm_from_scratch::attention::{causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_gradcheck, fmt_mask_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, gradcheck};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -215,17 +215,6 @@ fn left_padding_mask(tokens: usize, pads: usize) -> DemoResult<Mask> {
     Ok(Mask::new(&[tokens, tokens], flags)?)
 }
 
-/// `x`, `.` rows of a `[rows, cols]` mask: `[.xxx,..xx,…]`.
-fn mask_rows(mask: &Mask) -> String {
-    let cols = mask.shape().last().copied().unwrap_or(0).max(1);
-    let rows: Vec<String> = mask
-        .as_slice()
-        .chunks(cols)
-        .map(|row| row.iter().map(|&hidden| if hidden { 'x' } else { '.' }).collect())
-        .collect();
-    format!("[{}]", rows.join(","))
-}
-
 /// Draws a `shape` tensor uniformly in `[−1, 1)`.
 fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
     let n = shape.iter().product();
@@ -274,18 +263,6 @@ fn error_cases(tokens: &Tensor) -> DemoResult<Vec<(&'static str, String)>> {
     ])
 }
 
-/// `coordinates:… failures:… passed:…` with the count per input.
-fn fmt_gradcheck(report: &GradcheckReport) -> String {
-    let per_input: Vec<String> = report.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
-    format!(
-        "delta:1e-6 tolerance:8e-6 {} coordinates:{} failures:{} passed:{}",
-        per_input.join(" "),
-        report.coordinates(),
-        report.failures(),
-        report.passed()
-    )
-}
-
 /// The report, one `key=value` line each, ending with a newline.
 pub fn render_report(evidence: &Evidence) -> String {
     let e = evidence;
@@ -303,8 +280,8 @@ pub fn render_report(evidence: &Evidence) -> String {
             fmt_values(&CHANGED_LAST_TOKEN)
         ),
         format!("tokens={}", fmt_tensor(&e.tokens)),
-        format!("causal_mask={}", mask_rows(&e.causal_mask)),
-        format!("offset_mask=queries:2 offset:2 keys:4 rows:{}", mask_rows(&e.offset_mask)),
+        format!("causal_mask={}", fmt_mask_rows(&e.causal_mask)),
+        format!("offset_mask=queries:2 offset:2 keys:4 rows:{}", fmt_mask_rows(&e.offset_mask)),
         format!("scores={}", fmt_tensor(&e.scores)),
         format!("masked_scores={}", fmt_tensor(&e.masked_scores)),
         format!("weights={}", fmt_tensor(&e.weights)),
@@ -315,7 +292,7 @@ pub fn render_report(evidence: &Evidence) -> String {
         format!("changed_output={}", fmt_tensor(&e.changed_output)),
         format!("prefix_rows_bitwise_unchanged=[{}]", unchanged.join(",")),
         format!("unmasked_row0=before:{} after:{}", fmt_values(&e.unmasked_row0.0), fmt_values(&e.unmasked_row0.1)),
-        format!("padding_mask={}", mask_rows(&e.padding_mask)),
+        format!("padding_mask={}", fmt_mask_rows(&e.padding_mask)),
         format!("padded_weights={}", fmt_tensor(&e.padded_weights)),
         format!("padded_output={}", fmt_tensor(&e.padded_output)),
         format!("padded_finite={}", e.padded_weights.all_finite() && e.padded_output.all_finite()),

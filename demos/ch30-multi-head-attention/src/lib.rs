@@ -29,7 +29,7 @@
 use std::error::Error;
 
 use llm_from_scratch::attention::{AttentionError, MultiHeadAttention, MultiHeadAttentionOutput};
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{
     GradcheckConfig, GradcheckReport, Tensor, TensorAutodiffError, TensorValue, constant, fmt_shape, gradcheck,
     parameter,
@@ -413,7 +413,7 @@ pub fn render_report(e: &Evidence) -> String {
         choices.join(","),
         fmt_shape(&e.exercise_shapes.0),
         fmt_shape(&e.exercise_shapes.1),
-        group_thousands(e.parameters_d128)
+        fmt_thousands(e.parameters_d128 as u128)
     ));
     let errors: Vec<String> = e.errors.iter().map(|(name, message)| format!("{name}:{{{message}}}")).collect();
     lines.push(format!("errors={}", errors.join(" ")));
@@ -435,17 +435,4 @@ pub fn render_report(e: &Evidence) -> String {
     let mut text = lines.join("\n");
     text.push('\n');
     text
-}
-
-/// `65536` → `65,536`.
-fn group_thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

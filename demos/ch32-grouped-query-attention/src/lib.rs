@@ -57,7 +57,7 @@ use llm_from_scratch::attention::{
     scaled_dot_product_attention,
 };
 use llm_from_scratch::nn::{Linear, QkvProjections, SplitMix64};
-use llm_from_scratch::report::{fmt_f64, fmt_tensor};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -383,19 +383,6 @@ fn fmt_indices(values: &[usize]) -> String {
     format!("[{}]", items.join(","))
 }
 
-/// `65536` → `65,536`.
-fn group_thousands(n: u128) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn bitwise(equal: bool) -> &'static str {
     if equal { "bitwise" } else { "differs" }
 }
@@ -455,7 +442,7 @@ pub fn render_report(e: &Evidence) -> String {
             c.kv_heads,
             c.head_width,
             c.bias,
-            group_thousands(m.parameters as u128)
+            fmt_thousands(m.parameters as u128)
         ));
     }
     for m in &e.models {
@@ -467,7 +454,7 @@ pub fn render_report(e: &Evidence) -> String {
             m.name,
             c.kv_heads,
             c.head_width,
-            group_thousands(bytes),
+            fmt_thousands(bytes),
             fmt_f64(bytes as f64 / (1u64 << 20) as f64),
             fmt_f64(bytes as f64 / (1u64 << 30) as f64)
         ));
@@ -483,14 +470,7 @@ pub fn render_report(e: &Evidence) -> String {
         bitwise(e.mqa.head_outputs_bitwise),
         bitwise(e.mqa.weights_bitwise)
     ));
-    let per: Vec<String> = e.gradcheck.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
-    lines.push(format!(
-        "gradcheck=layer:H{SMALL_HEADS}_G{KV_HEADS}_bias delta:1e-6 tolerance:8e-6 {} coordinates:{} failures:{} passed:{}",
-        per.join(" "),
-        e.gradcheck.coordinates(),
-        e.gradcheck.failures(),
-        e.gradcheck.passed()
-    ));
+    lines.push(format!("gradcheck=layer:H{SMALL_HEADS}_G{KV_HEADS}_bias {}", fmt_gradcheck(&e.gradcheck)));
     lines.extend(e.errors.iter().map(|(case, message)| format!("error_{case}={message}")));
     lines.push(
         "next=33-kv-cache: prefill once, then decode token by token from cached keys and values (G heads, not H)"

@@ -56,7 +56,7 @@ use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, SlidingWindow, attention_mask, generate_with_cache, visible,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_mask_rows, fmt_thousands, fmt_values};
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -387,17 +387,6 @@ fn fmt_rows(rows: &[Vec<f64>]) -> String {
     format!("[{}]", items.join(","))
 }
 
-/// `x`, `.` rows of a `[rows, cols]` mask: `[...x,x...]`.
-fn mask_rows(mask: &Mask) -> String {
-    let cols = mask.shape().last().copied().unwrap_or(0).max(1);
-    let rows: Vec<String> = mask
-        .as_slice()
-        .chunks(cols)
-        .map(|row| row.iter().map(|&hidden| if hidden { 'x' } else { '.' }).collect())
-        .collect();
-    format!("[{}]", rows.join(","))
-}
-
 fn fmt_step(s: &CacheStep) -> String {
     format!(
         "reset:{} input_positions:{} key_shape:{} stored_positions:{} next_position:{}",
@@ -467,14 +456,14 @@ pub fn render_report(e: &Evidence) -> String {
          cache_index_causal_mask:{} index_mask_wrong_under_window:{}",
         fmt_indices(stored),
         fmt_indices(queries),
-        mask_rows(mask),
-        mask_rows(index_mask),
+        fmt_mask_rows(mask),
+        fmt_mask_rows(index_mask),
         mask != index_mask
     ));
     lines.push(format!(
         "receptive_field=formula:L·W mistral_7b:32·4096={} demo:inclusive(1) perturbed_token:0 changed_rows_1_layer:{} \
          changed_rows_2_layers:{}",
-        group_thousands(32 * 4096),
+        fmt_thousands(32 * 4096),
         fmt_indices(&e.receptive_rows.0),
         fmt_indices(&e.receptive_rows.1)
     ));
@@ -499,17 +488,4 @@ pub fn render_report(e: &Evidence) -> String {
             .to_string(),
     );
     lines.join("\n") + "\n"
-}
-
-/// `131072` → `131,072`.
-fn group_thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

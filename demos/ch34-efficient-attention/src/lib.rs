@@ -66,7 +66,7 @@ use llm_from_scratch::attention::{
     receptive_field, tiled_attention, tiled_attention_bytes,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -413,13 +413,6 @@ fn mib(bytes: u128) -> String {
     fmt_f64(bytes as f64 / f64::from(1 << 20))
 }
 
-/// `131072` as `131,072`.
-fn thousands(n: u128) -> String {
-    let digits = n.to_string();
-    let groups: Vec<&str> = digits.as_bytes().rchunks(3).rev().map(|g| std::str::from_utf8(g).unwrap_or("")).collect();
-    groups.join(",")
-}
-
 /// `m:… l:… n:[…]` of one state.
 fn fmt_state(s: &OnlineSoftmax) -> String {
     format!("m:{} l:{} n:{}", fmt_f64(s.max), fmt_f64(s.normaliser), fmt_values(&s.numerator))
@@ -429,7 +422,6 @@ fn fmt_state(s: &OnlineSoftmax) -> String {
 pub fn render_report(evidence: &Evidence) -> String {
     let (e, o, s) = (evidence, &evidence.online, &evidence.sinks);
     let g = &e.gradcheck;
-    let per_input: Vec<String> = g.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
     let mut lines = vec![
         "chapter=34-efficient-attention".to_string(),
         "prediction=merging softmax blocks with the rescale e^(m-M) is exact, so the tiled kernel \
@@ -506,14 +498,8 @@ pub fn render_report(evidence: &Evidence) -> String {
             mib(*bytes)
         ));
     }
-    lines.push(format!("receptive_field=layers:32 window:4096 tokens:{}", thousands(e.receptive_field)));
-    lines.push(format!(
-        "gradcheck_tiled=delta:1e-6 tolerance:8e-6 {} coordinates:{} failures:{} passed:{}",
-        per_input.join(" "),
-        g.coordinates(),
-        g.failures(),
-        g.passed()
-    ));
+    lines.push(format!("receptive_field=layers:32 window:4096 tokens:{}", fmt_thousands(e.receptive_field)));
+    lines.push(format!("gradcheck_tiled={}", fmt_gradcheck(g)));
     lines.extend(e.errors.iter().map(|(case, message)| format!("error_{case}={message}")));
     lines.push(
         "next=35-latent-attention: cache one small latent per token and rebuild keys and values from it".to_string(),

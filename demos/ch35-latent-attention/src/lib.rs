@@ -54,7 +54,7 @@ use std::fmt::Display;
 
 use llm_from_scratch::attention::{CacheLayout, LatentAttention, LatentConfig, kv_cache_bytes};
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, fmt_shape, gradcheck};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
@@ -284,18 +284,6 @@ fn error_cases(layer: &LatentAttention) -> DemoResult<Vec<(&'static str, String)
         rejection("cache_batch", batch_error)?,
         rejection("past_capacity", layer.forward_cached(&constant(&[1, 2, 12], &[0.1; 24])?, &mut full_cache))?,
     ])
-}
-
-/// `x:48 …` per input, then the totals.
-fn fmt_gradcheck(report: &GradcheckReport) -> String {
-    let per_input: Vec<String> = report.tensors.iter().map(|t| format!("{}:{}", t.name, t.coordinates)).collect();
-    format!(
-        "delta:1e-6 tolerance:8e-6 {} coordinates:{} failures:{} passed:{}",
-        per_input.join(" "),
-        report.coordinates(),
-        report.failures(),
-        report.passed()
-    )
 }
 
 /// The report, one `key=value` line each, ending with a newline.

@@ -50,6 +50,10 @@ pub struct GradcheckTensor {
 pub struct GradcheckReport {
     /// Per-input results.
     pub tensors: Vec<GradcheckTensor>,
+    /// The step δ used.
+    pub delta: f64,
+    /// The tolerance ε used.
+    pub tolerance: f64,
 }
 
 impl GradcheckReport {
@@ -140,7 +144,7 @@ pub fn gradcheck<E: From<TensorAutodiffError>>(
         }
         tensors.push(GradcheckTensor { name: (*name).to_string(), coordinates: original.len(), failures, max_error });
     }
-    Ok(GradcheckReport { tensors })
+    Ok(GradcheckReport { tensors, delta: config.delta, tolerance: config.tolerance })
 }
 
 #[cfg(test)]
