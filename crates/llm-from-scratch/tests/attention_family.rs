@@ -376,10 +376,32 @@ proptest! {
         let full = layer.forward(&constant(x.shape(), x.as_slice()).unwrap(), 0).unwrap().output.value().unwrap();
         let cached = decode_in_chunks(&layer, &x, &[chunk]);
         prop_assert!(close(&cached, &full, 1e-12));
-        if g == h {
-            let heads = h;
-            let mha_like = GroupedQueryAttention::new("m", AttentionConfig::new(6, heads, heads, 2 * half).with_rope(16, 100.0), &mut SplitMix64::new(seed)).unwrap();
-            prop_assert_eq!(mha_like.config().group_size(), 1);
+    }
+
+    #[test]
+    fn grouped_equals_multi_head_and_multi_query_for_random_shapes(
+        heads in prop_oneof![Just(1usize), Just(2), Just(3), Just(6)], t in 1usize..7, offset in 0usize..5,
+        mqa_heads in 1usize..5, half in 1usize..3, seed in any::<u64>()
+    ) {
+        let mut rng = SplitMix64::new(seed);
+        // G = H with d_h = 12/H is multi-head attention with the same weights
+        let mha = MultiHeadAttention::new("m", 12, heads, 16, 100.0, &mut rng);
+        if let Ok(mha) = mha {
+            let x = input(&[2, t, 12], &mut rng);
+            let (a, b) = (mha.forward(&x, offset).unwrap(), mha.as_grouped().forward(&x, offset).unwrap());
+            prop_assert!(close(&b.output.value().unwrap(), &a.output.value().unwrap(), 1e-12));
         }
+        // G = 1 is multi-query attention: one key/value head broadcast over all query heads, bitwise
+        let config = AttentionConfig::new(6, mqa_heads, 1, 2 * half).with_rope(16, 100.0);
+        let layer = GroupedQueryAttention::new("q", config, &mut rng).unwrap();
+        let trace = layer.forward(&input(&[2, t, 6], &mut rng), offset).unwrap();
+        let mqa = scaled_dot_product_attention(
+            &trace.rotated_query_heads,
+            &trace.rotated_key_heads,
+            &trace.value_heads,
+            Some(&Mask::causal(t, t, 0)),
+        )
+        .unwrap();
+        prop_assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
     }
 }
