@@ -41,7 +41,7 @@ impl fmt::Display for Measurement {
             write!(f, " gflops={gflops:.1}")?;
         }
         if let Some(mib) = self.peak_mib {
-            write!(f, " peak_mib={mib:.1}")?;
+            write!(f, " peak_mib={mib:.2}")?;
         }
         Ok(())
     }
@@ -171,7 +171,7 @@ mod tests {
         let line = Measurement::new("gemm", "f64", 10.0).with_flops(2e9);
         assert_eq!(line.to_string(), "gemm f64 median_ms=10.000 gflops=200.0");
         let line = Measurement::new("long-causal", "tiled", 1.5).with_peak_mib(2.5);
-        assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.5");
+        assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.50");
     }
 
     #[test]
