@@ -47,9 +47,10 @@ fn select(take_a: bool, a: f64, b: f64) -> f64 {
 /// `eˣ` (see the module docs). NaN gives NaN, +∞ gives +∞, −∞ gives 0.
 #[inline(always)]
 pub fn exp(x: f64) -> f64 {
-    // clamp into the range the reduction handles; the selects at the end restore the edges
-    #[allow(clippy::manual_clamp)] // max/min compile to vector max/min; a NaN is restored below
-    let c = x.max(UNDERFLOW).min(OVERFLOW);
+    // bring x into the range the reduction handles; the selects at the end restore the edges.
+    // Below UNDERFLOW (masked scores are −∞) compute with 0 instead: clamping to −745 would run
+    // the whole evaluation on subnormal numbers, which many processors execute very slowly.
+    let c = select(x < UNDERFLOW, 0.0, x.min(OVERFLOW));
     let rounded = c * std::f64::consts::LOG2_E + ROUNDER;
     let k = rounded - ROUNDER;
     let r = (c - k * LN2_HI) - k * LN2_LO;
