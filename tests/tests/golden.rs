@@ -22,6 +22,9 @@ const DEMOS: &[(&str, Render)] = &[
     ("ch30-multi-head-attention", || {
         report(ch30_multi_head_attention::learner_evidence, ch30_multi_head_attention::render_report)
     }),
+    ("ch31-pre-norm-residual", || {
+        report(ch31_pre_norm_residual::learner_evidence, ch31_pre_norm_residual::render_report)
+    }),
     ("ch32-grouped-query-attention", || {
         report(ch32_grouped_query_attention::learner_evidence, ch32_grouped_query_attention::render_report)
     }),
@@ -30,6 +33,7 @@ const DEMOS: &[(&str, Render)] = &[
         report(ch34_efficient_attention::learner_evidence, ch34_efficient_attention::render_report)
     }),
     ("ch35-latent-attention", || report(ch35_latent_attention::learner_evidence, ch35_latent_attention::render_report)),
+    ("ch36-tiny-decoder", || report(ch36_tiny_decoder::learner_evidence, ch36_tiny_decoder::render_report)),
 ];
 
 #[test]

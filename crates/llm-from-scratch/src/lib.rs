@@ -27,6 +27,7 @@ pub mod attention;
 pub mod autodiff;
 pub mod error;
 pub mod fuzzing;
+pub mod model;
 pub mod nn;
 pub mod report;
 pub mod tensor;

@@ -3,6 +3,7 @@
 mod concat_slice;
 mod dropout;
 mod elementwise;
+mod embedding;
 pub(crate) mod masked_fill;
 mod matmul;
 mod reduce;

@@ -1,0 +1,238 @@
+//! [`AdamW`]: Adam with decoupled weight decay (Loshchilov & Hutter), the optimiser of LLaMA.
+//!
+//! For every parameter `p` with gradient `g`, at step `t = 1, 2, …` with learning rate `η`:
+//!
+//! ```text
+//! m = β₁·m + (1 − β₁)·g                 running mean of the gradient
+//! v = β₂·v + (1 − β₂)·g²                running mean of its square
+//! m̂ = m / (1 − β₁ᵗ),  v̂ = v / (1 − β₂ᵗ)   bias correction (m, v start at 0)
+//! p = p − η·λ·p − η·m̂ / (√v̂ + ε)         decay first, then the Adam step
+//! ```
+//!
+//! *Decoupled*: the decay `η·λ·p` shrinks the weight directly instead of being added to `g`, so it
+//! is not rescaled by `1/√v̂` — every weight decays at the same rate whatever its gradient history.
+//! As in nanoGPT, only matrices (rank ≥ 2: projections, the embedding) decay; gains and biases do
+//! not, since pulling a gain towards 0 would switch its normalised input off.
+
+use crate::model::ModelError;
+use crate::nn::NamedParameters;
+use crate::tensor::Tensor;
+
+/// `β₁`, `β₂`, `ε` and the decoupled weight decay `λ`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdamWConfig {
+    /// Decay of the first moment (0.9).
+    pub beta1: f64,
+    /// Decay of the second moment (0.95, LLaMA's choice).
+    pub beta2: f64,
+    /// Added to `√v̂` (1e-8).
+    pub eps: f64,
+    /// `λ` (0.1).
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        Self { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }
+    }
+}
+
+impl AdamWConfig {
+    /// Checks `0 ≤ β₁, β₂ < 1`, `ε > 0` and `λ ≥ 0`, all finite.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidSetting`] (module `adamw`) naming the first setting out of range.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        for (setting, beta) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return Err(ModelError::setting("adamw", setting, beta, "must satisfy 0 ≤ β < 1"));
+            }
+        }
+        if !(self.eps > 0.0 && self.eps.is_finite()) {
+            return Err(ModelError::setting("adamw", "eps", self.eps, "must be finite and positive"));
+        }
+        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
+            return Err(ModelError::setting("adamw", "weight_decay", self.weight_decay, "must be finite and ≥ 0"));
+        }
+        Ok(())
+    }
+}
+
+/// `true` for the tensors AdamW decays: matrices (rank ≥ 2), not gains or biases.
+pub fn decays(shape: &[usize]) -> bool {
+    shape.len() >= 2
+}
+
+/// The optimiser's state for one list of parameters: both moments and the step count.
+///
+/// ```
+/// use llm_from_scratch::model::{AdamW, AdamWConfig};
+/// use llm_from_scratch::nn::{NamedParameter, NamedParameters};
+/// use llm_from_scratch::{Tensor, parameter};
+/// // the first step moves every coordinate by η against the sign of its gradient: m̂/√v̂ = ±1
+/// let p = parameter(&[2], &[1.0, 1.0])?;
+/// let params = NamedParameters::try_new(vec![NamedParameter::new("p", p.clone())])?;
+/// let mut adamw = AdamW::new(AdamWConfig { weight_decay: 0.0, ..AdamWConfig::default() }, &params)?;
+/// adamw.update(&params, &[Tensor::new(&[2], vec![3.0, -0.5])?], 0.1)?;
+/// let v = p.value()?;
+/// assert!((v.as_slice()[0] - 0.9).abs() < 1e-8 && (v.as_slice()[1] - 1.1).abs() < 1e-8);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct AdamW {
+    config: AdamWConfig,
+    names: Vec<String>,
+    first: Vec<Vec<f64>>,
+    second: Vec<Vec<f64>>,
+    steps: u64,
+    /// `β₁ᵗ` and `β₂ᵗ`, kept as running products (exact and the same on every machine).
+    beta_powers: (f64, f64),
+}
+
+impl AdamW {
+    /// Zero moments for every tensor of `params`.
+    ///
+    /// # Errors
+    /// The errors of [`AdamWConfig::validate`].
+    pub fn new(config: AdamWConfig, params: &NamedParameters) -> Result<Self, ModelError> {
+        config.validate()?;
+        let zeros: Vec<Vec<f64>> = params.iter().map(|p| vec![0.0; p.value().len()]).collect();
+        Ok(Self {
+            config,
+            names: params.iter().map(|p| p.name().to_string()).collect(),
+            first: zeros.clone(),
+            second: zeros,
+            steps: 0,
+            beta_powers: (1.0, 1.0),
+        })
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AdamWConfig {
+        &self.config
+    }
+
+    /// One step with learning rate `lr`: `grads[i]` is the gradient of the `i`-th tensor of
+    /// `params` (the list the optimiser was made for). Writes the new values into the leaves.
+    ///
+    /// # Errors
+    /// [`ModelError::InvalidSetting`] for a negative or non-finite `lr`;
+    /// [`ModelError::ParameterListChanged`] if the names, the count or a shape differ; a tensor
+    /// error if a parameter's value was released. Nothing is changed on error.
+    pub fn update(&mut self, params: &NamedParameters, grads: &[Tensor], lr: f64) -> Result<(), ModelError> {
+        if !(lr >= 0.0 && lr.is_finite()) {
+            return Err(ModelError::setting("adamw", "learning rate", lr, "must be finite and ≥ 0"));
+        }
+        self.check(params, grads)?;
+        let values = params.iter().map(|p| p.value().value()).collect::<Result<Vec<_>, _>>()?;
+        let AdamWConfig { beta1, beta2, eps, weight_decay } = self.config;
+        self.steps += 1;
+        self.beta_powers = (self.beta_powers.0 * beta1, self.beta_powers.1 * beta2);
+        let (correction1, correction2) = (1.0 - self.beta_powers.0, 1.0 - self.beta_powers.1);
+        for (i, (param, value)) in params.iter().zip(values).enumerate() {
+            let decay = if decays(value.shape()) { 1.0 - lr * weight_decay } else { 1.0 };
+            let (m, v) = (&mut self.first[i], &mut self.second[i]);
+            let mut next = value.into_vec();
+            for (((p, &g), m), v) in next.iter_mut().zip(grads[i].as_slice()).zip(m.iter_mut()).zip(v.iter_mut()) {
+                *m = beta1 * *m + (1.0 - beta1) * g;
+                *v = beta2 * *v + (1.0 - beta2) * g * g;
+                let (m_hat, v_hat) = (*m / correction1, *v / correction2);
+                *p = *p * decay - lr * m_hat / (v_hat.sqrt() + eps);
+            }
+            param.value().set_value(Tensor::new(param.value().shape(), next)?)?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, params: &NamedParameters, grads: &[Tensor]) -> Result<(), ModelError> {
+        let changed = |detail: String| Err(ModelError::ParameterListChanged { detail });
+        if params.len() != self.names.len() || grads.len() != self.names.len() {
+            return changed(format!(
+                "made for {} tensors but given {} parameters and {} gradients",
+                self.names.len(),
+                params.len(),
+                grads.len()
+            ));
+        }
+        for (i, (p, g)) in params.iter().zip(grads).enumerate() {
+            let name = &self.names[i];
+            if p.name() != name {
+                return changed(format!("expected {name} but found {}", p.name()));
+            }
+            if g.shape() != p.value().shape() || p.value().len() != self.first[i].len() {
+                return changed(format!(
+                    "{name}: parameter {} and gradient {} do not match the state",
+                    crate::fmt_shape(p.value().shape()),
+                    crate::fmt_shape(g.shape())
+                ));
+            }
+            // only leaves can be assigned; checked first so that a failure changes nothing
+            if !matches!(p.value().op(), "parameter" | "constant") {
+                return changed(format!("{name} is computed by {}, not a leaf", p.value().op()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autodiff::parameter;
+    use crate::nn::NamedParameter;
+
+    fn list(values: &[(&str, &[usize], &[f64])]) -> NamedParameters {
+        let list = values.iter().map(|(n, s, v)| NamedParameter::new(*n, parameter(s, v).unwrap())).collect();
+        NamedParameters::try_new(list).unwrap()
+    }
+
+    #[test]
+    fn minimises_a_tiny_quadratic() {
+        // f(w) = Σ (w_i − c_i)², ∇f = 2(w − c): AdamW without decay reaches c
+        let c = [3.0, -2.0, 0.5, 1.0];
+        let params = list(&[("w", &[2, 2], &[0.0; 4])]);
+        let config = AdamWConfig { weight_decay: 0.0, beta2: 0.999, ..AdamWConfig::default() };
+        let mut adamw = AdamW::new(config, &params).unwrap();
+        let w = params.iter().next().unwrap().value().clone();
+        for step in 0..2000 {
+            let lr = if step < 1500 { 0.05 } else { 0.005 };
+            let grad: Vec<f64> = w.value().unwrap().as_slice().iter().zip(&c).map(|(w, c)| 2.0 * (w - c)).collect();
+            adamw.update(&params, &[Tensor::new(&[2, 2], grad).unwrap()], lr).unwrap();
+        }
+        let got = w.value().unwrap();
+        assert!(got.as_slice().iter().zip(&c).all(|(w, c)| (w - c).abs() < 1e-3), "{got:?}");
+        assert_eq!(adamw.steps(), 2000);
+    }
+
+    #[test]
+    fn decay_is_decoupled_and_skips_gains() {
+        // zero gradients: m = v = 0, so only the decay acts — matrices shrink by (1 − ηλ), gains stay
+        let params = list(&[("w", &[1, 2], &[2.0, -4.0]), ("gain", &[2], &[1.0, 1.0])]);
+        let mut adamw = AdamW::new(AdamWConfig::default(), &params).unwrap();
+        let zeros = [Tensor::new(&[1, 2], vec![0.0; 2]).unwrap(), Tensor::new(&[2], vec![0.0; 2]).unwrap()];
+        adamw.update(&params, &zeros, 0.5).unwrap();
+        let values: Vec<Vec<f64>> = params.iter().map(|p| p.value().value().unwrap().into_vec()).collect();
+        assert_eq!(values, [vec![2.0 * 0.95, -4.0 * 0.95], vec![1.0, 1.0]]);
+    }
+
+    #[test]
+    fn errors_are_typed_and_change_nothing() {
+        let params = list(&[("w", &[2], &[1.0, 2.0])]);
+        let err = AdamW::new(AdamWConfig { beta1: 1.0, ..AdamWConfig::default() }, &params).unwrap_err();
+        assert_eq!(err.to_string(), "adamw: beta1 = 1 is invalid (must satisfy 0 ≤ β < 1)");
+        let mut adamw = AdamW::new(AdamWConfig::default(), &params).unwrap();
+        let err = adamw.update(&params, &[Tensor::new(&[3], vec![0.0; 3]).unwrap()], 0.1).unwrap_err();
+        assert_eq!(err.to_string(), "adamw: w: parameter [2] and gradient [3] do not match the state");
+        let other = list(&[("v", &[2], &[1.0, 2.0])]);
+        let err = adamw.update(&other, &[Tensor::new(&[2], vec![0.0; 2]).unwrap()], 0.1).unwrap_err();
+        assert_eq!(err.to_string(), "adamw: expected w but found v");
+        assert!(adamw.update(&params, &[], f64::NAN).is_err());
+        assert_eq!(adamw.steps(), 0);
+        assert_eq!(params.iter().next().unwrap().value().value().unwrap().as_slice(), &[1.0, 2.0]);
+    }
+}

@@ -1,0 +1,139 @@
+//! Cross-entropy over next tokens: a fused, numerically stable log-softmax and pick.
+//!
+//! For a row of logits `z` (one position) with target `t`:
+//!
+//! ```text
+//! m    = max_j z_j
+//! lse  = m + ln Σ_j e^{z_j − m}          log-sum-exp without overflow: every exponent ≤ 0
+//! loss = lse − z_t                        = −ln softmax(z)_t
+//! ```
+//!
+//! The result is the mean over the scored rows (rows whose target is `None` are ignored — e.g. the
+//! prompt half of a copy task, whose tokens are random and cannot be predicted). Fusing the two
+//! steps keeps the backward one line: `∂loss/∂z_j = (softmax(z)_j − [j = t]) / M`.
+
+use crate::autodiff::TensorValue;
+use crate::error::{Shape, TensorAutodiffError};
+use crate::tensor::Tensor;
+use crate::tensor::exp::exp_shifted_sum;
+
+/// `log Σ_j e^{z_j}` of one row, and `e^{z_j − max}` written into `scratch`.
+fn log_sum_exp(row: &[f64], scratch: &mut [f64]) -> (f64, f64) {
+    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    scratch.copy_from_slice(row);
+    let total = exp_shifted_sum(scratch, max);
+    (max + total.ln(), total)
+}
+
+/// The mean cross-entropy of `logits [..., V]` (one row per position) against `targets`, one per
+/// row, `None` for a row that is not scored. A rank-0 value.
+///
+/// ```
+/// use llm_from_scratch::{constant, model::cross_entropy};
+/// // uniform logits over 4 tokens: −ln(1/4) = ln 4 whatever the target; the second row is ignored
+/// let logits = constant(&[2, 4], &[0.0, 0.0, 0.0, 0.0, 5.0, -1.0, 2.0, 0.0])?;
+/// let loss = cross_entropy(&logits, &[Some(2), None])?;
+/// assert!((loss.value()?.as_slice()[0] - 4f64.ln()).abs() < 1e-15);
+/// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+/// ```
+///
+/// # Errors
+/// [`TensorAutodiffError::RankMismatch`] for a scalar; [`TensorAutodiffError::LengthMismatch`] if
+/// there is not one target per row; [`TensorAutodiffError::InvalidArgument`] for a target `≥ V`,
+/// for no scored row, or for a non-finite logit in a scored row; `Released`.
+pub fn cross_entropy(logits: &TensorValue, targets: &[Option<usize>]) -> Result<TensorValue, TensorAutodiffError> {
+    let op = "cross_entropy";
+    let vocab = match logits.shape().last() {
+        Some(&v) if v > 0 => v,
+        _ => {
+            return Err(TensorAutodiffError::RankMismatch {
+                op,
+                expected: "at least 1 with a non-empty last axis [..., V]".into(),
+                shape: Shape::from(logits.shape()),
+            });
+        }
+    };
+    let rows = logits.len() / vocab;
+    if targets.len() != rows {
+        let shape = Shape::from(&logits.shape()[..logits.shape().len() - 1]);
+        return Err(TensorAutodiffError::LengthMismatch { op, shape, expected: rows, actual: targets.len() });
+    }
+    let invalid = |name, value: f64, reason| TensorAutodiffError::InvalidArgument { op, name, value, reason };
+    if let Some(bad) = targets.iter().flatten().find(|&&t| t >= vocab) {
+        return Err(invalid("target", *bad as f64, "must be below the vocabulary size (the last axis)"));
+    }
+    let scored = targets.iter().flatten().count();
+    if scored == 0 {
+        return Err(invalid("scored rows", 0.0, "at least one target must be given"));
+    }
+    let z = logits.read(op)?;
+    let mut scratch = vec![0.0; vocab];
+    let mut total = 0.0;
+    for (row, target) in z.as_slice().chunks(vocab).zip(targets) {
+        let Some(t) = *target else { continue };
+        if let Some(&bad) = row.iter().find(|v| !v.is_finite()) {
+            return Err(invalid("logit", bad, "logits of a scored row must be finite"));
+        }
+        total += log_sum_exp(row, &mut scratch).0 - row[t];
+    }
+    let inverse_count = 1.0 / scored as f64;
+    let targets = targets.to_vec();
+    Ok(TensorValue::record(op, vec![logits.clone()], Tensor::scalar(total * inverse_count), move |ctx| {
+        // forward: loss = (1/M) Σ_rows (lse(z) − z_t)
+        //   =>  dz_j = dloss · (softmax(z)_j − [j = t]) / M,  0 for an ignored row
+        let (z, g) = (ctx.input(0)?, ctx.grad().as_slice()[0] * inverse_count);
+        let mut dz = vec![0.0; z.len()];
+        for ((drow, row), target) in dz.chunks_mut(vocab).zip(z.as_slice().chunks(vocab)).zip(&targets) {
+            let Some(t) = *target else { continue };
+            let (_, sum) = log_sum_exp(row, drow); // drow = e^{z − max}
+            for d in drow.iter_mut() {
+                *d *= g / sum;
+            }
+            drow[t] -= g;
+        }
+        Ok(vec![Some(Tensor::from_parts(z.shape().to_vec(), dz))])
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+
+    #[test]
+    fn hand_values_and_stability() {
+        // [0, ln 3]: softmax [1/4, 3/4]; target 1 → −ln(3/4); huge logits do not overflow
+        let x = constant(&[2, 2], &[0.0, 3f64.ln(), 1000.0, 1000.0 + 3f64.ln()]).unwrap();
+        let loss = cross_entropy(&x, &[Some(1), Some(1)]).unwrap().value().unwrap();
+        assert!((loss.as_slice()[0] - (4.0f64 / 3.0).ln()).abs() < 1e-12);
+        // gradient of the mean over 2 rows: row 0 → ([1/4, 3/4] − [0, 1]) / 2
+        let p = crate::autodiff::parameter(&[1, 2], &[0.0, 3f64.ln()]).unwrap();
+        let grads = cross_entropy(&p, &[Some(1)]).unwrap().backward().unwrap();
+        let g = grads.get(&p).unwrap().as_slice();
+        assert!((g[0] - 0.25).abs() < 1e-15 && (g[1] + 0.25).abs() < 1e-15, "{g:?}");
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        let x = constant(&[2, 3], &[0.0; 6]).unwrap();
+        let err = cross_entropy(&x, &[Some(3), None]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cross_entropy: target = 3 is invalid (must be below the vocabulary size (the last axis))"
+        );
+        assert!(cross_entropy(&x, &[None, None]).unwrap_err().to_string().contains("scored rows = 0"));
+        assert!(cross_entropy(&x, &[Some(0)]).unwrap_err().to_string().starts_with("cross_entropy: shape [2] holds 2"));
+        assert!(cross_entropy(&constant(&[], &[1.0]).unwrap(), &[Some(0)]).is_err());
+        let inf = constant(&[1, 2], &[f64::INFINITY, 0.0]).unwrap();
+        assert!(cross_entropy(&inf, &[Some(0)]).unwrap_err().to_string().contains("logit = inf"));
+    }
+
+    #[test]
+    fn gradcheck_cross_entropy_with_ignored_rows() {
+        let z = Tensor::new(&[2, 3, 5], (0..30).map(|i| (i as f64 * 0.77).sin() * 3.0).collect()).unwrap();
+        let targets = [Some(4), None, Some(0), Some(2), None, Some(2)];
+        let report =
+            gradcheck(&[("logits", z)], &GradcheckConfig::default(), |v| cross_entropy(&v[0], &targets)).unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+}

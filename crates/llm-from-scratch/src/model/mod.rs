@@ -1,0 +1,59 @@
+//! A decoder-only language model of the LLaMA family, and what it takes to train it and to
+//! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
+//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache.
+//!
+//! ```
+//! use llm_from_scratch::model::{
+//!     AdamWConfig, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, TokenBatch, Trainer, TrainingConfig,
+//! };
+//! use llm_from_scratch::nn::SplitMix64;
+//! let mut rng = SplitMix64::new(0);
+//! let model = Decoder::new(DecoderConfig::new(8, 16, 1, 2).with_rope(16, 100.0), &mut rng)?;
+//! let schedule = LrSchedule::warmup_cosine(1e-2, 1e-3, 5, 60)?;
+//! let mut trainer = Trainer::new(model, TrainingConfig { adamw: AdamWConfig::default(), schedule, clip_norm: Some(1.0) })?;
+//! // learn one sequence by heart: 0 1 2 3 4 5 6 7
+//! let batch = TokenBatch::next_token(&[(0..8).collect()], 0)?;
+//! let first = trainer.step(&batch)?.loss; // ≈ ln 8 = 2.08
+//! for _ in 1..60 {
+//!     trainer.step(&batch)?;
+//! }
+//! let model = trainer.into_model();
+//! assert!(model.evaluate(&batch)?.loss < first / 10.0);
+//! let generated = model.generate(&[0, 1, 2], 5, Sampling::Greedy, Decoding::KvCache, &mut rng)?;
+//! assert_eq!(generated.tokens, [3, 4, 5, 6, 7]);
+//! # Ok::<(), llm_from_scratch::model::ModelError>(())
+//! ```
+
+mod adamw;
+mod batch;
+mod block;
+mod clip;
+mod config;
+mod decoder;
+mod embedding;
+mod error;
+mod evaluate;
+mod feed_forward;
+mod generate;
+mod loss;
+pub mod names;
+mod sampling;
+mod schedule;
+mod train;
+
+pub use adamw::{AdamW, AdamWConfig, decays};
+pub use batch::TokenBatch;
+pub use block::DecoderBlock;
+pub use clip::{clip_global_norm, global_norm};
+pub use config::DecoderConfig;
+pub use decoder::Decoder;
+pub use embedding::TokenEmbedding;
+pub use error::ModelError;
+pub use evaluate::Evaluation;
+pub use feed_forward::SwiGlu;
+pub use generate::{Decoding, Generation};
+pub use loss::cross_entropy;
+pub use names::parameter_shapes;
+pub use sampling::{Sampling, argmax, top_k_distribution};
+pub use schedule::LrSchedule;
+pub use train::{StepReport, Trainer, TrainingConfig};
