@@ -277,3 +277,37 @@ fn non_finite_inputs_are_propagated_not_hidden() {
     assert!(out.output.value().unwrap().as_slice().iter().any(|v| v.is_nan()), "NaN reaches the output");
     assert!(!llm_from_scratch::Tape::of(&out.output).all_finite(), "and the tape check reports it");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+    #[test]
+    fn decoder_from_hostile_configurations_and_tokens(
+        vocab in prop_oneof![4 => 2usize..6, 1 => 0usize..2, 1 => Just(usize::MAX)],
+        width in prop_oneof![4 => Just(4usize), 2 => Just(8usize), 1 => 0usize..9, 1 => Just(1usize << 40)],
+        layers in prop_oneof![4 => 1usize..3, 1 => Just(0usize)], heads in prop_oneof![4 => 1usize..3, 1 => 0usize..4],
+        capacity in prop_oneof![4 => 4usize..10, 1 => 0usize..4],
+        tokens in proptest::collection::vec(prop_oneof![8 => 0usize..6, 1 => Just(usize::MAX)], 0..10),
+        rows in 0usize..3, steps in 0usize..6, seed in any::<u64>()
+    ) {
+        use llm_from_scratch::model::{Decoder, DecoderConfig, Decoding, Sampling, TokenBatch};
+        let mut rng = SplitMix64::new(seed);
+        let config = DecoderConfig::new(vocab, width, layers, heads).with_rope(capacity, 100.0);
+        let Ok(model) = Decoder::new(config, &mut rng) else {
+            return Ok(());
+        };
+        let t = tokens.len() / rows.max(1);
+        if let Ok(logits) = model.forward(&tokens[..rows * t], [rows, t]) {
+            prop_assert!(finite(&logits));
+        }
+        let sequences: Vec<Vec<usize>> = tokens.chunks(t.max(1)).take(rows).map(<[usize]>::to_vec).collect();
+        if let Ok(batch) = TokenBatch::next_token(&sequences, 1) {
+            if let Ok(loss) = model.loss(&batch) {
+                prop_assert!(finite(&loss));
+                prop_assert!(loss.backward().is_ok());
+            }
+        }
+        for decoding in [Decoding::KvCache, Decoding::Recompute] {
+            let _ = model.generate(&tokens, steps, Sampling::Greedy, decoding, &mut rng);
+        }
+    }
+}
