@@ -1,8 +1,8 @@
 //! # llm-from-scratch
 //!
 //! How a modern LLM's attention works, built from the ground up in `f64`: a small tape-based
-//! autodiff ([`autodiff`]), the layers on top of it ([`nn`]) and the attention family
-//! ([`attention`]).
+//! autodiff ([`autodiff`]), the layers on top of it ([`nn`]), the attention family
+//! ([`attention`]) and a small decoder-only language model built from them ([`model`]).
 //!
 //! ```
 //! use llm_from_scratch::{constant, parameter};

@@ -89,15 +89,7 @@ fn gradcheck_latent_attention_both_paths() {
     inputs.extend(params.iter().map(|(n, t)| (n.as_str(), t.clone())));
     for absorbed in [false, true] {
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| -> Result<TensorValue, AttentionError> {
-            let w = llm_from_scratch::attention::LatentWeights {
-                query: v[1].clone(),
-                query_rope: v[2].clone(),
-                down: v[3].clone(),
-                key_rope: v[4].clone(),
-                up_key: v[5].clone(),
-                up_value: v[6].clone(),
-                output: v[7].clone(),
-            };
+            let w = llm_from_scratch::attention::LatentWeights::from_ordered(&v[1..])?;
             let layer = LatentAttention::from_weights(config(), w)?;
             Ok(if absorbed { layer.forward_absorbed(&v[0], 1)? } else { layer.forward(&v[0], 1)? }.output)
         });
@@ -116,6 +108,10 @@ fn errors_are_typed() {
         LatentAttention::new(zero, &mut rng).unwrap_err().to_string(),
         "attention config: latent width must be positive, got 0"
     );
+    assert!(matches!(
+        llm_from_scratch::attention::LatentWeights::from_ordered(&[]),
+        Err(AttentionError::ParameterShape { name: "latent weight list", .. })
+    ));
     let zero_heads = LatentConfig { heads: 0, ..config() };
     assert_eq!(LatentAttention::new(zero_heads, &mut rng).unwrap_err(), AttentionError::ZeroSize { what: "heads" });
     let no_rope = LatentConfig { rope_width: 0, ..config() };

@@ -238,15 +238,7 @@ fn check_both_paths(rng: &mut SplitMix64) -> DemoResult<Vec<(&'static str, Gradc
     for (path, absorbed) in [("direct", false), ("absorbed", true)] {
         let report = gradcheck(&inputs, &config, |v: &[TensorValue]| -> DemoResult<TensorValue> {
             // the order of `parameters()`: query, query_rope, down, key_rope, up_key, up_value, output
-            let weights = llm_from_scratch::attention::LatentWeights {
-                query: v[1].clone(),
-                query_rope: v[2].clone(),
-                down: v[3].clone(),
-                key_rope: v[4].clone(),
-                up_key: v[5].clone(),
-                up_value: v[6].clone(),
-                output: v[7].clone(),
-            };
+            let weights = llm_from_scratch::attention::LatentWeights::from_ordered(&v[1..])?;
             let layer = LatentAttention::from_weights(small_config(), weights)?;
             let out = if absorbed { layer.forward_absorbed(&v[0], 1)? } else { layer.forward(&v[0], 1)? };
             Ok(out.output)

@@ -100,6 +100,33 @@ pub struct LatentWeights {
     pub output: TensorValue,
 }
 
+impl LatentWeights {
+    /// The weights from a list in the order of [`LatentAttention::parameters`]: query, query_rope,
+    /// down, key_rope, up_key, up_value, output (e.g. the leaves a gradient check hands back).
+    ///
+    /// # Errors
+    /// [`AttentionError::ParameterShape`] naming the list when it does not hold exactly seven.
+    pub fn from_ordered(list: &[TensorValue]) -> Result<Self, AttentionError> {
+        let [query, query_rope, down, key_rope, up_key, up_value, output] = list else {
+            return Err(AttentionError::ParameterShape {
+                name: "latent weight list",
+                expected: Shape(vec![7]),
+                actual: Shape(vec![list.len()]),
+            });
+        };
+        let c = |v: &TensorValue| v.clone();
+        Ok(Self {
+            query: c(query),
+            query_rope: c(query_rope),
+            down: c(down),
+            key_rope: c(key_rope),
+            up_key: c(up_key),
+            up_value: c(up_value),
+            output: c(output),
+        })
+    }
+}
+
 /// Everything a forward pass returns.
 #[derive(Clone, Debug)]
 pub struct LatentOutput {
