@@ -300,11 +300,11 @@ proptest! {
             prop_assert!(finite(&logits));
         }
         let sequences: Vec<Vec<usize>> = tokens.chunks(t.max(1)).take(rows).map(<[usize]>::to_vec).collect();
-        if let Ok(batch) = TokenBatch::next_token(&sequences, 1) {
-            if let Ok(loss) = model.loss(&batch) {
-                prop_assert!(finite(&loss));
-                prop_assert!(loss.backward().is_ok());
-            }
+        if let Ok(batch) = TokenBatch::next_token(&sequences, 1)
+            && let Ok(loss) = model.loss(&batch)
+        {
+            prop_assert!(finite(&loss));
+            prop_assert!(loss.backward().is_ok());
         }
         for decoding in [Decoding::KvCache, Decoding::Recompute] {
             let _ = model.generate(&tokens, steps, Sampling::Greedy, decoding, &mut rng);

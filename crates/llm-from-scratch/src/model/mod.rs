@@ -27,6 +27,7 @@
 mod adamw;
 mod batch;
 mod block;
+mod checkpoint;
 mod clip;
 mod config;
 mod decoder;
@@ -44,6 +45,7 @@ mod train;
 pub use adamw::{AdamW, AdamWConfig, decays};
 pub use batch::TokenBatch;
 pub use block::DecoderBlock;
+pub use checkpoint::{CheckpointError, hf_llama_config, load_checkpoint, load_hf_llama, save_checkpoint};
 pub use clip::{clip_global_norm, global_norm};
 pub use config::DecoderConfig;
 pub use decoder::Decoder;
