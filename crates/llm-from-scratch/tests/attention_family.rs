@@ -113,7 +113,9 @@ fn decode_in_chunks(layer: &GroupedQueryAttention, x: &Tensor, chunks: &[usize])
 fn token_by_token_and_chunked_prefill_equal_the_full_pass() {
     let mut rng = SplitMix64::new(4);
     for window in [None, Some(SlidingWindow::Inclusive(2)), Some(SlidingWindow::Exclusive(3))] {
-        let mut config = AttentionConfig::new(12, 4, 2, 4).with_rope(32, 10_000.0).with_bias(true);
+        // sinks too when windowed: the cached path must add them to every softmax
+        let mut config =
+            AttentionConfig::new(12, 4, 2, 4).with_rope(32, 10_000.0).with_bias(true).with_sinks(window.is_some());
         config.window = window;
         let layer = GroupedQueryAttention::new("a", config, &mut rng).unwrap();
         let x = random(&[2, 7, 12], &mut rng);

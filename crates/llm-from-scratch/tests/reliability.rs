@@ -311,3 +311,55 @@ proptest! {
         }
     }
 }
+
+/// Defects a code review found, kept as regression tests.
+#[test]
+fn regressions_found_by_review() {
+    use llm_from_scratch::attention::SlidingWindow;
+    use llm_from_scratch::tensor::kernels::{MatRef, matmul};
+    let mut rng = SplitMix64::new(1);
+    // 1. zero-stride views whose m·n overflows must not pass for an empty destination
+    let one = [0.0];
+    let (a, b) = (MatRef::new(&one, 1 << 32, 1, 0, 0).unwrap(), MatRef::new(&one, 1, 1 << 32, 0, 0).unwrap());
+    assert!(matmul(&mut [], a, b, false, true).is_err());
+    // 2. broadcast and product outputs beyond the size limit are typed errors, not aborts
+    let tall = TensorValue::leaf(Tensor::zeros(&[1 << 24, 1]).unwrap(), false);
+    let wide = TensorValue::leaf(Tensor::zeros(&[1 << 24]).unwrap(), false);
+    assert!(matches!(tall.add(&wide), Err(llm_from_scratch::TensorAutodiffError::ShapeOverflow { .. })));
+    let row = TensorValue::leaf(Tensor::zeros(&[1, 1 << 24]).unwrap(), false);
+    assert!(tall.matmul(&row).is_err());
+    // 3. a window wider than any sequence: tiled = explicit, no overflow; offsets that overflow are errors
+    let q = filled(&[1, 2, 130, 4], 2);
+    let k = filled(&[1, 1, 130, 4], 3);
+    let vis = Visibility { window: Some(SlidingWindow::Inclusive(usize::MAX)), ..Visibility::default() };
+    let t = tiled_attention(&q, &k, &k, None, &vis).unwrap().value().unwrap();
+    let e = grouped_attention(&q, &k, &k, None, &vis).unwrap().output().value().unwrap();
+    assert!(t.max_abs_diff(&e).unwrap() < 1e-12);
+    let far = Visibility { query_offset: usize::MAX, ..Visibility::default() };
+    assert!(tiled_attention(&q, &k, &k, None, &far).is_err());
+    assert!(grouped_attention(&q, &k, &k, None, &far).is_err());
+    let no_width = filled(&[1, 1, 2, 0], 4);
+    assert!(tiled_attention(&no_width, &no_width, &no_width, None, &Visibility::default()).is_err());
+    // 4. a window far wider than the capacity keeps the cache at the capacity
+    let config = AttentionConfig::new(4, 2, 1, 2).with_rope(8, 100.0).with_window(SlidingWindow::Exclusive(1 << 40));
+    let layer = GroupedQueryAttention::new("g", config, &mut rng).unwrap();
+    let mut cache = layer.new_cache(1);
+    assert!(layer.forward_cached(&filled(&[1, 3, 4], 5), &mut cache).is_ok());
+    // 5. rms_norm's backward on an empty last axis
+    let x = TensorValue::leaf(Tensor::zeros(&[2, 0]).unwrap(), true);
+    let gain = TensorValue::leaf(Tensor::zeros(&[0]).unwrap(), true);
+    assert!(x.rms_norm(&gain, 1e-6).unwrap().sum().unwrap().backward().is_ok());
+    // 6. per-row RoPE positions need an axis besides [T, d_h]
+    let rope = RotaryEmbedding::new(2, 8, 10.0).unwrap();
+    assert!(rope.rotate_at(&filled(&[3, 2], 6), &[0; 9]).is_err());
+    // 7. the same leaf as two weights would be updated twice: rejected
+    let w = TensorValue::leaf(Tensor::zeros(&[4, 4]).unwrap(), true);
+    let other = |s| TensorValue::leaf(filled(&[4, 4], s).value().unwrap(), true);
+    assert!(MultiHeadAttention::from_parameters(w.clone(), w, other(7), other(8), 2, 8, 10.0).is_err());
+    // 8. huge but finite gradients have a finite global norm; an empty range draws nothing
+    let big = [Tensor::new(&[2], vec![3e200, 4e200]).unwrap()];
+    assert!((llm_from_scratch::model::global_norm(&big) - 5e200).abs() < 1e186);
+    let before = rng.clone();
+    assert_eq!(rng.below(0), 0);
+    assert_eq!(rng, before);
+}

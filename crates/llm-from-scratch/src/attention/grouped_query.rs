@@ -16,6 +16,7 @@
 //! Options: a sliding window ([`SlidingWindow`]), key padding with explicit positions, and dropout
 //! on the attention weights and on the output (training only).
 
+use crate::attention::memory::total;
 use crate::attention::scaled_dot_product::grouped_attention_with;
 use crate::attention::{AttentionError, Branch, SlidingWindow, Stage, Visibility, tiled_attention};
 use crate::autodiff::TensorValue;
@@ -198,15 +199,23 @@ impl AttentionConfig {
     /// Scalars in the layer: `2·d·d_h·(H+G)` (+ `H·d_h + 2·G·d_h + d` with biases, + `H` sinks).
     pub fn parameter_count(&self) -> usize {
         let (d, dh, h, g) = (self.model_width, self.head_width, self.query_heads, self.kv_heads);
-        2 * d * dh * (h + g) + if self.bias { h * dh + 2 * g * dh + d } else { 0 } + if self.sinks { h } else { 0 }
+        let weights = crate::attention::memory::product(&[2, d, dh, h.saturating_add(g)]);
+        let biases = if self.bias { total(&[product3(h, dh, 1), product3(2, g, dh), d as u128]) } else { 0 };
+        let total = total(&[weights, biases, if self.sinks { h as u128 } else { 0 }]);
+        usize::try_from(total).unwrap_or(usize::MAX) // saturates for sizes no machine could hold
     }
 
     /// Bytes of a KV cache over `layers` such layers: `2·L·G·d_h·T·B·b` for `tokens` positions
     /// (capped by the window's visible keys), `batch` rows and `bytes_per_value` (2 for fp16).
     pub fn kv_cache_bytes(&self, layers: usize, tokens: usize, batch: usize, bytes_per_value: usize) -> u128 {
         let kept = self.window.map_or(tokens, |w| tokens.min(w.visible_keys()));
-        [2, layers, self.kv_heads, self.head_width, kept, batch, bytes_per_value].iter().map(|&v| v as u128).product()
+        crate::attention::memory::product(&[2, layers, self.kv_heads, self.head_width, kept, batch, bytes_per_value])
     }
+}
+
+/// `a·b·c` in u128 (saturating), for parameter counts.
+fn product3(a: usize, b: usize, c: usize) -> u128 {
+    crate::attention::memory::product(&[a, b, c])
 }
 
 /// Per-call options of [`GroupedQueryAttention::forward_with`].
@@ -312,7 +321,9 @@ impl GroupedQueryAttention {
         let sinks = config.sinks.then(|| {
             TensorValue::leaf(crate::Tensor::from_parts(vec![config.query_heads], vec![0.0; config.query_heads]), true)
         });
-        Ok(Self { prefix: prefix.to_string(), config, qkv, output, rope, sinks })
+        let layer = Self { prefix: prefix.to_string(), config, qkv, output, rope, sinks };
+        layer.checked_parameters()?;
+        Ok(layer)
     }
 
     /// Uses an existing leaf `[H]` as the sink logits (the configuration must enable sinks).
@@ -329,6 +340,7 @@ impl GroupedQueryAttention {
             });
         }
         self.sinks = Some(sinks);
+        self.checked_parameters()?;
         Ok(self)
     }
 
@@ -357,14 +369,21 @@ impl GroupedQueryAttention {
         &self.output
     }
 
-    /// All parameters under their dotted names (Q, K, V, O weights, then biases).
-    pub fn parameters(&self) -> NamedParameters {
+    /// The parameter list, rejecting a node used for two parameters (e.g. the same leaf passed as
+    /// `W_Q` and `W_K`): each parameter must be its own leaf so that its update is applied once.
+    fn checked_parameters(&self) -> Result<NamedParameters, AttentionError> {
         let mut list = self.qkv.parameters();
         list.extend(self.output.parameters());
         if let Some(s) = &self.sinks {
             list.push(crate::nn::NamedParameter::new(format!("{}.sinks", self.prefix), s.clone()));
         }
-        NamedParameters::try_new(list).unwrap_or_default()
+        NamedParameters::try_new(list).map_err(|source| AttentionError::Layer { stage: Stage::Projection, source })
+    }
+
+    /// All parameters under their dotted names (Q, K, V, O weights, then biases, then sinks).
+    pub fn parameters(&self) -> NamedParameters {
+        // every constructor checked this list, so it cannot fail here
+        self.checked_parameters().unwrap_or_default()
     }
 
     /// Scalars in the layer.

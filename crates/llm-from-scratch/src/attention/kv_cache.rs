@@ -81,7 +81,8 @@ impl KvCache {
     pub fn for_layer(layer: &GroupedQueryAttention, batch: usize) -> Self {
         let c = layer.config();
         // a future query at p ≥ next sees keys j > p − visible: the last visible − 1 positions
-        let ring = c.window.map(|w| w.visible_keys().saturating_sub(1));
+        // (never more than the layer's capacity, however wide the window)
+        let ring = c.window.map(|w| w.visible_keys().saturating_sub(1).min(c.max_positions));
         Self {
             batch,
             kv_heads: c.kv_heads,
@@ -236,14 +237,17 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail
 }
 
-/// Softmax-weighted sum for one query row over `keys` given as `(position, key, value)`;
-/// `scores` is scratch space of at least `keys.len()`.
+/// Softmax-weighted sum for one query row over `keys` given as `(position, key, value)`, with an
+/// optional sink logit (a key with a zero value vector); `scores` is scratch space of at least
+/// `keys.len()`.
+#[allow(clippy::too_many_arguments)]
 fn attend_row(
     q: &[f64],
     query_position: usize,
     keys: &[(usize, &[f64], &[f64])],
     window: Option<SlidingWindow>,
     scale: f64,
+    sink: Option<f64>,
     scores: &mut [f64],
     out: &mut [f64],
 ) {
@@ -251,12 +255,13 @@ fn attend_row(
     for (s, (p, k, _)) in scores.iter_mut().zip(keys) {
         *s = if visible(query_position, *p, window) { dot(q, k) * scale } else { f64::NEG_INFINITY };
     }
-    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let max = scores.iter().copied().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
     out.fill(0.0);
     if max == f64::NEG_INFINITY {
         return; // no visible key: attend to nothing (zeros), as in the full pass
     }
-    let total = exp_shifted_sum(scores, max);
+    // the sink joins the normaliser but adds nothing to the output
+    let total = exp_shifted_sum(scores, max) + sink.map_or(0.0, |s| crate::tensor::exp::exp(s - max));
     for (&w, (_, _, v)) in scores.iter().zip(keys) {
         if w != 0.0 {
             for (o, x) in out.iter_mut().zip(v.iter()) {
@@ -301,6 +306,10 @@ impl GroupedQueryAttention {
         let (h, g, d) = (c.query_heads, c.kv_heads, c.head_width);
         let group = c.group_size();
         let scale = 1.0 / (d as f64).sqrt();
+        let sinks = match self.sink_logits() {
+            Some(s) => Some(s.value().map_err(AttentionError::at(Stage::Softmax))?),
+            None => None,
+        };
         let mut heads = vec![0.0; b * h * t * d]; // [B,H,T,d_h]
         let cached = cache.logical_slots().collect::<Vec<_>>();
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
@@ -321,7 +330,9 @@ impl GroupedQueryAttention {
             for step in 0..t {
                 // the new keys after `step` are in the future of this query: the mask hides them
                 let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
-                attend_row(qrow, first + step, &keys, c.window, scale, &mut scores, &mut out[step * d..(step + 1) * d]);
+                let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+                let out_row = &mut out[step * d..(step + 1) * d];
+                attend_row(qrow, first + step, &keys, c.window, scale, sink, &mut scores, out_row);
             }
         });
         cache.append(&k, &v, first);
@@ -347,8 +358,9 @@ impl GroupedQueryAttention {
 /// Returns every output row produced after the prompt.
 ///
 /// # Errors
-/// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::InvalidWindow`] if
-/// `keep` is 0 or not below `max_positions`.
+/// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`
+/// is 0 and [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
+/// (`keep ≥ max_positions`).
 pub fn generate_with_cache(
     layer: &GroupedQueryAttention,
     prompt: &Tensor,
@@ -357,11 +369,13 @@ pub fn generate_with_cache(
     mut next: impl FnMut(&[f64]) -> Vec<f64>,
 ) -> Result<Vec<Vec<f64>>, AttentionError> {
     let d = layer.config().model_width;
-    if keep == 0 || keep >= layer.config().max_positions {
-        return Err(AttentionError::InvalidWindow {
-            window: format!("keep {keep}"),
-            reason: "the recomputed tail must hold at least one token and leave room for the next",
-        });
+    if keep == 0 {
+        return Err(AttentionError::ZeroSize { what: "the number of tokens kept on a reset" });
+    }
+    let capacity = layer.config().max_positions;
+    if keep >= capacity {
+        // after a reset the kept tokens take positions 0..keep and the next token needs one more
+        return Err(AttentionError::PositionOutOfRange { start: 0, end: keep.saturating_add(1), capacity });
     }
     let mut cache = layer.new_cache(1);
     let mut history: Vec<Vec<f64>> = prompt.as_slice().chunks(d.max(1)).map(<[f64]>::to_vec).collect();

@@ -50,12 +50,21 @@ impl LatentConfig {
     /// Scalars in the layer: `W_Q, W_QR, W_DKV, W_KR, W_UK, W_UV, W_O`.
     pub fn parameter_count(&self) -> usize {
         let (d, h, dh, dc, dr) = (self.model_width, self.heads, self.head_width, self.latent_width, self.rope_width);
-        d * h * dh + d * h * dr + d * dc + d * dr + dc * h * dh + dc * h * dh + h * dh * d
+        let p = crate::attention::memory::product;
+        let total = crate::attention::memory::total(&[
+            p(&[d, h, dh]),
+            p(&[d, h, dr]),
+            p(&[d, dc]),
+            p(&[d, dr]),
+            p(&[2, dc, h, dh]),
+            p(&[h, dh, d]),
+        ]);
+        usize::try_from(total).unwrap_or(usize::MAX) // saturates for sizes no machine could hold
     }
 
     /// Numbers cached per token and layer: `d_c + d_r` (versus `2·G·d_h` for grouped attention).
     pub fn cached_per_token(&self) -> usize {
-        self.latent_width + self.rope_width
+        self.latent_width.saturating_add(self.rope_width)
     }
 
     fn validate(&self) -> Result<RotaryEmbedding, AttentionError> {
@@ -180,8 +189,8 @@ impl LatentAttention {
     /// A layer with weights uniform in `±1/√fan_in`, drawn from a trial copy of `rng`.
     ///
     /// # Errors
-    /// [`AttentionError::Unsupported`] for a zero size, [`AttentionError::Rope`] for a bad RoPE width
-    /// (zero or odd), capacity or base.
+    /// [`AttentionError::ZeroSize`] for a zero size, [`AttentionError::OddRopeWidth`], then
+    /// [`AttentionError::Rope`] for a zero RoPE width, capacity or base.
     pub fn new(config: LatentConfig, rng: &mut SplitMix64) -> Result<Self, AttentionError> {
         config.validate()?;
         let (d, h, dh, dc, dr) =
@@ -230,7 +239,9 @@ impl LatentAttention {
                 });
             }
         }
-        Ok(Self { config, weights, rope })
+        let layer = Self { config, weights, rope };
+        layer.checked_parameters()?;
+        Ok(layer)
     }
 
     /// The configuration.
@@ -245,6 +256,12 @@ impl LatentAttention {
 
     /// The parameters under dotted names (`mla.query.weight`, …).
     pub fn parameters(&self) -> NamedParameters {
+        // `from_weights` checked this list, so it cannot fail here
+        self.checked_parameters().unwrap_or_default()
+    }
+
+    /// The parameter list, rejecting a leaf used for two weights.
+    fn checked_parameters(&self) -> Result<NamedParameters, AttentionError> {
         let w = &self.weights;
         let list = [
             ("query", &w.query),
@@ -258,7 +275,7 @@ impl LatentAttention {
         .into_iter()
         .map(|(n, v)| NamedParameter::new(format!("mla.{n}.weight"), v.clone()))
         .collect();
-        NamedParameters::try_new(list).unwrap_or_default()
+        NamedParameters::try_new(list).map_err(|source| AttentionError::Layer { stage: Stage::Projection, source })
     }
 
     /// An empty latent cache for `batch` rows.

@@ -8,6 +8,16 @@
 
 use crate::attention::SlidingWindow;
 
+/// `Σ values`, saturating at `u128::MAX`.
+pub(crate) fn total(values: &[u128]) -> u128 {
+    values.iter().fold(0u128, |acc, &v| acc.saturating_add(v))
+}
+
+/// `Π values`, saturating at `u128::MAX` (absurd sizes give a huge answer, never a panic).
+pub(crate) fn product(values: &[usize]) -> u128 {
+    values.iter().fold(1u128, |acc, &v| acc.saturating_mul(v as u128))
+}
+
 /// The cache-relevant shape of one attention layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheLayout {
@@ -35,9 +45,11 @@ impl CacheLayout {
         match *self {
             CacheLayout::Grouped { kv_heads, head_width, window } => {
                 let kept = window.map_or(tokens, |w| tokens.min(w.visible_keys()));
-                2 * kv_heads as u128 * head_width as u128 * kept as u128
+                product(&[2, kv_heads, head_width, kept])
             }
-            CacheLayout::Latent { latent_width, rope_width } => (latent_width + rope_width) as u128 * tokens as u128,
+            CacheLayout::Latent { latent_width, rope_width } => {
+                (latent_width as u128 + rope_width as u128).saturating_mul(tokens as u128)
+            }
         }
     }
 }
@@ -52,25 +64,26 @@ impl CacheLayout {
 /// assert_eq!(kv_cache_bytes(&[layer; 32], 4096, 1, 2), 2 << 30);
 /// ```
 pub fn kv_cache_bytes(layers: &[CacheLayout], tokens: usize, batch: usize, bytes_per_value: usize) -> u128 {
-    layers.iter().map(|l| l.values(tokens)).sum::<u128>() * batch as u128 * bytes_per_value as u128
+    let values = total(&layers.iter().map(|l| l.values(tokens)).collect::<Vec<_>>());
+    values.saturating_mul(product(&[batch, bytes_per_value]))
 }
 
 /// How far back information can travel through `layers` windowed layers: each layer reaches
 /// `W` positions further, so `L·W` in all (32 layers × 4096 = 131 072).
 pub fn receptive_field(layers: usize, window: usize) -> u128 {
-    layers as u128 * window as u128
+    product(&[layers, window])
 }
 
 /// A lower bound on the bytes the explicit path stores for one attention call: its scores and
 /// weights, `2·B·H·T_q·T_k` numbers of `bytes_per_value` (reshaped copies and a sink column add
 /// more). The tiled path stores `B·H·T_q` log-sum-exps instead.
 pub fn explicit_attention_bytes(batch: usize, heads: usize, t_q: usize, t_k: usize, bytes_per_value: usize) -> u128 {
-    2 * [batch, heads, t_q, t_k, bytes_per_value].iter().map(|&v| v as u128).product::<u128>()
+    product(&[2, batch, heads, t_q, t_k, bytes_per_value])
 }
 
 /// Bytes the tiled path keeps between forward and backward: one `log Σ e^s` per query row.
 pub fn tiled_attention_bytes(batch: usize, heads: usize, t_q: usize, bytes_per_value: usize) -> u128 {
-    [batch, heads, t_q, bytes_per_value].iter().map(|&v| v as u128).product()
+    product(&[batch, heads, t_q, bytes_per_value])
 }
 
 #[cfg(test)]

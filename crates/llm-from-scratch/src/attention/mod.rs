@@ -5,7 +5,7 @@ mod grouped_query;
 mod heads;
 mod kv_cache;
 mod latent;
-mod memory;
+pub(crate) mod memory;
 mod multi_head;
 mod scaled_dot_product;
 mod tiled;

@@ -222,7 +222,11 @@ pub(crate) fn grouped_attention_with(
     let k5 = k.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::Scores))?;
     let v5 = v.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::WeightedValues))?;
     let sink5 = sinks.map(|s| s.reshape(&[1, g, h / g, 1, 1])).transpose().map_err(at(Stage::Softmax))?; // [H] → [1,G,H/G,1,1]
-    let queries: Vec<usize> = (visibility.query_offset..visibility.query_offset + t_q).collect();
+    let end = visibility
+        .query_offset
+        .checked_add(t_q)
+        .ok_or(AttentionError::PositionOverflow { offset: visibility.query_offset, tokens: t_q })?;
+    let queries: Vec<usize> = (visibility.query_offset..end).collect();
     let keys: Vec<usize> = (0..t_k).collect();
     let mask = match &visibility.key_padding {
         Some(p) => {

@@ -131,7 +131,7 @@ impl Visibility {
     fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
         let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
         let future = j0 > last_q;
-        let too_old = self.window.is_some_and(|w| j1 - 1 + w.visible_keys() <= first_q);
+        let too_old = self.window.is_some_and(|w| (j1 - 1).saturating_add(w.visible_keys()) <= first_q);
         future || too_old
     }
 
@@ -139,7 +139,7 @@ impl Visibility {
     fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
         let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
         let causal_ok = j1 - 1 <= first_q;
-        let window_ok = self.window.is_none_or(|w| last_q - j0 < w.visible_keys());
+        let window_ok = self.window.is_none_or(|w| last_q.saturating_sub(j0) < w.visible_keys());
         causal_ok && window_ok && self.key_padding.is_none()
     }
 }
@@ -202,6 +202,12 @@ fn check(
     let dims = Dims { b: qs[0], h: qs[1], g: ks[1], t_q: qs[2], t_k: ks[2], d: qs[3] };
     if ks[0] != dims.b || ks[3] != dims.d || dims.g == 0 || !dims.h.is_multiple_of(dims.g) {
         return Err(fail("batch and width must agree, and H must be a multiple of G"));
+    }
+    if dims.d == 0 {
+        return Err(fail("the head width must be positive"));
+    }
+    if vis.query_offset.checked_add(dims.t_q).is_none() {
+        return Err(AttentionError::PositionOverflow { offset: vis.query_offset, tokens: dims.t_q });
     }
     if let Some(s) = sinks
         && s.shape() != [dims.h]
@@ -568,6 +574,15 @@ fn backward(
     g: &Tensor,
 ) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
     let Dims { h: h_n, g: g_n, t_q, t_k, d, .. } = dims;
+    if q.is_empty() || k.is_empty() {
+        // nothing attended: every adjoint is zero (and the sinks received no mass)
+        let zeros = |t: &Tensor| Tensor::zeros(t.shape()).map(Some);
+        let mut grads = vec![zeros(q)?, zeros(k)?, zeros(v)?];
+        if sinks.is_some() {
+            grads.push(Some(Tensor::zeros(&[h_n])?));
+        }
+        return Ok(grads);
+    }
     // D_i = dO_i · O_i: the softmax adjoint's row constant
     let delta: Vec<f64> = g
         .as_slice()

@@ -13,4 +13,4 @@ mod value;
 pub use backward::{Gradients, Tape};
 pub use gradcheck::{GradcheckConfig, GradcheckReport, GradcheckTensor, gradcheck};
 pub use ops::concat;
-pub use value::{BackwardContext, TensorValue, constant, parameter};
+pub use value::{TensorValue, constant, parameter};

@@ -214,7 +214,7 @@ impl TensorValue {
 
 /// What a backward rule may look at: the inputs of its operation, its output and the adjoint
 /// arriving at that output.
-pub struct BackwardContext<'a> {
+pub(crate) struct BackwardContext<'a> {
     pub(crate) node: &'a Node,
     pub(crate) grad: &'a Tensor,
 }

@@ -14,7 +14,14 @@ use crate::tensor::Tensor;
 
 /// `sqrt(Σ g²)` over every value of every tensor, summed in order.
 pub fn global_norm(grads: &[Tensor]) -> f64 {
-    grads.iter().flat_map(|g| g.as_slice()).map(|v| v * v).sum::<f64>().sqrt()
+    let values = || grads.iter().flat_map(|g| g.as_slice());
+    let norm = values().map(|v| v * v).sum::<f64>().sqrt();
+    if norm.is_finite() || values().any(|v| !v.is_finite()) {
+        return norm;
+    }
+    // finite values whose squares overflow (|v| ≳ 1e154): scale by the largest first
+    let largest = values().fold(0.0f64, |m, v| m.max(v.abs()));
+    largest * values().map(|v| (v / largest) * (v / largest)).sum::<f64>().sqrt()
 }
 
 /// Scales `grads` so that their global norm is at most `max_norm`; returns the norm before.

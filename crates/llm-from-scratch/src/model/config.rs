@@ -69,7 +69,7 @@ impl DecoderConfig {
             query_heads: heads,
             kv_heads: heads,
             head_width: model_width.checked_div(heads).unwrap_or(0),
-            ffn_width: (8 * model_width).div_ceil(3).div_ceil(8) * 8,
+            ffn_width: model_width.saturating_mul(8).div_ceil(3).div_ceil(8).saturating_mul(8),
             max_positions: 2048,
             rope_base: 10_000.0,
             rope_layout: RopeLayout::AdjacentPairs,
@@ -185,15 +185,29 @@ impl DecoderConfig {
 
     /// Scalars in one block: two RMSNorm gains, attention `2·d·d_h·(H+G)`, SwiGLU `3·d·ffn`.
     pub fn block_parameter_count(&self) -> usize {
-        2 * self.model_width + self.attention().parameter_count() + 3 * self.model_width * self.ffn_width
+        let p = crate::attention::memory::product;
+        let parts = [
+            p(&[2, self.model_width]),
+            self.attention().parameter_count() as u128,
+            p(&[3, self.model_width, self.ffn_width]),
+        ];
+        let total = crate::attention::memory::total(&parts);
+        usize::try_from(total).unwrap_or(usize::MAX) // saturates for sizes no machine could hold
     }
 
     /// Scalars in the model: embedding `V·d`, `N` blocks, the final gain `d`, and `d·V` for an
     /// untied head.
     pub fn parameter_count(&self) -> usize {
+        let p = crate::attention::memory::product;
         let (v, d) = (self.vocab_size, self.model_width);
-        let head = if self.tie_embeddings { 0 } else { d * v };
-        v * d + self.layers * self.block_parameter_count() + d + head
+        let head = if self.tie_embeddings { 0 } else { p(&[d, v]) };
+        let total = crate::attention::memory::total(&[
+            p(&[v, d]),
+            p(&[self.layers, self.block_parameter_count()]),
+            d as u128,
+            head,
+        ]);
+        usize::try_from(total).unwrap_or(usize::MAX)
     }
 }
 

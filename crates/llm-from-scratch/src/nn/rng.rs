@@ -49,14 +49,17 @@ impl SplitMix64 {
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
     }
 
-    /// A uniform index in `0..n` (`n > 0`), by rejection so that every index is equally likely.
+    /// A uniform index in `0..n`, by rejection so that every index is equally likely (0 for `n = 0`,
+    /// drawing nothing).
     pub fn below(&mut self, n: u64) -> u64 {
-        debug_assert!(n > 0);
-        let zone = u64::MAX - u64::MAX % n.max(1);
+        if n == 0 {
+            return 0; // an empty range has no index; 0 is returned and nothing is drawn
+        }
+        let zone = u64::MAX - u64::MAX % n;
         loop {
             let x = self.next_u64();
             if x < zone {
-                return x % n.max(1);
+                return x % n;
             }
         }
     }

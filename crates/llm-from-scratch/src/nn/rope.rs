@@ -208,8 +208,9 @@ impl RotaryEmbedding {
     /// for a position at or past capacity; [`RopeError::Tensor`] for a released input.
     pub fn rotate_at(&self, x: &TensorValue, positions: &[usize]) -> Result<TensorValue, RopeError> {
         let tokens = self.check_input(x)?;
-        let rows = x.shape()[0];
-        if positions.len() != tokens && positions.len() != rows * tokens {
+        // one row of positions per index of axis 0 needs an axis besides [T, d_h]
+        let rows = if x.shape().len() >= 3 { x.shape()[0] } else { 1 };
+        if positions.len() != tokens && positions.len() != rows.saturating_mul(tokens) {
             return Err(RopeError::InputShape {
                 shape: Shape::from(x.shape()),
                 reason: format!("{} positions given; need {tokens} or {}", positions.len(), rows * tokens),
@@ -250,8 +251,9 @@ impl RotaryEmbedding {
         let d = self.head_width;
         let half = d / 2;
         let tokens = x.shape()[x.rank() - 2];
-        let per_row = positions.len() > tokens; // one row of positions per index of axis 0
-        let lanes_per_row = x.len() / (x.shape()[0].max(1) * tokens * d).max(1);
+        let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
+        // lanes under one index of axis 0: the axes between it and [T, d_h]
+        let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
         let mut out = x.as_slice().to_vec();
         for (r, row) in out.chunks_mut(d).enumerate() {
             let t = r % tokens;

@@ -69,8 +69,9 @@ pub fn exp(x: f64) -> f64 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    // 2ᵏ in two factors when it would be subnormal (k < −1022): 2^(k+100) · 2^−100
-    let shift = select(c < SUBNORMAL, 100.0, 0.0);
+    // 2ᵏ in two factors when one would be subnormal (k < −1022: 2^(k+100) · 2^−100) or overflow
+    // (k = 1024 just below the largest finite result: 2^(k−2) · 2^2)
+    let shift = select(c < SUBNORMAL, 100.0, select(c > 709.0, -2.0, 0.0));
     let y = p * pow2(rounded + shift) * pow2(ROUNDER - shift);
     let y = select(x < UNDERFLOW, 0.0, y);
     let y = select(x > OVERFLOW, f64::INFINITY, y);
@@ -128,7 +129,7 @@ mod tests {
     fn agrees_with_the_library_exp() {
         let mut worst: f64 = 0.0;
         let mut x = -745.0;
-        while x < 709.0 {
+        while x < 709.78 {
             for dx in [0.0, 1e-7, 0.31, 0.5, 0.77] {
                 let (got, want) = (exp(x + dx), (x + dx).exp());
                 if want > 1e-300 {
@@ -166,5 +167,9 @@ mod tests {
         assert!(exp(f64::NAN).is_nan());
         assert!(exp(-744.0) > 0.0, "subnormal results survive");
         assert!((exp(1.0) - std::f64::consts::E).abs() < 1e-15);
+        for x in [709.0, 709.44, 709.5, 709.7, 709.78] {
+            let (got, want) = (exp(x), x.exp());
+            assert!(got.is_finite() && ((got - want) / want).abs() < 4e-16, "{x}: {got} vs {want}");
+        }
     }
 }

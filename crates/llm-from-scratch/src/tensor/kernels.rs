@@ -85,7 +85,9 @@ impl<'a> MatRef<'a> {
 }
 
 fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> {
-    if lhs.cols != rhs.rows || dst_len != lhs.rows * rhs.cols {
+    // checked: with zero strides a small slice can describe a huge view, and an overflowing m·n
+    // must never pass for the destination's length
+    if lhs.cols != rhs.rows || lhs.rows.checked_mul(rhs.cols) != Some(dst_len) {
         return Err(TensorAutodiffError::ShapeMismatch {
             op: "matmul kernel",
             lhs: Shape(vec![lhs.rows, lhs.cols]),

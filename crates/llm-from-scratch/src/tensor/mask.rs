@@ -33,7 +33,7 @@ impl Mask {
     /// The causal mask `[t_q, t_k]` for queries at absolute positions `offset..offset+t_q` and keys
     /// at `0..t_k`: key `j` is masked for query `i` when it lies in the future, `j > offset + i`.
     pub fn causal(t_q: usize, t_k: usize, offset: usize) -> Self {
-        let masked = (0..t_q).flat_map(|i| (0..t_k).map(move |j| j > offset + i)).collect();
+        let masked = (0..t_q).flat_map(|i| (0..t_k).map(move |j| j > offset.saturating_add(i))).collect();
         Self { shape: vec![t_q, t_k], masked }
     }
 

@@ -16,7 +16,7 @@ fn zip_broadcast(op: &'static str, a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) 
         return Ok(Tensor::from_parts(a.shape().to_vec(), values));
     }
     let out_shape = broadcast_shapes(op, a.shape(), b.shape())?;
-    let total: usize = out_shape.iter().product();
+    let total = crate::tensor::dense::element_count(op, &out_shape)?; // [n,1] + [n] asks for n² values
     let mut out = vec![0.0; total];
     let (xa, xb) = (a.as_slice(), b.as_slice());
     let sa = broadcast_strides(a.shape(), &out_shape);

@@ -50,6 +50,10 @@ impl Plan {
             });
         }
         let batch = broadcast_shapes("matmul", lb, rb)?;
+        // the output must be allocatable before anything is planned: [n,1]·[1,n] asks for n² values
+        let full: Vec<usize> = batch.iter().copied().chain([lm[0], rm[1]]).collect();
+        crate::tensor::dense::element_count("matmul", &full)?;
+        crate::tensor::dense::element_count("matmul", &batch)?;
         let mut pairs = Vec::with_capacity(batch.iter().product());
         for_each_broadcast(&batch, &broadcast_strides(lb, &batch), &broadcast_strides(rb, &batch), |_, l, r| {
             pairs.push((l, r))

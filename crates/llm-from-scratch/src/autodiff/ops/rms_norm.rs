@@ -49,6 +49,12 @@ impl TensorValue {
             let (x, g, dy) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
             let mut dx = vec![0.0; x.len()];
             let mut dg = vec![0.0; d];
+            if d == 0 {
+                return Ok(vec![
+                    Some(Tensor::from_parts(x.shape().to_vec(), dx)),
+                    Some(Tensor::from_parts(vec![0], dg)),
+                ]);
+            }
             for ((dxrow, xrow), dyrow) in dx.chunks_mut(d).zip(x.as_slice().chunks(d)).zip(dy.as_slice().chunks(d)) {
                 let r = inverse_rms(xrow, eps);
                 let dot: f64 = xrow.iter().zip(dyrow).zip(g.as_slice()).map(|((x, dy), g)| x * dy * g).sum();

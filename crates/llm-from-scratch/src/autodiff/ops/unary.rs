@@ -4,25 +4,33 @@ use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
 use crate::tensor::Tensor;
 
-/// `out[i] = f(x[i])`, with `dfdx(x, out)` as the local derivative for the backward.
+/// Which value a derivative is written in terms of: the backward reads only that one, so the other
+/// may be released.
+#[derive(Clone, Copy)]
+enum Reads {
+    /// `f'` from the input `x`.
+    Input,
+    /// `f'` from the output `f(x)` (e.g. `eˣ`).
+    Output,
+}
+
+/// `out[i] = f(x[i])`, with `dfdx` as the local derivative, in terms of the value `reads` names.
 fn unary(
     x: &TensorValue,
     op: &'static str,
     f: impl Fn(f64) -> f64,
-    dfdx: impl Fn(f64, f64) -> f64 + 'static,
+    reads: Reads,
+    dfdx: impl Fn(f64) -> f64 + 'static,
 ) -> Result<TensorValue> {
     let out = x.read(op)?.map(f);
     Ok(TensorValue::record(op, vec![x.clone()], out, move |ctx| {
         // forward: out[i] = f(x[i])  =>  dx[i] = f'(x[i]) · dout[i]
-        let (input, output) = (ctx.input(0)?, ctx.output()?);
-        let values = input
-            .as_slice()
-            .iter()
-            .zip(output.as_slice())
-            .zip(ctx.grad().as_slice())
-            .map(|((&x, &y), &g)| dfdx(x, y) * g)
-            .collect();
-        Ok(vec![Some(Tensor::from_parts(input.shape().to_vec(), values))])
+        let known = match reads {
+            Reads::Input => ctx.input(0)?,
+            Reads::Output => ctx.output()?,
+        };
+        let values = known.as_slice().iter().zip(ctx.grad().as_slice()).map(|(&v, &g)| dfdx(v) * g).collect();
+        Ok(vec![Some(Tensor::from_parts(known.shape().to_vec(), values))])
     }))
 }
 
@@ -45,7 +53,7 @@ impl TensorValue {
     /// `Released` if the operand was freed.
     pub fn exp(&self) -> Result<TensorValue> {
         // d/dx eˣ = eˣ = out
-        unary(self, "exp", f64::exp, |_, y| y)
+        unary(self, "exp", f64::exp, Reads::Output, |y| y)
     }
 
     /// Natural logarithm elementwise; `log(0) = −∞`.
@@ -64,7 +72,7 @@ impl TensorValue {
             });
         }
         // d/dx ln x = 1/x
-        unary(self, "log", f64::ln, |x, _| 1.0 / x)
+        unary(self, "log", f64::ln, Reads::Input, |x| 1.0 / x)
     }
 
     /// SiLU (swish): `x · σ(x)` with `σ(x) = 1 / (1 + e^{−x})`.
@@ -77,7 +85,8 @@ impl TensorValue {
             self,
             "silu",
             |x| x * sigmoid(x),
-            |x, _| {
+            Reads::Input,
+            |x| {
                 let s = sigmoid(x);
                 s + x * s * (1.0 - s)
             },
@@ -110,6 +119,22 @@ mod tests {
         assert_eq!(x.scale(-2.0).unwrap().value().unwrap().as_slice(), &[-0.0, -2.0, -4.0]);
         let err = constant(&[1], &[-1.0]).unwrap().log().unwrap_err();
         assert!(err.to_string().starts_with("log: input = -1"), "{err}");
+    }
+
+    #[test]
+    fn backward_reads_only_the_value_its_derivative_needs() {
+        // exp's derivative is its output: the input may be released
+        let x = crate::autodiff::parameter(&[2], &[0.0, 1.0]).unwrap();
+        let y = x.exp().unwrap();
+        x.release();
+        let g = y.sum().unwrap().backward().unwrap();
+        assert_eq!(g.get(&x).unwrap().as_slice(), &[1.0, 1f64.exp()]);
+        // log's derivative is 1/x: the output may be released
+        let x = crate::autodiff::parameter(&[1], &[4.0]).unwrap();
+        let y = x.log().unwrap();
+        let s = y.sum().unwrap();
+        y.release();
+        assert_eq!(s.backward().unwrap().get(&x).unwrap().as_slice(), &[0.25]);
     }
 
     #[test]
