@@ -2,6 +2,7 @@
 
 use thiserror::Error;
 
+use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::nn::{NnError, RopeError};
 
@@ -256,6 +257,15 @@ pub enum AttentionError {
 }
 
 impl AttentionError {
+    /// [`AttentionError::QkvShapes`] for these three operands and what they failed.
+    pub(crate) fn qkv_shapes(q: &TensorValue, k: &TensorValue, v: &TensorValue, reason: &'static str) -> Self {
+        AttentionError::QkvShapes {
+            query: Shape::from(q.shape()),
+            key: Shape::from(k.shape()),
+            value: Shape::from(v.shape()),
+            reason,
+        }
+    }
     /// Wraps a tensor error with the stage it happened in.
     pub(crate) fn at(stage: Stage) -> impl FnOnce(TensorAutodiffError) -> AttentionError {
         move |source| AttentionError::Stage { stage, source }

@@ -15,7 +15,6 @@
 
 use crate::attention::{AttentionError, Stage};
 use crate::autodiff::TensorValue;
-use crate::error::Shape;
 use crate::nn::SplitMix64;
 use crate::tensor::Mask;
 
@@ -44,12 +43,7 @@ impl AttentionOutput {
 
 fn check_shapes(q: &TensorValue, k: &TensorValue, v: &TensorValue) -> Result<(), AttentionError> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let fail = |reason| AttentionError::QkvShapes {
-        query: Shape::from(qs),
-        key: Shape::from(ks),
-        value: Shape::from(vs),
-        reason,
-    };
+    let fail = |reason| AttentionError::qkv_shapes(q, k, v, reason);
     if qs.len() < 2 || ks.len() != qs.len() || vs.len() != qs.len() {
         return Err(fail("all three must have the same rank ≥ 2: [..., T, d_h]"));
     }
@@ -166,12 +160,7 @@ pub fn causal_scaled_dot_product_self_attention(
     let r = q.shape().len();
     let (t_q, t_k) = (q.shape()[r - 2], k.shape()[r - 2]);
     if t_q != t_k {
-        return Err(AttentionError::QkvShapes {
-            query: Shape::from(q.shape()),
-            key: Shape::from(k.shape()),
-            value: Shape::from(v.shape()),
-            reason: "self-attention needs as many queries as keys",
-        });
+        return Err(AttentionError::qkv_shapes(q, k, v, "self-attention needs as many queries as keys"));
     }
     scaled_dot_product_attention(q, k, v, Some(&Mask::causal(t_q, t_k, 0)))
 }
@@ -207,12 +196,12 @@ pub(crate) fn grouped_attention_with(
 ) -> Result<AttentionOutput, AttentionError> {
     let (qs, ks) = (q.shape(), k.shape());
     if qs.len() != 4 || ks.len() != 4 || ks[1] == 0 || qs[1] % ks[1] != 0 || k.shape() != v.shape() {
-        return Err(AttentionError::QkvShapes {
-            query: Shape::from(qs),
-            key: Shape::from(ks),
-            value: Shape::from(v.shape()),
-            reason: "grouped attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d] with G dividing H",
-        });
+        return Err(AttentionError::qkv_shapes(
+            q,
+            k,
+            v,
+            "grouped attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d] with G dividing H",
+        ));
     }
     let (b, h, t_q, d) = (qs[0], qs[1], qs[2], qs[3]);
     let (g, t_k) = (ks[1], ks[2]);

@@ -190,12 +190,7 @@ fn check(
     vis: &Visibility,
 ) -> Result<Dims, AttentionError> {
     let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let fail = |reason| AttentionError::QkvShapes {
-        query: Shape::from(qs),
-        key: Shape::from(ks),
-        value: Shape::from(vs),
-        reason,
-    };
+    let fail = |reason| AttentionError::qkv_shapes(q, k, v, reason);
     if qs.len() != 4 || ks.len() != 4 || ks != vs {
         return Err(fail("tiled attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d]"));
     }
