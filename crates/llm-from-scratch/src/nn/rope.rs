@@ -16,11 +16,17 @@
 //! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
 //!   checkpoints. Choosing it lets such weights be used without permuting their rows.
 
+use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
+
+/// Rows rotated per parallel task.
+const ROWS_PER_TASK: usize = 256;
+/// Below this many values a rotation runs on one thread.
+const PARALLEL_VALUES: usize = 1 << 16;
 
 /// Which coordinates form a rotated pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,33 +244,49 @@ impl RotaryEmbedding {
         Ok(shape[shape.len() - 2])
     }
 
-    /// The coordinate indices of pair `i`.
-    fn pair(&self, i: usize) -> (usize, usize) {
-        match self.layout {
-            RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
-            RopeLayout::SplitHalves => (i, i + self.head_width / 2),
-        }
-    }
-
     /// Rotates every row by `sign ·` its angle (sign −1 is the inverse rotation, the backward).
+    ///
+    /// Rows are independent, so blocks of [`ROWS_PER_TASK`] rows run in parallel; each value is
+    /// computed the same way whatever the thread count.
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
-        let d = self.head_width;
+        let d = self.head_width; // even and ≥ 2 (checked by `new`)
         let half = d / 2;
         let tokens = x.shape()[x.rank() - 2];
         let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
         // lanes under one index of axis 0: the axes between it and [T, d_h]
         let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
         let mut out = x.as_slice().to_vec();
-        for (r, row) in out.chunks_mut(d).enumerate() {
-            let t = r % tokens;
-            let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
-            for i in 0..half {
-                let (a, b) = self.pair(i);
-                let (c, s) = (self.cos[p * half + i], sign * self.sin[p * half + i]);
-                let (xa, xb) = (row[a], row[b]);
-                row[a] = xa * c - xb * s;
-                row[b] = xa * s + xb * c;
+        let rotate_block = |(block, rows): (usize, &mut [f64])| {
+            for (k, row) in rows.chunks_exact_mut(d).enumerate() {
+                let r = block * ROWS_PER_TASK + k;
+                let t = r % tokens;
+                let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
+                let (cos, sin) = (&self.cos[p * half..(p + 1) * half], &self.sin[p * half..(p + 1) * half]);
+                let rotate = |xa: &mut f64, xb: &mut f64, c: f64, s: f64| {
+                    let s = sign * s;
+                    (*xa, *xb) = (*xa * c - *xb * s, *xa * s + *xb * c);
+                };
+                // one loop per layout, so that each is a straight vectorisable pass over the row
+                match self.layout {
+                    RopeLayout::SplitHalves => {
+                        let (lo, hi) = row.split_at_mut(half);
+                        for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(cos).zip(sin) {
+                            rotate(a, b, c, s);
+                        }
+                    }
+                    RopeLayout::AdjacentPairs => {
+                        for ((pair, &c), &s) in row.chunks_exact_mut(2).zip(cos).zip(sin) {
+                            let (a, b) = pair.split_at_mut(1);
+                            rotate(&mut a[0], &mut b[0], c, s);
+                        }
+                    }
+                }
             }
+        };
+        if out.len() >= PARALLEL_VALUES {
+            out.par_chunks_mut(ROWS_PER_TASK * d).enumerate().for_each(rotate_block);
+        } else {
+            out.chunks_mut(ROWS_PER_TASK * d).enumerate().for_each(rotate_block);
         }
         Tensor::from_parts(x.shape().to_vec(), out)
     }
@@ -342,6 +364,30 @@ mod tests {
         let row0 = rope.rotate(&x.slice_axis(0, 0, 1).unwrap(), 0).unwrap().value().unwrap();
         let row1 = rope.rotate(&x.slice_axis(0, 1, 2).unwrap(), 5).unwrap().value().unwrap();
         assert!(y.as_slice()[..24] == *row0.as_slice() && y.as_slice()[24..] == *row1.as_slice());
+    }
+
+    #[test]
+    fn the_parallel_path_equals_rotating_each_lane_alone() {
+        // [B=2, H=3, T=2048, d=8] = 98 304 values: rotated in parallel blocks of rows; each lane
+        // [T, d] alone (16 384 values) takes the one-thread path, per-row positions included
+        let (b, h, t, d) = (2, 3, 2048, 8);
+        let mut rng = SplitMix64::new(21);
+        let values: Vec<f64> = (0..b * h * t * d).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        let positions: Vec<usize> = (0..b * t).map(|i| (i * 7) % 4096).collect();
+        for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
+            let rope = RotaryEmbedding::new(d, 4096, 10_000.0).unwrap().with_layout(layout);
+            let x = Tensor::new(&[b, h, t, d], values.clone()).unwrap();
+            assert!(x.len() >= PARALLEL_VALUES && t * d < PARALLEL_VALUES);
+            for sign in [1.0, -1.0] {
+                let whole = rope.apply(&x, &positions, sign);
+                for (lane, got) in whole.as_slice().chunks(t * d).enumerate() {
+                    let alone = Tensor::new(&[t, d], values[lane * t * d..(lane + 1) * t * d].to_vec()).unwrap();
+                    let row = &positions[(lane / h) * t..(lane / h + 1) * t];
+                    let want = rope.apply(&alone, row, sign);
+                    assert!(got.iter().zip(want.as_slice()).all(|(g, w)| g.to_bits() == w.to_bits()), "{layout:?}");
+                }
+            }
+        }
     }
 
     #[test]

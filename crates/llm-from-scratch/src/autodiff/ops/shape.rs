@@ -26,7 +26,12 @@ pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
         let mut index = vec![0usize; outer_rank];
         let mut base = 0usize;
         for _ in 0..total / inner.max(1) {
-            out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+            if inner_stride == 1 {
+                // the last axis stays last (splitting or merging heads): whole rows move at once
+                out.extend_from_slice(&src[base..base + inner]);
+            } else {
+                out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+            }
             for axis in (0..outer_rank).rev() {
                 index[axis] += 1;
                 base += walk[axis];
