@@ -2,8 +2,8 @@
 //! 1e-12 relative across causal, window, grouped, padding and offset cases.
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, OnlineSoftmax, SlidingWindow, Visibility,
-    grouped_attention, tiled_attention,
+    AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax,
+    SHORT_BLOCK, SlidingWindow, Visibility, block_size, grouped_attention, tiled_attention,
 };
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::{GradcheckConfig, Tensor, TensorValue, gradcheck};
@@ -70,6 +70,14 @@ fn the_fused_one_pass_backward_with_many_kv_lanes() {
     c.vis.key_padding = Some((0..300).map(|i| i % 37 == 0).collect());
     compare(&c, 13);
     compare(&case(8, 2, 1, 130, 130, 4), 14);
+}
+
+#[test]
+fn long_sequences_take_larger_blocks_and_still_equal_the_explicit_path() {
+    assert_eq!((block_size(1), block_size(LONG_SEQUENCE - 1)), (SHORT_BLOCK, SHORT_BLOCK));
+    assert_eq!((block_size(LONG_SEQUENCE), block_size(100_000)), (LONG_BLOCK, LONG_BLOCK));
+    // the last 130 queries over 2088 keys: blocks of 128, two query blocks, 17 key blocks
+    compare(&case(1, 2, 1, 130, LONG_SEQUENCE + 40, 4), 15);
 }
 
 #[test]

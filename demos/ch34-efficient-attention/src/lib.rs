@@ -29,8 +29,10 @@
 //!
 //! ## Tiled ("flash") attention
 //!
-//! Queries go in blocks of `BLOCK_Q = 128` rows and keys in blocks of `BLOCK_K = 128`. Each query
-//! row folds in one key block at a time with the merge above. Blocks that causality or the
+//! Queries and keys go in square blocks: 64 rows, or 128 from 2048 keys on (`block_size`; a causal
+//! block on the diagonal is computed whole though half of it is hidden, so short sequences take
+//! small blocks and long ones the faster large products). Each query row folds in one key block
+//! at a time with the merge above. Blocks that causality or the
 //! window hide entirely are skipped. Between forward and backward the kernel keeps only
 //! `log Σ e^s` per query row (`B·H·T` numbers instead of `2·B·H·T²`). The backward recomputes
 //! each block's probabilities as `P = e^{S − lse}`. Both paths compute the same function and
@@ -61,9 +63,9 @@ use std::error::Error;
 use std::fmt::Display;
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionKernel, AttentionOutput, BLOCK_K, BLOCK_Q, CacheLayout, GroupedQueryAttention,
-    OnlineSoftmax, SlidingWindow, Visibility, explicit_attention_bytes, grouped_attention, kv_cache_bytes,
-    receptive_field, tiled_attention, tiled_attention_bytes,
+    AttentionConfig, AttentionKernel, AttentionOutput, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
+    OnlineSoftmax, SHORT_BLOCK, SlidingWindow, Visibility, block_size, explicit_attention_bytes, grouped_attention,
+    kv_cache_bytes, receptive_field, tiled_attention, tiled_attention_bytes,
 };
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands, fmt_values};
@@ -430,7 +432,7 @@ pub fn render_report(evidence: &Evidence) -> String {
          output; one global layer in four keeps a 32k-token cache at 1408 MiB instead of 4096 MiB"
             .to_string(),
         format!(
-            "config=block_q:{BLOCK_Q} block_k:{BLOCK_K} tolerance:1e-12(relative) \
+            "config=block:{SHORT_BLOCK}(T<{LONG_SEQUENCE})/{LONG_BLOCK}(T>={LONG_SEQUENCE}) tolerance:1e-12(relative) \
              block_a:scores:{} values:[[1,0],[0,1]] block_b:scores:{} values:[[1,1],[-1,2]] shift:{} \
              sink_tokens:[[1,0],[0,1],[1,1]] sink_logits:{} seed:{SEED}",
             fmt_values(&BLOCK_A.0),
@@ -458,8 +460,8 @@ pub fn render_report(evidence: &Evidence) -> String {
         ),
         format!(
             "blocks=T:200 query_blocks:{} last_block_rows:{} (T is not a multiple of the block)",
-            200_usize.div_ceil(BLOCK_Q),
-            200 % BLOCK_Q
+            200_usize.div_ceil(block_size(200)),
+            200 % block_size(200)
         ),
     ];
     for (i, c) in e.comparisons.iter().enumerate() {

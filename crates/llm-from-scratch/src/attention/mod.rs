@@ -21,5 +21,5 @@ pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
 pub use scaled_dot_product::{
     AttentionOutput, causal_scaled_dot_product_self_attention, grouped_attention, scaled_dot_product_attention,
 };
-pub use tiled::{BLOCK_K, BLOCK_Q, OnlineSoftmax, Visibility, tiled_attention};
+pub use tiled::{LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax, SHORT_BLOCK, Visibility, block_size, tiled_attention};
 pub use window::{SlidingWindow, attention_mask, visible};

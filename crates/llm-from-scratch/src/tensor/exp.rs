@@ -12,8 +12,11 @@
 //!
 //! It agrees with `f64::exp` to a few ulp (a test checks 4e-16 relative over the range softmax
 //! uses), returns exactly 1 at 0 and exactly 0 below −745.2, and is a pure function of its input:
-//! the same value on every thread and for every slice length. No fused multiply-add is used, so
-//! the vectorised and scalar loops give bitwise the same results.
+//! the same value on every thread and for every slice length. The reduction and the polynomial
+//! use fused multiply-adds (`a·b + c` rounded once), which halves the work of the polynomial; a
+//! fused multiply-add is exactly specified by IEEE 754, so every compiled version — AVX-512,
+//! AVX2 with FMA, or the portable one, where the processor lacks FMA and the library computes it
+//! — gives bitwise the same result.
 
 /// Below this, `eˣ` is 0 in f64 (the smallest subnormal is 4.9e-324 = e^−744.4).
 const UNDERFLOW: f64 = -745.2;
@@ -45,30 +48,49 @@ fn select(take_a: bool, a: f64, b: f64) -> f64 {
 }
 
 /// `eˣ` (see the module docs). NaN gives NaN, +∞ gives +∞, −∞ gives 0.
-#[inline(always)]
 pub fn exp(x: f64) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "fma")]
+        fn with_fma(x: f64) -> f64 {
+            exp_inline(x)
+        }
+        // SAFETY: the processor has FMA (checked just above).
+        #[allow(unsafe_code)]
+        return unsafe { with_fma(x) };
+    }
+    exp_inline(x)
+}
+
+/// The body of [`exp`], inlined into each loop that is compiled for a given instruction set.
+#[inline(always)]
+fn exp_inline(x: f64) -> f64 {
     // bring x into the range the reduction handles; the selects at the end restore the edges.
     // Below UNDERFLOW (masked scores are −∞) compute with 0 instead: clamping to −745 would run
     // the whole evaluation on subnormal numbers, which many processors execute very slowly.
     let c = select(x < UNDERFLOW, 0.0, x.min(OVERFLOW));
-    let rounded = c * std::f64::consts::LOG2_E + ROUNDER;
+    let rounded = c.mul_add(std::f64::consts::LOG2_E, ROUNDER);
     let k = rounded - ROUNDER;
-    let r = (c - k * LN2_HI) - k * LN2_LO;
-    // Horner form of Σ rⁿ/n!, n = 0..=13
-    let mut p = 1.0 / 6_227_020_800.0;
-    p = p * r + 1.0 / 479_001_600.0;
-    p = p * r + 1.0 / 39_916_800.0;
-    p = p * r + 1.0 / 3_628_800.0;
-    p = p * r + 1.0 / 362_880.0;
-    p = p * r + 1.0 / 40_320.0;
-    p = p * r + 1.0 / 5_040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, c));
+    // Horner form of Σ rⁿ/n!, n = 0..=13, one fused multiply-add per degree
+    let mut p: f64 = 1.0 / 6_227_020_800.0;
+    for coefficient in [
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p.mul_add(r, coefficient);
+    }
     // 2ᵏ in two factors when one would be subnormal (k < −1022: 2^(k+100) · 2^−100) or overflow
     // (k = 1024 just below the largest finite result: 2^(k−2) · 2^2)
     let shift = select(c < SUBNORMAL, 100.0, select(c > 709.0, -2.0, 0.0));
@@ -81,26 +103,38 @@ pub fn exp(x: f64) -> f64 {
 /// `xᵢ ← e^{xᵢ − shift}` for every value, returning their sum.
 ///
 /// The sum runs over eight interleaved partial sums added in a fixed order, so it vectorises and
-/// is the same on every machine. On x86-64 the loop is compiled a second time for AVX-512 and
-/// picked at run time when the processor has it; both versions perform the same IEEE operations
-/// in the same order (no fused multiply-add), so they agree bitwise.
+/// is the same on every machine. On x86-64 the loop is compiled again for AVX-512 and for AVX2
+/// with FMA, and the widest the processor has is picked at run time; every version performs the
+/// same IEEE operations in the same order, so they agree bitwise.
 pub fn exp_shifted_sum(values: &mut [f64], shift: f64) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        return exp_shifted_sum_avx512(values, shift);
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the processor has AVX-512F (checked just above).
+            #[allow(unsafe_code)]
+            return unsafe { exp_shifted_sum_avx512(values, shift) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the processor has AVX2 and FMA (checked just above).
+            #[allow(unsafe_code)]
+            return unsafe { exp_shifted_sum_avx2(values, shift) };
+        }
     }
     exp_shifted_sum_portable(values, shift)
 }
 
+/// [`exp_shifted_sum_portable`] compiled for AVX-512 (callers check the processor first).
 #[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
 fn exp_shifted_sum_avx512(values: &mut [f64], shift: f64) -> f64 {
-    #[target_feature(enable = "avx512f")]
-    fn wide(values: &mut [f64], shift: f64) -> f64 {
-        exp_shifted_sum_portable(values, shift)
-    }
-    // SAFETY: only called after `is_x86_feature_detected!("avx512f")` returned true.
-    unsafe { wide(values, shift) }
+    exp_shifted_sum_portable(values, shift)
+}
+
+/// [`exp_shifted_sum_portable`] compiled for AVX2 with FMA (callers check the processor first).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn exp_shifted_sum_avx2(values: &mut [f64], shift: f64) -> f64 {
+    exp_shifted_sum_portable(values, shift)
 }
 
 #[inline(always)]
@@ -109,13 +143,13 @@ fn exp_shifted_sum_portable(values: &mut [f64], shift: f64) -> f64 {
     let mut chunks = values.chunks_exact_mut(8);
     for chunk in &mut chunks {
         for (lane, v) in lanes.iter_mut().zip(chunk.iter_mut()) {
-            *v = exp(*v - shift);
+            *v = exp_inline(*v - shift);
             *lane += *v;
         }
     }
     let mut tail = 0.0;
     for v in chunks.into_remainder() {
-        *v = exp(*v - shift);
+        *v = exp_inline(*v - shift);
         tail += *v;
     }
     ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail
@@ -147,12 +181,47 @@ mod tests {
     }
 
     #[test]
-    fn the_wide_and_portable_loops_agree_bitwise() {
-        let base: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
-        let (mut a, mut b) = (base.clone(), base);
-        let (sa, sb) = (exp_shifted_sum(&mut a, -1.5), exp_shifted_sum_portable(&mut b, -1.5));
-        assert_eq!(sa.to_bits(), sb.to_bits());
-        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+    fn every_compiled_version_agrees_bitwise_with_the_scalar_exp() {
+        // the softmax range, the edges, and a length that leaves a tail after the 8-wide chunks
+        let mut base: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
+        base.extend([f64::NEG_INFINITY, -750.0, -744.0, 0.0, 3.5, 709.5, f64::NAN]);
+        let shift = -1.5;
+        let mut portable = base.clone();
+        let sum = exp_shifted_sum_portable(&mut portable, shift);
+        let mut versions = vec![("dispatched", exp_shifted_sum(&mut base.clone(), shift), {
+            let mut v = base.clone();
+            exp_shifted_sum(&mut v, shift);
+            v
+        })];
+        #[cfg(target_arch = "x86_64")]
+        #[allow(unsafe_code)]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                let mut v = base.clone();
+                // SAFETY: the feature was detected just above.
+                let s = unsafe { exp_shifted_sum_avx512(&mut v, shift) };
+                versions.push(("avx512", s, v));
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                let mut v = base.clone();
+                // SAFETY: the features were detected just above.
+                let s = unsafe { exp_shifted_sum_avx2(&mut v, shift) };
+                versions.push(("avx2", s, v));
+            }
+        }
+        for (name, s, values) in versions {
+            assert!(s.is_nan() && sum.is_nan(), "{name}: the NaN input poisons the sum");
+            for ((x, y), input) in values.iter().zip(&portable).zip(&base) {
+                assert_eq!(x.to_bits(), y.to_bits(), "{name} at input {input}");
+                assert_eq!(y.to_bits(), exp(input - shift).to_bits(), "the scalar exp at input {input}");
+            }
+        }
+        let mut finite: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
+        let mut again = finite.clone();
+        assert_eq!(
+            exp_shifted_sum(&mut finite, shift).to_bits(),
+            exp_shifted_sum_portable(&mut again, shift).to_bits()
+        );
     }
 
     #[test]
