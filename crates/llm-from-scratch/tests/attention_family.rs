@@ -128,6 +128,27 @@ fn token_by_token_and_chunked_prefill_equal_the_full_pass() {
 }
 
 #[test]
+fn decoding_wide_heads_over_a_wrapped_ring_equals_the_full_pass() {
+    // head width 12: scores take eight values at a time plus a tail of four; keys are scored four
+    // at a time plus a remainder; with an exclusive window of 6 the ring wraps, so the cached keys
+    // come in two stretches before this call's own
+    let mut rng = SplitMix64::new(9);
+    for window in [None, Some(SlidingWindow::Exclusive(6))] {
+        let mut config = AttentionConfig::new(24, 2, 1, 12).with_rope(40, 10_000.0);
+        config.window = window;
+        let layer = GroupedQueryAttention::new("w", config, &mut rng).unwrap();
+        let x = random(&[1, 23, 24], &mut rng);
+        let full = layer.forward(&constant(x.shape(), x.as_slice()).unwrap(), 0).unwrap().output.value().unwrap();
+        for chunks in [vec![1], vec![5, 2], vec![9]] {
+            assert!(
+                close(&decode_in_chunks(&layer, &x, &chunks), &full, 1e-12),
+                "window {window:?}, chunks {chunks:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn window_cache_holds_the_last_positions_in_order() {
     let mut rng = SplitMix64::new(5);
     let config = AttentionConfig::new(8, 2, 1, 4).with_rope(32, 100.0).with_window(SlidingWindow::Inclusive(3));

@@ -146,6 +146,12 @@ impl KvCache {
         self.next_position = 0;
     }
 
+    /// The stored slots in chronological order as at most two contiguous ranges (a ring that has
+    /// wrapped holds its oldest keys after `start`, its newest before it).
+    fn chronological_runs(&self) -> [std::ops::Range<usize>; 2] {
+        [self.start..self.len(), 0..self.start]
+    }
+
     fn logical_slots(&self) -> impl Iterator<Item = usize> + '_ {
         let n = self.len();
         (0..n).map(move |i| (self.start + i) % n.max(1))
@@ -224,37 +230,120 @@ impl KvCache {
 
 /// `Σ aᵢ·bᵢ` with eight running partial sums combined in a fixed order: vectorisable, and the same
 /// result on every run.
+#[inline(always)]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut lanes = [0.0; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    let tail: f64 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail
+    dots::<1>(a, [b])[0]
 }
 
-/// Softmax-weighted sum for one query row over `keys` given as `(position, key, value)`, with an
-/// optional sink logit (a key with a zero value vector); `scores` is scratch space of at least
-/// `keys.len()`.
+/// `R` dot products of `a` with `rows`, each summed exactly as [`dot`] sums it, computed side by
+/// side: the `R` independent chains of additions overlap, and `R` rows stream from memory at once
+/// (one dot product at a time waits on its own additions and reads too little to keep the memory
+/// busy — decoding is bound by reading the cache).
+#[inline(always)]
+fn dots<const R: usize>(a: &[f64], rows: [&[f64]; R]) -> [f64; R] {
+    let mut lanes = [[0.0; 8]; R];
+    let whole = a.len() / 8 * 8;
+    for c in (0..whole).step_by(8) {
+        let x = &a[c..c + 8];
+        for (lane, row) in lanes.iter_mut().zip(&rows) {
+            let y = &row[c..c + 8];
+            for i in 0..8 {
+                lane[i] += x[i] * y[i];
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let l = &lanes[r];
+        let tail: f64 = a[whole..].iter().zip(&rows[r][whole..]).map(|(x, y)| x * y).sum();
+        ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
+    })
+}
+
+/// Keys and values of consecutive positions, stored contiguously: `(first position, keys,
+/// values)`, `keys` and `values` holding `rows × d_h` values each.
+type Run<'a> = (usize, &'a [f64], &'a [f64]);
+
+/// Softmax-weighted sum for one query row over the keys of `runs` (chronological), with an
+/// optional sink logit (a key with a zero value vector); `scores` is scratch space for at least
+/// as many scores as there are keys.
 #[allow(clippy::too_many_arguments)]
 fn attend_row(
     q: &[f64],
     query_position: usize,
-    keys: &[(usize, &[f64], &[f64])],
+    runs: &[Run<'_>],
     window: Option<SlidingWindow>,
     scale: f64,
     sink: Option<f64>,
     scores: &mut [f64],
     out: &mut [f64],
 ) {
-    let scores = &mut scores[..keys.len()];
-    for (s, (p, k, _)) in scores.iter_mut().zip(keys) {
-        *s = if visible(query_position, *p, window) { dot(q, k) * scale } else { f64::NEG_INFINITY };
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx512f")]
+        #[allow(clippy::too_many_arguments)]
+        fn wide(
+            q: &[f64],
+            query_position: usize,
+            runs: &[Run<'_>],
+            window: Option<SlidingWindow>,
+            scale: f64,
+            sink: Option<f64>,
+            scores: &mut [f64],
+            out: &mut [f64],
+        ) {
+            attend_row_portable(q, query_position, runs, window, scale, sink, scores, out);
+        }
+        // SAFETY: the processor has AVX-512F (checked just above). Both versions perform the
+        // same IEEE operations in the same order (no fused multiply-add), so they agree bitwise.
+        #[allow(unsafe_code)]
+        unsafe {
+            wide(q, query_position, runs, window, scale, sink, scores, out)
+        };
+        return;
     }
+    attend_row_portable(q, query_position, runs, window, scale, sink, scores, out);
+}
+
+/// Keys scored side by side in [`attend_row_portable`].
+const KEYS_AT_ONCE: usize = 4;
+
+/// [`attend_row`] in portable code, compiled once per instruction set.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_row_portable(
+    q: &[f64],
+    query_position: usize,
+    runs: &[Run<'_>],
+    window: Option<SlidingWindow>,
+    scale: f64,
+    sink: Option<f64>,
+    scores: &mut [f64],
+    out: &mut [f64],
+) {
+    let d = q.len(); // ≥ 1: the configuration rejects a head width of 0
+    let mut count = 0;
+    for &(first, keys, _) in runs {
+        let run_scores = &mut scores[count..count + keys.len() / d];
+        count += run_scores.len();
+        let score = |position: usize, product: f64| {
+            if visible(query_position, position, window) { product * scale } else { f64::NEG_INFINITY }
+        };
+        let mut groups = keys.chunks_exact(KEYS_AT_ONCE * d);
+        let mut slots = run_scores.chunks_exact_mut(KEYS_AT_ONCE);
+        let mut position = first;
+        for (group, slot) in (&mut groups).zip(&mut slots) {
+            let products = dots(q, std::array::from_fn::<_, KEYS_AT_ONCE, _>(|i| &group[i * d..(i + 1) * d]));
+            for (s, product) in slot.iter_mut().zip(products) {
+                *s = score(position, product);
+                position += 1;
+            }
+        }
+        for (s, key) in slots.into_remainder().iter_mut().zip(groups.remainder().chunks_exact(d)) {
+            *s = score(position, dot(q, key));
+            position += 1;
+        }
+    }
+    let scores = &mut scores[..count];
     let max = scores.iter().copied().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
     out.fill(0.0);
     if max == f64::NEG_INFINITY {
@@ -262,10 +351,15 @@ fn attend_row(
     }
     // the sink joins the normaliser but adds nothing to the output
     let total = exp_shifted_sum(scores, max) + sink.map_or(0.0, |s| crate::tensor::exp::exp(s - max));
-    for (&w, (_, _, v)) in scores.iter().zip(keys) {
-        if w != 0.0 {
-            for (o, x) in out.iter_mut().zip(v.iter()) {
-                *o += w * x;
+    let mut weights = scores.iter();
+    for &(_, _, values) in runs {
+        // the run's rows first: `zip` draws from its first iterator first, and a weight drawn
+        // after the run's last row would be lost to the next run
+        for (v, &w) in values.chunks_exact(d).zip(&mut weights) {
+            if w != 0.0 {
+                for (o, x) in out.iter_mut().zip(v) {
+                    *o += w * x;
+                }
             }
         }
     }
@@ -311,28 +405,29 @@ impl GroupedQueryAttention {
             None => None,
         };
         let mut heads = vec![0.0; b * h * t * d]; // [B,H,T,d_h]
-        let cached = cache.logical_slots().collect::<Vec<_>>();
+        let runs = cache.chronological_runs();
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
             let (bi, hi) = (lane / h, lane % h);
             let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
             let (ck, cv) = (&cache.keys[kv_lane], &cache.values[kv_lane]);
-            let fresh = |j: usize| (kv_lane * t + j) * d;
+            let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
             // the cached keys in chronological order, then this call's keys
-            let mut keys: Vec<(usize, &[f64], &[f64])> = Vec::with_capacity(cached.len() + t);
-            keys.extend(
-                cached.iter().map(|&s| (cache.slot_positions[s], &ck[s * d..(s + 1) * d], &cv[s * d..(s + 1) * d])),
-            );
-            keys.extend(
-                (0..t)
-                    .map(|j| (first + j, &k.as_slice()[fresh(j)..fresh(j) + d], &v.as_slice()[fresh(j)..fresh(j) + d])),
-            );
-            let mut scores = vec![0.0; keys.len()];
+            let mut lane_runs: Vec<Run<'_>> = runs
+                .iter()
+                .filter(|slots| !slots.is_empty())
+                .map(|slots| {
+                    let at = slots.start * d..slots.end * d;
+                    (cache.slot_positions[slots.start], &ck[at.clone()], &cv[at])
+                })
+                .collect();
+            lane_runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
+            let mut scores = vec![0.0; cache.len() + t];
             for step in 0..t {
                 // the new keys after `step` are in the future of this query: the mask hides them
                 let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
                 let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
                 let out_row = &mut out[step * d..(step + 1) * d];
-                attend_row(qrow, first + step, &keys, c.window, scale, sink, &mut scores, out_row);
+                attend_row(qrow, first + step, &lane_runs, c.window, scale, sink, &mut scores, out_row);
             }
         });
         cache.append(&k, &v, first);

@@ -167,34 +167,62 @@ pub fn matmul_scaled(
     Ok(())
 }
 
-/// Output columns per task of [`row_times_matrix`].
-const ROW_COLUMNS_PER_TASK: usize = 128;
+/// Rows of the matrix per task of [`row_times_matrix`]: a fixed number, so that the order of the
+/// sums never depends on the thread count.
+const ROWS_PER_TASK: usize = 64;
 
 /// One row times a row-major matrix (decoding one token): streams the matrix once, row by row,
-/// with no packing — the product is limited by reading the weights. Column blocks of a fixed
-/// width run in parallel; each output is summed over `p` in order, whatever the thread count.
+/// with no packing — the product is limited by reading the weights.
+///
+/// Tasks take blocks of [`ROWS_PER_TASK`] whole rows, so each reads one contiguous stretch of
+/// memory (blocks of columns would read a short piece of every row and leave the prefetcher
+/// guessing). Each task sums its rows into a partial result, and the partials are added in block
+/// order at the end: the same sums in the same order whatever the thread count.
 fn row_times_matrix(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
-    let k = lhs.cols;
-    let block = |(c, out): (usize, &mut [f64])| {
-        let j0 = c * ROW_COLUMNS_PER_TASK;
-        let mut sums = [0.0; ROW_COLUMNS_PER_TASK];
-        let sums = &mut sums[..out.len()];
-        for p in 0..k {
-            let a = scale * lhs.at(0, p);
-            let row = &rhs.data[p * rhs.row_stride + j0..][..out.len()];
+    let (k, n) = (lhs.cols, rhs.cols);
+    let blocks = k.div_ceil(ROWS_PER_TASK);
+    let mut partial = vec![0.0; blocks * n];
+    let block = |(b, sums): (usize, &mut [f64])| {
+        let rows = b * ROWS_PER_TASK..k.min((b + 1) * ROWS_PER_TASK);
+        axpy_rows(sums, rows.map(|p| (scale * lhs.at(0, p), &rhs.data[p * rhs.row_stride..][..n])));
+    };
+    if parallel && blocks > 1 {
+        partial.par_chunks_mut(n).enumerate().for_each(block);
+    } else {
+        partial.chunks_mut(n).enumerate().for_each(block);
+    }
+    let (first, rest) = partial.split_at(n);
+    for (j, out) in dst.iter_mut().enumerate() {
+        let sum = rest.chunks_exact(n).fold(first[j], |sum, part| sum + part[j]);
+        *out = if accumulate { *out + sum } else { sum };
+    }
+}
+
+/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for AVX-512 when the processor
+/// has it (the same operations in the same order, so the same bits).
+fn axpy_rows<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+    #[inline(always)]
+    fn portable<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+        for (a, row) in rows {
             for (sum, &w) in sums.iter_mut().zip(row) {
                 *sum += a * w;
             }
         }
-        for (o, sum) in out.iter_mut().zip(sums.iter()) {
-            *o = if accumulate { *o + sum } else { *sum };
-        }
-    };
-    if parallel {
-        dst.par_chunks_mut(ROW_COLUMNS_PER_TASK).enumerate().for_each(block);
-    } else {
-        dst.chunks_mut(ROW_COLUMNS_PER_TASK).enumerate().for_each(block);
     }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx512f")]
+        fn wide<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+            portable(sums, rows);
+        }
+        // SAFETY: the processor has AVX-512F (checked just above).
+        #[allow(unsafe_code)]
+        unsafe {
+            wide(sums, rows)
+        };
+        return;
+    }
+    portable(sums, rows);
 }
 
 /// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
