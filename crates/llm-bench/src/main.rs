@@ -9,6 +9,10 @@
 //! of several runs after warm-ups. The workload runs inside a rayon pool of `N` threads (default:
 //! every core).
 //!
+//! At start-up the binary calls [`llm_from_scratch::allocator::keep_freed_memory`], so that
+//! glibc reuses freed buffers instead of returning them to the system between runs; set
+//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults.
+//!
 //! Exit codes: 0 on success, 1 when a workload fails (a library error or
 //! a wrong result), 2 for a usage error.
 
@@ -81,6 +85,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // glibc would otherwise return the buffers of each step to the system and fault them in again
+    // in the next (see `llm_from_scratch::allocator`); LLM_BENCH_MALLOC=default measures without
+    if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
+        llm_from_scratch::allocator::keep_freed_memory();
+    }
     let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
         Ok(pool) => pool,
         Err(err) => {

@@ -23,6 +23,7 @@
 
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod attention;
 pub mod autodiff;
 pub mod error;
