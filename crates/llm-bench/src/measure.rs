@@ -27,7 +27,6 @@ impl Measurement {
     }
 
     /// Adds the resident-memory growth of the call, in MiB (see [`resident_growth`]).
-    #[allow(dead_code)] // for long-causal, once the attention kernels exist
     pub fn with_peak_mib(mut self, mib: f64) -> Self {
         self.peak_mib = Some(mib);
         self
@@ -110,7 +109,6 @@ fn reset_high_water_mark() -> bool {
 /// Caveat: memory that the allocator freed earlier but kept resident (glibc keeps small and medium
 /// blocks; blocks ≥ 32 MiB are unmapped on free) is reused without growth. Measure a variant's
 /// memory before running larger variants in the same process, or in a process of its own.
-#[allow(dead_code)] // for long-causal, once the attention kernels exist
 pub fn resident_growth<R>(call: impl FnOnce() -> R) -> (R, Option<f64>) {
     let to_mib = |before: u64, peak: u64| peak.saturating_sub(before) as f64 / 1024.0;
     if reset_high_water_mark() {
