@@ -21,8 +21,8 @@ use crate::attention::scaled_dot_product::grouped_attention_with;
 use crate::attention::{AttentionError, Branch, SlidingWindow, Stage, Visibility, tiled_attention};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
-use crate::nn::{Linear, NamedParameters, QkvProjections, RopeLayout, RotaryEmbedding, SplitMix64};
-use crate::tensor::Mask;
+use crate::nn::{Linear, NamedParameters, QkvOutput, QkvProjections, RopeLayout, RotaryEmbedding, SplitMix64};
+use crate::tensor::{Mask, Tensor};
 
 /// Every setting of a [`GroupedQueryAttention`] layer in one place.
 #[derive(Clone, Debug, PartialEq)]
@@ -503,6 +503,18 @@ impl GroupedQueryAttention {
     /// Projects, splits into heads and rotates queries and keys at `positions` (`T` or `B·T`).
     pub(crate) fn project(&self, x: &TensorValue, positions: &[usize]) -> Result<Projected, AttentionError> {
         let qkv = self.qkv.forward(x).map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        self.split_and_rotate(&qkv, positions)
+    }
+
+    /// [`GroupedQueryAttention::project`] for one token outside training (decoding): the three
+    /// products share one pass over the weights ([`QkvProjections::forward_token`]).
+    pub(crate) fn project_token(&self, x: &Tensor, positions: &[usize]) -> Result<Projected, AttentionError> {
+        let qkv = self.qkv.forward_token(x).map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        self.split_and_rotate(&qkv, positions)
+    }
+
+    /// Splits projected queries, keys and values into heads and rotates queries and keys.
+    fn split_and_rotate(&self, qkv: &QkvOutput, positions: &[usize]) -> Result<Projected, AttentionError> {
         let (h, g) = (self.config.query_heads, self.config.kv_heads);
         let split = crate::attention::heads::split_heads_of;
         let query_heads = split(qkv.query(), h, Some(Branch::Query))?; // [B,H,T,d_h]

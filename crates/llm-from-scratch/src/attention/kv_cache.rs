@@ -393,7 +393,12 @@ impl GroupedQueryAttention {
             .check_interval(first, t)
             .map_err(|e| AttentionError::from_rope(crate::attention::Branch::Query, e))?;
         let positions: Vec<usize> = (first..first + t).collect();
-        let projected = self.project(x, &positions)?;
+        let projected = if b * t == 1 {
+            // one token: the three projections share one pass over the weights
+            self.project_token(&x.read("forward_cached").map_err(AttentionError::at(Stage::Projection))?, &positions)?
+        } else {
+            self.project(x, &positions)?
+        };
         let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
         let (q, k, v) =
             (read(&projected.rotated_query_heads)?, read(&projected.rotated_key_heads)?, read(&projected.value_heads)?);

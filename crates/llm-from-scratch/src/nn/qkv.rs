@@ -1,9 +1,11 @@
-//! [`QkvProjections`]: the query, key and value projections, packed into one product.
+//! [`QkvProjections`]: the query, key and value projections of one input.
 
-use crate::autodiff::TensorValue;
+use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
 use crate::nn::linear::uniform_tensor;
 use crate::nn::{NamedParameter, NnError, SplitMix64};
+use crate::tensor::Tensor;
+use crate::tensor::kernels::{MatRef, row_times_matrices};
 
 /// Three projections of the same input: `Q = x·W_Q (+b_Q)`, `K = x·W_K (+b_K)`, `V = x·W_V (+b_V)`.
 ///
@@ -172,6 +174,46 @@ impl QkvProjections {
         run().map_err(NnError::tensor(&self.prefix))
     }
 
+    /// [`QkvProjections::forward`] for one token `x [.., d]` (every leading axis 1) outside
+    /// training, as decoding calls it: the three one-row products share one parallel pass over the
+    /// weights instead of starting the worker threads three times. The values equal `forward`'s
+    /// bitwise; the outputs are constants (nothing is recorded for a backward).
+    ///
+    /// # Errors
+    /// [`NnError::InputShape`] unless `x` is `[.., d]` with one row; [`NnError::Tensor`] if a
+    /// parameter was released.
+    pub fn forward_token(&self, x: &Tensor) -> Result<QkvOutput, NnError> {
+        let d = self.model_width();
+        let shape = x.shape();
+        if shape.len() < 2 || shape.last() != Some(&d) || x.len() != d {
+            return Err(NnError::InputShape {
+                module: format!("qkv {}", self.prefix),
+                expected: format!("one token [1, 1, {d}]"),
+                actual: Shape::from(shape),
+            });
+        }
+        let run = || {
+            let weights = [self.weights[0].read("qkv")?, self.weights[1].read("qkv")?, self.weights[2].read("qkv")?];
+            let views = weights
+                .iter()
+                .map(|w| MatRef::row_major(w.as_slice(), d, w.shape()[1]))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut rows = row_times_matrices(x.as_slice(), &views, true)?;
+            if let Some(biases) = &self.biases {
+                for (row, bias) in rows.iter_mut().zip(biases) {
+                    row.iter_mut().zip(bias.read("qkv")?.as_slice()).for_each(|(y, b)| *y += b);
+                }
+            }
+            let [query, key, value] = [0, 1, 2].map(|i| {
+                let mut out_shape = shape.to_vec();
+                *out_shape.last_mut().unwrap_or(&mut 0) = rows[i].len();
+                constant(&out_shape, &rows[i])
+            });
+            Ok(QkvOutput { query: query?, key: key?, value: value? })
+        };
+        run().map_err(NnError::tensor(&self.prefix))
+    }
+
     /// `d`, the width of the input.
     pub fn model_width(&self) -> usize {
         self.weights[0].shape()[0]
@@ -221,6 +263,32 @@ mod tests {
     use super::*;
     use crate::autodiff::{GradcheckConfig, concat, constant, gradcheck};
     use crate::tensor::Tensor;
+
+    #[test]
+    fn one_token_in_one_pass_equals_the_taped_forward_bitwise() {
+        let mut rng = SplitMix64::new(8);
+        // 96 × 80 weights take the shared one-row pass; 4 × 6 ones the small-product path
+        for (d, q, kv) in [(96, 80, 40), (4, 6, 2)] {
+            for bias in [false, true] {
+                let qkv = QkvProjections::with_widths("attn", d, q, kv, bias, &mut rng).unwrap();
+                let x = Tensor::new(&[1, 1, d], (0..d).map(|i| (i as f64 * 0.7).sin()).collect()).unwrap();
+                let taped = qkv.forward(&constant(x.shape(), x.as_slice()).unwrap()).unwrap();
+                let token = qkv.forward_token(&x).unwrap();
+                for (a, b) in
+                    [(taped.query(), token.query()), (taped.key(), token.key()), (taped.value(), token.value())]
+                {
+                    let (a, b) = (a.value().unwrap(), b.value().unwrap());
+                    assert_eq!(a.shape(), b.shape());
+                    assert!(a.as_slice().iter().zip(b.as_slice()).all(|(x, y)| x.to_bits() == y.to_bits()));
+                }
+            }
+        }
+        let qkv = QkvProjections::with_widths("attn", 4, 6, 2, false, &mut rng).unwrap();
+        for shape in [&[2, 1, 4][..], &[1, 1, 5], &[4]] {
+            let x = Tensor::zeros(shape).unwrap();
+            assert!(matches!(qkv.forward_token(&x), Err(NnError::InputShape { .. })), "{shape:?}");
+        }
+    }
 
     #[test]
     fn projections_equal_three_plain_products() {

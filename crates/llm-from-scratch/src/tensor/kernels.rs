@@ -159,12 +159,18 @@ pub fn matmul_scaled(
     if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
         return matmul_small(dst, lhs, rhs, scale, accumulate);
     }
-    if m == 1 && rhs.col_stride == 1 {
+    if takes_row_path(m, k, n, rhs.col_stride) {
         row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
     gemm_call(dst, lhs, rhs, scale, accumulate, parallel);
     Ok(())
+}
+
+/// Whether [`matmul_scaled`] computes an `m × k · k × n` product (right side with column stride
+/// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
+fn takes_row_path(m: usize, k: usize, n: usize, col_stride: usize) -> bool {
+    m == 1 && col_stride == 1 && n.saturating_mul(k) >= SMALL_PRODUCT
 }
 
 /// Rows of the matrix per task of [`row_times_matrix`]: a fixed number, so that the order of the
@@ -179,23 +185,71 @@ const ROWS_PER_TASK: usize = 64;
 /// guessing). Each task sums its rows into a partial result, and the partials are added in block
 /// order at the end: the same sums in the same order whatever the thread count.
 fn row_times_matrix(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
-    let (k, n) = (lhs.cols, rhs.cols);
-    let blocks = k.div_ceil(ROWS_PER_TASK);
-    let mut partial = vec![0.0; blocks * n];
-    let block = |(b, sums): (usize, &mut [f64])| {
-        let rows = b * ROWS_PER_TASK..k.min((b + 1) * ROWS_PER_TASK);
-        axpy_rows(sums, rows.map(|p| (scale * lhs.at(0, p), &rhs.data[p * rhs.row_stride..][..n])));
-    };
-    if parallel && blocks > 1 {
-        partial.par_chunks_mut(n).enumerate().for_each(block);
-    } else {
-        partial.chunks_mut(n).enumerate().for_each(block);
+    let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
+    let partials = row_block_partials(&[(&row, rhs)], parallel);
+    add_partials(dst, &partials[0], accumulate);
+}
+
+/// For each `(row, matrix)`: the partial products of [`ROWS_PER_TASK`]-row blocks, block after
+/// block (`blocks × n` values), all blocks of all products in one parallel pass.
+fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<f64>> {
+    let mut partials: Vec<Vec<f64>> =
+        jobs.iter().map(|(row, m)| vec![0.0; row.len().div_ceil(ROWS_PER_TASK) * m.cols]).collect();
+    let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::new();
+    for (job, partial) in partials.iter_mut().enumerate() {
+        let n = jobs[job].1.cols;
+        tasks.extend(partial.chunks_mut(n.max(1)).enumerate().map(|(b, sums)| (job, b, sums)));
     }
+    let block = |(job, b, sums): (usize, usize, &mut [f64])| {
+        let (row, m) = jobs[job];
+        let rows = b * ROWS_PER_TASK..row.len().min((b + 1) * ROWS_PER_TASK);
+        axpy_rows(sums, rows.map(|p| (row[p], &m.data[p * m.row_stride..][..m.cols])));
+    };
+    if parallel && tasks.len() > 1 {
+        tasks.into_par_iter().for_each(block);
+    } else {
+        tasks.into_iter().for_each(block);
+    }
+    partials
+}
+
+/// `dst (+)=` the sum of the `blocks × n` partials, added in block order.
+fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
+    let n = dst.len();
     let (first, rest) = partial.split_at(n);
     for (j, out) in dst.iter_mut().enumerate() {
         let sum = rest.chunks_exact(n).fold(first[j], |sum, part| sum + part[j]);
         *out = if accumulate { *out + sum } else { sum };
     }
+}
+
+/// `row · matrixᵢ` for one row and several matrices of `row.len()` rows (decoding one token: its
+/// query, key and value projections), with the products that [`matmul`] computes one row at a
+/// time sharing a single parallel pass: one wake-up of the worker threads instead of one per
+/// product. Every product equals `matmul` of the row with that matrix, bitwise.
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`] if a matrix does not have `row.len()` rows.
+pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) -> Result<Vec<Vec<f64>>> {
+    let lhs = MatRef::row_major(row, 1, row.len())?;
+    let mut outputs: Vec<Vec<f64>> = Vec::with_capacity(matrices.len());
+    // the products `matmul` sends to the one-row path share the pass; the rest go through it
+    let mut shared = Vec::new();
+    for (i, &m) in matrices.iter().enumerate() {
+        check_dims(m.cols, &lhs, &m)?;
+        let mut out = vec![0.0; m.cols];
+        if takes_row_path(1, lhs.cols, m.cols, m.col_stride) {
+            shared.push((i, m));
+        } else {
+            matmul(&mut out, lhs, m, false, parallel)?;
+        }
+        outputs.push(out);
+    }
+    let jobs: Vec<(&[f64], MatRef<'_>)> = shared.iter().map(|&(_, m)| (row, m)).collect();
+    for ((i, _), partial) in shared.iter().zip(row_block_partials(&jobs, parallel)) {
+        add_partials(&mut outputs[*i], &partial, false);
+    }
+    Ok(outputs)
 }
 
 /// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for AVX-512 when the processor
@@ -397,6 +451,31 @@ mod tests {
                 assert!((got - (start + 0.5 * want)).abs() <= 1e-12 * (1.0 + want.abs()));
             }
         }
+    }
+
+    #[test]
+    fn several_matrices_in_one_pass_equal_one_product_each_bitwise() {
+        let k = 300;
+        let row = filled(k, 10);
+        let shapes = [(k, 200), (k, 7), (k, 1000)];
+        let data: Vec<Vec<f64>> = shapes.iter().enumerate().map(|(i, &(r, c))| filled(r * c, 11 + i as u64)).collect();
+        let mut views: Vec<MatRef<'_>> =
+            shapes.iter().zip(&data).map(|(&(r, c), d)| MatRef::row_major(d, r, c).unwrap()).collect();
+        // a transposed view does not take the one-row path: it goes through `matmul` alone
+        let t = filled(k * 9, 20);
+        views.push(MatRef::row_major(&t, 9, k).unwrap().t());
+        let lhs = MatRef::row_major(&row, 1, k).unwrap();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let together = pool.install(|| row_times_matrices(&row, &views, true)).unwrap();
+            for (got, &m) in together.iter().zip(&views) {
+                let mut alone = vec![0.0; m.cols()];
+                matmul(&mut alone, lhs, m, false, true).unwrap();
+                assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
+        let wrong = MatRef::row_major(&data[0], 200, 300).unwrap();
+        assert!(row_times_matrices(&row, &[views[0], wrong], true).is_err());
     }
 
     #[test]
