@@ -2,9 +2,12 @@
 //!
 //! Each function's doc comment counts the floating-point work and the bytes that must move, and
 //! the floor they imply on the reference machine: the larger of `flops / 220 GFLOP/s` (the f64
-//! matrix-product ceiling on 2 cores) and `bytes / 25 GB/s` (streaming reads from memory on 2 cores,
-//! measured on the benchmark machine; one core reaches about 13 GB/s). A multiply-add counts as
-//! 2 flops; "MB" and "GB" are decimal, "MiB" binary.
+//! matrix-product ceiling on 2 cores; a loop of independent AVX-512 FMAs reaches 228 on this
+//! machine, 114 on one core) and `bytes / bandwidth`. Bandwidth measured on the benchmark machine
+//! (2026-11-30, reading 64-value rows as the caches and weights are stored): 25–28 GB/s from memory
+//! on 2 cores at best (18 GB/s reading many separately allocated 2 MiB lanes; 9–15 on one core),
+//! 51 GB/s from L3 (27 on one core). A multiply-add counts as 2 flops; "MB" and "GB" are decimal,
+//! "MiB" binary.
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, Visibility,
