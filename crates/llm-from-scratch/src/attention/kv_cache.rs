@@ -263,45 +263,39 @@ fn dots<const R: usize>(a: &[f64], rows: [&[f64]; R]) -> [f64; R] {
 /// values)`, `keys` and `values` holding `rows × d_h` values each.
 type Run<'a> = (usize, &'a [f64], &'a [f64]);
 
+/// One query row of a decoding step and how it attends.
+#[derive(Clone, Copy)]
+struct RowQuery<'a> {
+    /// The rotated query, `d_h` values.
+    q: &'a [f64],
+    /// Its absolute position.
+    position: usize,
+    window: Option<SlidingWindow>,
+    /// `1/√d_h`.
+    scale: f64,
+    /// The head's sink logit, if any.
+    sink: Option<f64>,
+}
+
 /// Softmax-weighted sum for one query row over the keys of `runs` (chronological), with an
 /// optional sink logit (a key with a zero value vector); `scores` is scratch space for at least
 /// as many scores as there are keys.
-#[allow(clippy::too_many_arguments)]
-fn attend_row(
-    q: &[f64],
-    query_position: usize,
-    runs: &[Run<'_>],
-    window: Option<SlidingWindow>,
-    scale: f64,
-    sink: Option<f64>,
-    scores: &mut [f64],
-    out: &mut [f64],
-) {
+fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") {
         #[target_feature(enable = "avx512f")]
-        #[allow(clippy::too_many_arguments)]
-        fn wide(
-            q: &[f64],
-            query_position: usize,
-            runs: &[Run<'_>],
-            window: Option<SlidingWindow>,
-            scale: f64,
-            sink: Option<f64>,
-            scores: &mut [f64],
-            out: &mut [f64],
-        ) {
-            attend_row_portable(q, query_position, runs, window, scale, sink, scores, out);
+        fn wide(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
+            attend_row_portable(query, runs, scores, out);
         }
         // SAFETY: the processor has AVX-512F (checked just above). Both versions perform the
         // same IEEE operations in the same order (no fused multiply-add), so they agree bitwise.
         #[allow(unsafe_code)]
         unsafe {
-            wide(q, query_position, runs, window, scale, sink, scores, out)
+            wide(query, runs, scores, out)
         };
         return;
     }
-    attend_row_portable(q, query_position, runs, window, scale, sink, scores, out);
+    attend_row_portable(query, runs, scores, out);
 }
 
 /// Keys scored side by side in [`attend_row_portable`].
@@ -309,17 +303,8 @@ const KEYS_AT_ONCE: usize = 4;
 
 /// [`attend_row`] in portable code, compiled once per instruction set.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_row_portable(
-    q: &[f64],
-    query_position: usize,
-    runs: &[Run<'_>],
-    window: Option<SlidingWindow>,
-    scale: f64,
-    sink: Option<f64>,
-    scores: &mut [f64],
-    out: &mut [f64],
-) {
+fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
+    let &RowQuery { q, position: query_position, window, scale, sink } = query;
     let d = q.len(); // ≥ 1: the configuration rejects a head width of 0
     let mut count = 0;
     for &(first, keys, _) in runs {
@@ -430,9 +415,14 @@ impl GroupedQueryAttention {
             for step in 0..t {
                 // the new keys after `step` are in the future of this query: the mask hides them
                 let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
-                let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
-                let out_row = &mut out[step * d..(step + 1) * d];
-                attend_row(qrow, first + step, &lane_runs, c.window, scale, sink, &mut scores, out_row);
+                let query = RowQuery {
+                    q: qrow,
+                    position: first + step,
+                    window: c.window,
+                    scale,
+                    sink: sinks.as_ref().map(|s| s.as_slice()[hi]),
+                };
+                attend_row(&query, &lane_runs, &mut scores, &mut out[step * d..(step + 1) * d]);
             }
         });
         cache.append(&k, &v, first);
