@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use llm_from_scratch::attention::{
-    AttentionConfig, GroupedQueryAttention, KvCache, Visibility, causal_scaled_dot_product_self_attention,
+    AttentionConfig, GroupedQueryAttention, KvCache, Visibility, block_size, causal_scaled_dot_product_self_attention,
     tiled_attention,
 };
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
@@ -89,16 +89,19 @@ fn explicit_causal(c: &mut Criterion) {
     group.finish();
 }
 
-/// Causal attention on the tiled path, q, k, v `[4,8,256,32]`: with 128×128 blocks 3 of the 4
-/// blocks per lane are visible, each product 2·128²·32 = 1.05 MFLOP. Forward: 2 products per
-/// block = 201 MFLOP (+ 1.6 M exponentials); the fused backward recomputes P and runs 5 products
-/// per block = 503 MFLOP, so 705 MFLOP in total; O(T) memory beyond the 2 MiB inputs.
+/// Causal attention on the tiled path, q, k, v `[4,8,256,32]`: blocks of `block_size(256)` = 64
+/// rows, 10 of the 16 blocks per lane visible, each product 2·64²·32 = 0.26 MFLOP. Forward: 2
+/// products per block = 168 MFLOP (+ 1.3 M exponentials); the fused backward recomputes P and runs
+/// 5 products per block = 419 MFLOP, so 587 MFLOP in total; O(T) memory beyond the 2 MiB inputs.
 fn tiled_causal(c: &mut Criterion) {
     let (q, k, v) =
         (random_parameter(&HEADS_SHAPE, 7), random_parameter(&HEADS_SHAPE, 8), random_parameter(&HEADS_SHAPE, 9));
     let upstream = random_tensor(&HEADS_SHAPE, 10);
     let visibility = Visibility::default();
-    let block_flops = 32 * 3 * 2 * 128 * 128 * 32;
+    // lanes × the visible blocks of the causal triangle × one product's flops
+    let [batch, heads, t, d_h] = HEADS_SHAPE;
+    let (b, blocks) = (block_size(t), t.div_ceil(block_size(t)));
+    let block_flops = (batch * heads * blocks * (blocks + 1) / 2 * 2 * b * b * d_h) as u64;
     let mut group = c.benchmark_group("causal_attention_tiled");
     group.sampling_mode(SamplingMode::Flat);
     group.throughput(Throughput::Elements(2 * block_flops));

@@ -13,8 +13,9 @@
 //! It changes no result, only where memory comes from; it is process-wide, so it is left to the
 //! program (the `llm-bench` binary calls it) rather than done behind a library user's back.
 
-/// Serve allocations of up to 32 MiB from the allocator's heaps and keep up to 512 MiB of freed
-/// memory in the process instead of returning it to the operating system at once. Call it once at
+/// Serve allocations of up to 32 MiB (16 MiB on 32-bit systems, glibc's largest setting there)
+/// from the allocator's heaps and keep up to 512 MiB of freed memory in the process instead of
+/// returning it to the operating system at once. Call it once at
 /// start-up. Returns `true` where it took effect (glibc on Linux) and `false`, doing nothing,
 /// elsewhere.
 pub fn keep_freed_memory() -> bool {
@@ -28,10 +29,12 @@ pub fn keep_freed_memory() -> bool {
         unsafe extern "C" {
             fn mallopt(param: c_int, value: c_int) -> c_int;
         }
-        // SAFETY: `mallopt` only records the two parameters; glibc documents it as safe to call
-        // at any time, and both values are in range (the mmap threshold's maximum is 32 MiB on
-        // 64-bit systems). It returns 1 on success.
-        unsafe { mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 512 << 20) == 1 }
+        // glibc's largest mmap threshold: 4 MiB × the size of a pointer
+        const MMAP_THRESHOLD: c_int = 4 << 20 << (std::mem::size_of::<usize>() / 4);
+        // SAFETY: `mallopt` only records the parameter; glibc documents it as safe to call at any
+        // time, and both values are in range. It returns 1 on success.
+        let (mmap, trim) = unsafe { (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD), mallopt(M_TRIM_THRESHOLD, 512 << 20)) };
+        mmap == 1 && trim == 1
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {

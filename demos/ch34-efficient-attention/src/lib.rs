@@ -432,7 +432,7 @@ pub fn render_report(evidence: &Evidence) -> String {
          output; one global layer in four keeps a 32k-token cache at 1408 MiB instead of 4096 MiB"
             .to_string(),
         format!(
-            "config=block:{SHORT_BLOCK}(T<{LONG_SEQUENCE})/{LONG_BLOCK}(T>={LONG_SEQUENCE}) tolerance:1e-12(relative) \
+            "config=block:{SHORT_BLOCK}(T_k<{LONG_SEQUENCE})/{LONG_BLOCK}(T_k>={LONG_SEQUENCE}) tolerance:1e-12(relative) \
              block_a:scores:{} values:[[1,0],[0,1]] block_b:scores:{} values:[[1,1],[-1,2]] shift:{} \
              sink_tokens:[[1,0],[0,1],[1,1]] sink_logits:{} seed:{SEED}",
             fmt_values(&BLOCK_A.0),

@@ -288,7 +288,8 @@ fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &
             attend_row_portable(query, runs, scores, out);
         }
         // SAFETY: the processor has AVX-512F (checked just above). Both versions perform the
-        // same IEEE operations in the same order (no fused multiply-add), so they agree bitwise.
+        // same IEEE operations in the same order (the scores and sums use no fused multiply-add;
+        // the exponentials pick their own version at run time), so they agree bitwise.
         #[allow(unsafe_code)]
         unsafe {
             wide(query, runs, scores, out)

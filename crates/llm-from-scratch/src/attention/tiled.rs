@@ -3,9 +3,9 @@
 //!
 //! Queries and keys are processed in square blocks ([`block_size`]: 64 rows, 128 from 2048 keys
 //! on). For each query row the kernel keeps an [`OnlineSoftmax`] state — running maximum `m`,
-//! normaliser `ℓ` and the un-normalised output `n` — and folds in one key block at a time. When a block raises the
-//! maximum from `m` to `M`, everything accumulated so far is rescaled by `e^{m−M}`, which makes the
-//! result exact, not approximate. Memory for attention is O(T): one `log Σ e^s` per query row
+//! normaliser `ℓ` and the un-normalised output `n` — and folds in one key block at a time. When a
+//! block raises the maximum from `m` to `M`, everything accumulated so far is rescaled by
+//! `e^{m−M}`, which makes the result exact, not approximate. Memory for attention is O(T): one `log Σ e^s` per query row
 //! (kept for the backward) and a few block buffers.
 //!
 //! The backward recomputes each score block from `Q`, `K` and the saved `log Σ e^s` instead of
@@ -19,9 +19,11 @@
 //! dQ += scale · dS · K,   dK += scale · dSᵀ · Q
 //! ```
 //!
-//! It runs in two parallel passes — `dQ` over (batch, head, query block), `dK`/`dV` over
-//! (batch, kv head, key block) — so each output element is summed by one task in a fixed order:
-//! results do not depend on the number of threads.
+//! With at least 8 (batch, kv head) lanes it runs as one parallel pass, a task per kv lane that
+//! recomputes each block once for `dK`, `dV` and the `dQ` of its group's query heads; with fewer,
+//! as two passes — `dQ` per (batch, head) lane, then `dK`/`dV` per (batch, kv head) lane — that
+//! spread the work over more tasks. Either way each output element is summed by one task in a
+//! fixed order: results do not depend on the number of threads.
 //!
 //! Visibility (causality, sliding windows, key padding, a query offset for chunked prefill) is
 //! decided per element from absolute positions; blocks that no query can see are skipped.
@@ -122,7 +124,7 @@ impl OnlineSoftmax {
 /// `e^{m − M}`, with an empty state (`m = −∞`) contributing 0; exactly 1 when the maximum did not
 /// move (most blocks after the first few), without evaluating the exponential.
 fn rescale(m: f64, max: f64) -> f64 {
-    if m == max {
+    if m == max && m.is_finite() {
         1.0
     } else if m == f64::NEG_INFINITY {
         0.0

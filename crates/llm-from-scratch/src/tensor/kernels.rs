@@ -6,8 +6,10 @@
 //!
 //! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 micro-kernels chosen at
 //! run time, rayon threads). It splits work over output blocks only — never over `k` — so every
-//! output element is summed in the same order whatever the number of threads: results are
-//! bitwise independent of the thread count (a test checks 1 thread against 2).
+//! output element is summed in the same order whatever the number of threads. One row times a
+//! matrix (decoding) does split `k`, into blocks of a fixed 64 rows whose partial sums are added
+//! in block order, which is just as independent of the thread count: results are bitwise the same
+//! on 1 thread or many (tests check 1 against 2).
 
 use rayon::prelude::*;
 
@@ -159,7 +161,7 @@ pub fn matmul_scaled(
     if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT {
         return matmul_small(dst, lhs, rhs, scale, accumulate);
     }
-    if takes_row_path(m, k, n, rhs.col_stride) {
+    if takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
         row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
@@ -169,8 +171,12 @@ pub fn matmul_scaled(
 
 /// Whether [`matmul_scaled`] computes an `m × k · k × n` product (right side with column stride
 /// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
-fn takes_row_path(m: usize, k: usize, n: usize, col_stride: usize) -> bool {
-    m == 1 && col_stride == 1 && n.saturating_mul(k) >= SMALL_PRODUCT
+///
+/// The rows must not overlap (`row_stride ≥ n`), so that `k` is bounded by the storage: the path
+/// keeps a partial result per block of rows, and a zero-stride view could describe billions of rows
+/// over one value.
+fn takes_row_path(m: usize, k: usize, n: usize, row_stride: usize, col_stride: usize) -> bool {
+    m == 1 && col_stride == 1 && row_stride >= n && n.saturating_mul(k) >= SMALL_PRODUCT
 }
 
 /// Rows of the matrix per task of [`row_times_matrix`]: a fixed number, so that the order of the
@@ -213,13 +219,17 @@ fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<
     partials
 }
 
-/// `dst (+)=` the sum of the `blocks × n` partials, added in block order.
+/// `dst (+)=` the sum of the `blocks × n` partials, added in block order (block by block, so the
+/// loops run along contiguous rows; each element sees the same additions in the same order).
 fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
     let n = dst.len();
     let (first, rest) = partial.split_at(n);
-    for (j, out) in dst.iter_mut().enumerate() {
-        let sum = rest.chunks_exact(n).fold(first[j], |sum, part| sum + part[j]);
-        *out = if accumulate { *out + sum } else { sum };
+    let mut sum = first.to_vec();
+    for part in rest.chunks_exact(n) {
+        sum.iter_mut().zip(part).for_each(|(s, p)| *s += p);
+    }
+    for (out, s) in dst.iter_mut().zip(sum) {
+        *out = if accumulate { *out + s } else { s };
     }
 }
 
@@ -238,7 +248,7 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
     for (i, &m) in matrices.iter().enumerate() {
         check_dims(m.cols, &lhs, &m)?;
         let mut out = vec![0.0; m.cols];
-        if takes_row_path(1, lhs.cols, m.cols, m.col_stride) {
+        if takes_row_path(1, lhs.cols, m.cols, m.row_stride, m.col_stride) {
             shared.push((i, m));
         } else {
             matmul(&mut out, lhs, m, false, parallel)?;
@@ -476,6 +486,15 @@ mod tests {
         }
         let wrong = MatRef::row_major(&data[0], 200, 300).unwrap();
         assert!(row_times_matrices(&row, &[views[0], wrong], true).is_err());
+    }
+
+    #[test]
+    fn the_row_path_never_takes_overlapping_rows() {
+        // a zero-stride view describes 2³² rows over one value: the row path would keep a partial
+        // result per 64 of them (gigabytes), so such products take the general kernel
+        assert!(!takes_row_path(1, 1 << 32, 1, 0, 1));
+        assert!(!takes_row_path(1, 1 << 20, 512, 511, 1));
+        assert!(takes_row_path(1, 512, 512, 512, 1) && takes_row_path(1, 512, 512, 600, 1));
     }
 
     #[test]
