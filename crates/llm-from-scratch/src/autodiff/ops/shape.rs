@@ -120,6 +120,32 @@ mod tests {
     use crate::tensor::Tensor;
 
     #[test]
+    fn large_permutes_match_the_definition() {
+        // perms keeping the last axis (whole rows move) and moving it (value by value)
+        let shape = [3, 50, 7, 64];
+        let x = Tensor::new(&shape, (0..67_200).map(|i| i as f64).collect()).unwrap();
+        for perm in [[0, 2, 1, 3], [3, 1, 0, 2], [2, 3, 0, 1]] {
+            let out = super::permute_tensor(&x, &perm);
+            let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+            assert_eq!(out.shape(), out_shape.as_slice());
+            for (flat, &v) in out.as_slice().iter().enumerate() {
+                // the output index of `flat`, then the input value it must hold (its own index)
+                let (mut rest, mut index) = (flat, [0; 4]);
+                for axis in (0..4).rev() {
+                    index[axis] = rest % out_shape[axis];
+                    rest /= out_shape[axis];
+                }
+                let mut source = [0; 4];
+                for (axis, &p) in perm.iter().enumerate() {
+                    source[p] = index[axis];
+                }
+                let want = ((source[0] * 50 + source[1]) * 7 + source[2]) * 64 + source[3];
+                assert_eq!(v, want as f64, "perm {perm:?} at {flat}");
+            }
+        }
+    }
+
+    #[test]
     fn transpose_by_hand_and_errors() {
         // [[1,2,3],[4,5,6]]ᵀ = [[1,4],[2,5],[3,6]]
         let x = constant(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
