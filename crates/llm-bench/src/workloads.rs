@@ -151,8 +151,8 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 ///
 /// Bytes: weights 4·d²·8 = 2 MiB; x, q, k, v, the context and the output [N, d] 2 MiB each; the
 /// scores and the weights [B, H, T, T] 16 MiB each. An explicit forward writes and re-reads both
-/// [B,H,T,T] tensors: ≥ 64 MiB + 12 MiB ≈ 80 MB → 3.2 ms at 25 GB/s; its backward moves about
-/// 6 more [B,H,T,T] passes (P, dP, dS) ≈ 100 MB → 4 ms. A fused kernel keeps score tiles in cache
+/// `[B,H,T,T]` tensors: ≥ 64 MiB + 12 MiB ≈ 80 MB → 3.2 ms at 25 GB/s; its backward moves about
+/// 6 more `[B,H,T,T]` passes (P, dP, dS) ≈ 100 MB → 4 ms. A fused kernel keeps score tiles in cache
 /// (≈ 16 MB, 0.7 ms). Floor: compute-bound, 3.7 ms forward, 11.0 ms forward+backward.
 /// Targets: forward+backward ≤ 25 ms (0.6 × the best peer, PyTorch's 42 ms; goal 0.4 ×, 17 ms).
 ///
@@ -221,7 +221,7 @@ fn tensor(shape: &[usize], seed: u64) -> Result<Tensor, String> {
 /// - Flops: projections `4 · 2·T·d²` = 4 294 967 296; `Q·Kᵀ` and `P·V` over the full square
 ///   `2 · 2·H·T²·d_h` = 8 589 934 592 (half with a causal skip) → 12.9 GFLOP, 58.6 ms at 220
 ///   GFLOP/s (8.6 GFLOP, 39 ms with the causal skip).
-/// - Bytes: an explicit pass writes and re-reads scores and weights [H,T,T] of 256 MiB each:
+/// - Bytes: an explicit pass writes and re-reads scores and weights `[H,T,T]` of 256 MiB each:
 ///   ≈ 1.07 GB → 43 ms at 25 GB/s, comparable to the flops.
 fn decode() -> Result<Outcome, String> {
     const D: usize = 512;
