@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
-use crate::tensor::kernels::{MatRef, matmul as kernel};
+use crate::tensor::kernels::{MatRef, matmul as kernel, matmul_new};
 use crate::tensor::{Tensor, broadcast_shapes};
 
 /// Which lhs and rhs matrix every output matrix reads.
@@ -95,13 +95,22 @@ fn grouped_products<'a>(
     for (t, l, r) in jobs {
         per_target[t].push((l, r));
     }
-    let mut out = vec![0.0; targets * rows * cols];
     let run = |dst: &mut [f64], list: &[(usize, usize)], parallel: bool| -> Result<()> {
         for (i, &(l, r)) in list.iter().enumerate() {
             kernel(dst, left(l)?, right(r)?, i > 0, parallel)?;
         }
         Ok(())
     };
+    if let (Some([(l, r), rest @ ..]), true) = (per_target.first().map(Vec::as_slice), targets == 1 && rows * cols > 0)
+    {
+        // one target: the first product creates the output (no pass of zeros), the rest add to it
+        let mut out = matmul_new(left(*l)?, right(*r)?, true)?;
+        for &(l, r) in rest {
+            kernel(&mut out, left(l)?, right(r)?, true, true)?;
+        }
+        return Ok(out);
+    }
+    let mut out = vec![0.0; targets * rows * cols];
     if rows * cols == 0 {
         return Ok(out);
     }
