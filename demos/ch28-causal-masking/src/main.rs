@@ -1,11 +1,5 @@
 //! Prints the chapter report (see the library for the evidence it is built from).
 
-fn main() {
-    match ch28_causal_masking::learner_evidence() {
-        Ok(evidence) => print!("{}", ch28_causal_masking::render_report(&evidence)),
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::exit(1);
-        }
-    }
+fn main() -> std::process::ExitCode {
+    llm_from_scratch::report::print_chapter(ch28_causal_masking::learner_evidence(), ch28_causal_masking::render_report)
 }

@@ -420,44 +420,45 @@ pub fn tiled_attention(
     }))
 }
 
-/// The slices of one (batch, query head) lane that the backward reads.
-struct Lane<'a> {
-    b: usize,
+/// What the backward reads: `q`, `k`, `v`, the upstream `dO` (`g`), the saved `log Σ e^s` and
+/// `D_i = dO_i · O_i` — of the whole call, or the slices of one (batch, query head) lane.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
     q: &'a [f64],
     k: &'a [f64],
     v: &'a [f64],
-    /// `dO` of the lane.
     g: &'a [f64],
     lse: &'a [f64],
-    /// `D_i = dO_i · O_i`.
     delta: &'a [f64],
+}
+
+/// The operands of one (batch, query head) lane.
+struct Lane<'a> {
+    b: usize,
+    ops: Operands<'a>,
 }
 
 /// Everything the backward shares between lanes.
 struct Backward<'a> {
     dims: Dims,
     vis: &'a Visibility,
-    q: &'a [f64],
-    k: &'a [f64],
-    v: &'a [f64],
-    g: &'a [f64],
-    lse: &'a [f64],
-    delta: &'a [f64],
+    all: Operands<'a>,
 }
 
 impl<'a> Backward<'a> {
     fn lane(&self, b: usize, h: usize) -> Lane<'a> {
         let Dims { h: h_n, t_q, t_k, d, .. } = self.dims;
         let (ql, kl, row) = (self.dims.q_lane(b, h), self.dims.kv_lane(b, h), (b * h_n + h) * t_q);
-        Lane {
-            b,
-            q: &self.q[ql..ql + t_q * d],
-            k: &self.k[kl..kl + t_k * d],
-            v: &self.v[kl..kl + t_k * d],
-            g: &self.g[ql..ql + t_q * d],
-            lse: &self.lse[row..row + t_q],
-            delta: &self.delta[row..row + t_q],
-        }
+        let all = self.all;
+        let ops = Operands {
+            q: &all.q[ql..ql + t_q * d],
+            k: &all.k[kl..kl + t_k * d],
+            v: &all.v[kl..kl + t_k * d],
+            g: &all.g[ql..ql + t_q * d],
+            lse: &all.lse[row..row + t_q],
+            delta: &all.delta[row..row + t_q],
+        };
+        Lane { b, ops }
     }
 
     /// Recomputes one block's `P = exp(S − lse)` into `p` (hidden entries and rows that saw no key
@@ -473,20 +474,20 @@ impl<'a> Backward<'a> {
         let d = self.dims.d;
         let (n, w) = (i1 - i0, j1 - j0);
         let scale = 1.0 / (d as f64).sqrt();
-        score_block(p, lane.q, lane.k, self.dims, lane.b, (i0, i1), (j0, j1), scale, self.vis)?;
+        score_block(p, lane.ops.q, lane.ops.k, self.dims, lane.b, (i0, i1), (j0, j1), scale, self.vis)?;
         for (r, row) in p[..n * w].chunks_mut(w).enumerate() {
-            if lane.lse[i0 + r] == f64::NEG_INFINITY {
+            if lane.ops.lse[i0 + r] == f64::NEG_INFINITY {
                 row.fill(0.0);
             } else {
-                exp_shifted_sum(row, lane.lse[i0 + r]);
+                exp_shifted_sum(row, lane.ops.lse[i0 + r]);
             }
         }
         // dP = dO · Vᵀ, then dS = P ⊙ (dP − D), scaled once for the products that use it
-        let go = MatRef::row_major(&lane.g[i0 * d..], n, d)?;
-        matmul(&mut ds[..n * w], go, MatRef::row_major(&lane.v[j0 * d..], w, d)?.t(), false, false)?;
+        let go = MatRef::row_major(&lane.ops.g[i0 * d..], n, d)?;
+        matmul(&mut ds[..n * w], go, MatRef::row_major(&lane.ops.v[j0 * d..], w, d)?.t(), false, false)?;
         for (r, row) in ds[..n * w].chunks_mut(w).enumerate() {
             for (x, &pv) in row.iter_mut().zip(&p[r * w..(r + 1) * w]) {
-                *x = scale * pv * (*x - lane.delta[i0 + r]);
+                *x = scale * pv * (*x - lane.ops.delta[i0 + r]);
             }
         }
         Ok(())
@@ -505,7 +506,13 @@ impl<'a> Backward<'a> {
                 }
                 self.block(lane, (i0, i1), (j0, j1), &mut p, &mut ds)?;
                 let dsm = MatRef::row_major(&ds, i1 - i0, j1 - j0)?;
-                matmul(&mut dq[i0 * d..i1 * d], dsm, MatRef::row_major(&lane.k[j0 * d..], j1 - j0, d)?, true, false)?;
+                matmul(
+                    &mut dq[i0 * d..i1 * d],
+                    dsm,
+                    MatRef::row_major(&lane.ops.k[j0 * d..], j1 - j0, d)?,
+                    true,
+                    false,
+                )?;
             }
         }
         Ok(())
@@ -538,14 +545,26 @@ impl<'a> Backward<'a> {
                     self.block(&lane, (i0, i1), (j0, j1), &mut p, &mut ds)?;
                     let (pm, dsm) = (MatRef::row_major(&p, n, w)?, MatRef::row_major(&ds, n, w)?);
                     // dV += Pᵀ · dO and dK += dSᵀ · Q
-                    matmul(&mut dv[j0 * d..j1 * d], pm.t(), MatRef::row_major(&lane.g[i0 * d..], n, d)?, true, false)?;
-                    matmul(&mut dk[j0 * d..j1 * d], dsm.t(), MatRef::row_major(&lane.q[i0 * d..], n, d)?, true, false)?;
+                    matmul(
+                        &mut dv[j0 * d..j1 * d],
+                        pm.t(),
+                        MatRef::row_major(&lane.ops.g[i0 * d..], n, d)?,
+                        true,
+                        false,
+                    )?;
+                    matmul(
+                        &mut dk[j0 * d..j1 * d],
+                        dsm.t(),
+                        MatRef::row_major(&lane.ops.q[i0 * d..], n, d)?,
+                        true,
+                        false,
+                    )?;
                     if let Some(dq) = dq.as_deref_mut() {
                         let rows = &mut dq[r * t_q * d..(r + 1) * t_q * d];
                         matmul(
                             &mut rows[i0 * d..i1 * d],
                             dsm,
-                            MatRef::row_major(&lane.k[j0 * d..], w, d)?,
+                            MatRef::row_major(&lane.ops.k[j0 * d..], w, d)?,
                             true,
                             false,
                         )?;
@@ -564,9 +583,10 @@ impl<'a> Backward<'a> {
             for (h, g) in grad.iter_mut().enumerate() {
                 let (lane, s) = (self.lane(b, h), sinks.as_slice()[h]);
                 *g += lane
+                    .ops
                     .lse
                     .iter()
-                    .zip(lane.delta)
+                    .zip(lane.ops.delta)
                     .filter(|(l, _)| **l != f64::NEG_INFINITY)
                     .map(|(l, dl)| -exp(s - l) * dl)
                     .sum::<f64>();
@@ -611,8 +631,8 @@ fn backward(
         .zip(o.as_slice().chunks(d))
         .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
         .collect();
-    let run =
-        Backward { dims, vis, q: q.as_slice(), k: k.as_slice(), v: v.as_slice(), g: g.as_slice(), lse, delta: &delta };
+    let all = Operands { q: q.as_slice(), k: k.as_slice(), v: v.as_slice(), g: g.as_slice(), lse, delta: &delta };
+    let run = Backward { dims, vis, all };
     let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
     let kv_lanes = dk.par_chunks_mut(t_k * d).zip(dv.par_chunks_mut(t_k * d)).enumerate();
     if dims.b * g_n >= FUSED_BACKWARD_LANES {

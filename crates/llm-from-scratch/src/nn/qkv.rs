@@ -174,8 +174,9 @@ impl QkvProjections {
         run().map_err(NnError::tensor(&self.prefix))
     }
 
-    /// [`QkvProjections::forward`] for one token `x [.., d]` (every leading axis 1) outside
-    /// training, as decoding calls it: the three one-row products share one parallel pass over the
+    /// [`QkvProjections::forward`] for one token `x [.., d]` (every leading axis 1; usually
+    /// `[1, 1, d]`) → `Q [.., d_q]`, `K [.., d_kv]`, `V [.., d_kv]`, outside training, as decoding
+    /// calls it: the three one-row products share one parallel pass over the
     /// weights instead of starting the worker threads three times. The values equal `forward`'s
     /// bitwise; the outputs are constants (nothing is recorded for a backward).
     ///

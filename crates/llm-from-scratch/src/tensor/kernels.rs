@@ -233,7 +233,7 @@ fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
     }
 }
 
-/// `row · matrixᵢ` for one row and several matrices of `row.len()` rows (decoding one token: its
+/// `row [k] · matrixᵢ [k, nᵢ] → [nᵢ]` for one row and several matrices (decoding one token: its
 /// query, key and value projections), with the products that [`matmul`] computes one row at a
 /// time sharing a single parallel pass: one wake-up of the worker threads instead of one per
 /// product. Every product equals `matmul` of the row with that matrix, bitwise.
