@@ -278,6 +278,7 @@ mod tests {
             (vec![2, 2, 3, 4], vec![2, 2, 4, 3]), // one product per lane
             (vec![2, 1, 3, 2], vec![3, 2, 2]),    // broadcast on both sides
             (vec![3, 2], vec![2, 2, 3]),          // lhs shared by lanes of rhs
+            (vec![2, 10, 16], vec![16, 20]),      // 6 400 multiply-adds: the fast kernel, output created unfilled
         ];
         for (ls, rs) in cases {
             let inputs = vec![("lhs", ramp(&ls, 0.2)), ("rhs", ramp(&rs, -0.1))];
