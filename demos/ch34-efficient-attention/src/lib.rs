@@ -37,7 +37,9 @@
 //! `log Σ e^s` per query row (`B·H·T` numbers instead of `2·B·H·T²`). The backward recomputes
 //! each block's probabilities as `P = e^{S − lse}`. Both paths compute the same function and
 //! differ only in the order in which floating-point sums are grouped, so they agree to 1e-12
-//! (relative), in outputs and in gradients.
+//! (relative), in outputs and in gradients. (On processors with AVX-512 the library runs the
+//! forward as a "strip kernel" that keeps 32 queries in vector registers and folds in 60 keys at
+//! a time with the same merge; its results agree with the block products to 1e-12 as well.)
 //!
 //! ## Attention sinks
 //!

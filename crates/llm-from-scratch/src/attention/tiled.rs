@@ -25,10 +25,19 @@
 //! spread the work over more tasks. Either way each output element is summed by one task in a
 //! fixed order: results do not depend on the number of threads.
 //!
+//! The forward above, written with block matrix products, is the reference. On processors with
+//! AVX-512 the forward runs instead as the *strip kernel* (module `strips`): the same online softmax
+//! for 32 queries at a time held across vector lanes, with scores, weights and the weighted sum
+//! of each key block computed in registers (on the benchmark's T = 4096 it takes 140 ms where
+//! the block products took 175). Both give the same `log Σ e^s` for the backward and agree to
+//! 1e-12 (tests).
+//!
 //! Visibility (causality, sliding windows, key padding, a query offset for chunked prefill) is
 //! decided per element from absolute positions; blocks that no query can see are skipped.
 //! An optional per-head *sink* logit joins every softmax with a zero value vector: it can absorb
 //! probability mass without adding to the output.
+
+mod strips;
 
 use rayon::prelude::*;
 
@@ -46,7 +55,8 @@ pub const LONG_BLOCK: usize = 128;
 /// Key count from which blocks are [`LONG_BLOCK`] rows.
 pub const LONG_SEQUENCE: usize = 2048;
 
-/// Query rows and key rows per block for attention over `t_k` keys.
+/// Query rows and key rows per block for attention over `t_k` keys (the strip kernel's forward
+/// takes query blocks of this size and walks the keys in its own blocks of 60).
 ///
 /// A causal block on the diagonal is computed whole though half of it is hidden, so short
 /// sequences, where the diagonal is a large share of the blocks, take smaller blocks; long ones
@@ -372,43 +382,62 @@ pub fn tiled_attention(
         q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.is_some_and(TensorValue::requires_grad);
     let mut lse = vec![0.0; if needs_grad { b_n * h_n * t_q } else { 0 }];
     let block = dims.block;
-    let blocks = t_q.div_ceil(block);
-    // tasks: (lane, query block) — each owns distinct output rows
-    let tasks: Vec<(usize, usize)> = (0..b_n * h_n).flat_map(|lane| (0..blocks).map(move |qb| (lane, qb))).collect();
-    let mut out_chunks: Vec<(&mut [f64], &mut [f64])> = Vec::with_capacity(tasks.len());
-    {
-        let mut rest_o: &mut [f64] = &mut out;
-        let mut rest_l: &mut [f64] = &mut lse;
-        for &(_, qb) in &tasks {
-            let rows = (t_q - qb * block).min(block);
-            let (o, ro) = std::mem::take(&mut rest_o).split_at_mut(rows * d);
-            let (l, rl) = std::mem::take(&mut rest_l).split_at_mut(if needs_grad { rows } else { 0 });
-            out_chunks.push((o, l));
-            rest_o = ro;
-            rest_l = rl;
+    let strip_kernel = strips::StripKernel::detect();
+    // one task per (lane, query block), owning its output rows (and their log-sum-exps)
+    let run_block = |scratch: &mut Vec<f64>,
+                     own_lse: &mut Vec<f64>,
+                     (lane, qb): (usize, usize),
+                     o: &mut [f64],
+                     l: Option<&mut [f64]>| {
+        let (b, h) = (lane / h_n, lane % h_n);
+        let sink = sink_values.as_ref().map(|s| s.as_slice()[h]);
+        let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+        let lane_q = &qt.as_slice()[ql..ql + t_q * d];
+        let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
+        let l = match l {
+            Some(l) => l,
+            None => {
+                own_lse.resize(o.len() / d, 0.0);
+                own_lse.as_mut_slice()
+            }
+        };
+        if let Some(kernel) = strip_kernel {
+            let task = strips::QueryBlock {
+                out: o,
+                lse: l,
+                q: lane_q,
+                k: lane_k,
+                v: lane_v,
+                sink,
+                dims,
+                b,
+                i0: qb * block,
+                vis: visibility,
+            };
+            kernel.forward_block(task);
+            return Ok(());
         }
+        forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * block, visibility, scratch)
+    };
+    let init = || (Vec::new(), Vec::new());
+    // lanes, then query blocks within a lane: no list of tasks is allocated
+    if out.is_empty() {
+        Ok(()) // no query rows: nothing to compute
+    } else if needs_grad {
+        out.par_chunks_mut(t_q * d).zip(lse.par_chunks_mut(t_q)).enumerate().try_for_each(|(lane, (o, l))| {
+            o.par_chunks_mut(block * d)
+                .zip(l.par_chunks_mut(block))
+                .enumerate()
+                .try_for_each_init(init, |(s, own), (qb, (o, l))| run_block(s, own, (lane, qb), o, Some(l)))
+        })
+    } else {
+        out.par_chunks_mut(t_q * d).enumerate().try_for_each(|(lane, o)| {
+            o.par_chunks_mut(block * d)
+                .enumerate()
+                .try_for_each_init(init, |(s, own), (qb, o)| run_block(s, own, (lane, qb), o, None))
+        })
     }
-    out_chunks
-        .into_par_iter()
-        .zip(tasks.par_iter())
-        .try_for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(scratch, own_lse), ((o, l), &(lane, qb))| {
-                let (b, h) = (lane / h_n, lane % h_n);
-                let sink = sink_values.as_ref().map(|s| s.as_slice()[h]);
-                let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
-                let lane_q = &qt.as_slice()[ql..ql + t_q * d];
-                let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
-                let l = if needs_grad {
-                    l
-                } else {
-                    own_lse.resize(o.len() / d, 0.0);
-                    own_lse.as_mut_slice()
-                };
-                forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * block, visibility, scratch)
-            },
-        )
-        .map_err(AttentionError::at(Stage::Softmax))?;
+    .map_err(AttentionError::at(Stage::Softmax))?;
     let output = Tensor::new(&[b_n, h_n, t_q, d], out).map_err(AttentionError::at(Stage::WeightedValues))?;
     let mut parents = vec![q.clone(), k.clone(), v.clone()];
     parents.extend(sinks.cloned());

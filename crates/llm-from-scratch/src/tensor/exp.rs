@@ -66,11 +66,24 @@ pub fn exp(x: f64) -> f64 {
 
 /// The body of [`exp`], inlined into each loop that is compiled for a given instruction set.
 #[inline(always)]
-fn exp_inline(x: f64) -> f64 {
+pub(crate) fn exp_inline(x: f64) -> f64 {
     // bring x into the range the reduction handles; the selects at the end restore the edges.
     // Below UNDERFLOW (masked scores are −∞) compute with 0 instead: clamping to −745 would run
     // the whole evaluation on subnormal numbers, which many processors execute very slowly.
     let c = select(x < UNDERFLOW, 0.0, x.min(OVERFLOW));
+    let (p, rounded) = reduced(c);
+    // 2ᵏ in two factors when one would be subnormal (k < −1022: 2^(k+100) · 2^−100) or overflow
+    // (k = 1024 just below the largest finite result: 2^(k−2) · 2^2)
+    let shift = select(c < SUBNORMAL, 100.0, select(c > 709.0, -2.0, 0.0));
+    let y = p * pow2(rounded + shift) * pow2(ROUNDER - shift);
+    let y = select(x < UNDERFLOW, 0.0, y);
+    let y = select(x > OVERFLOW, f64::INFINITY, y);
+    select(x.is_nan(), x, y)
+}
+
+/// `eᶜ = p · 2ᵏ` for `c` in the range the reduction handles: returns `p ≈ eʳ` and `ROUNDER + k`.
+#[inline(always)]
+fn reduced(c: f64) -> (f64, f64) {
     let rounded = c.mul_add(std::f64::consts::LOG2_E, ROUNDER);
     let k = rounded - ROUNDER;
     let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, c));
@@ -93,13 +106,18 @@ fn exp_inline(x: f64) -> f64 {
     ] {
         p = p.mul_add(r, coefficient);
     }
-    // 2ᵏ in two factors when one would be subnormal (k < −1022: 2^(k+100) · 2^−100) or overflow
-    // (k = 1024 just below the largest finite result: 2^(k−2) · 2^2)
-    let shift = select(c < SUBNORMAL, 100.0, select(c > 709.0, -2.0, 0.0));
-    let y = p * pow2(rounded + shift) * pow2(ROUNDER - shift);
-    let y = select(x < UNDERFLOW, 0.0, y);
-    let y = select(x > OVERFLOW, f64::INFINITY, y);
-    select(x.is_nan(), x, y)
+    (p, rounded)
+}
+
+/// `eˣ` for the non-positive exponents of softmax weights (`x = s − max s`), with fewer edge
+/// cases than [`exp`]: bitwise equal to it on `[−708, 0]`, NaN for NaN, and 0 below −708 (where
+/// [`exp`] gives values under 3·10⁻³⁰⁸, which vanish next to the weight 1 of the maximum). Not
+/// for `x > 0`.
+#[inline(always)]
+pub(crate) fn exp_weight(x: f64) -> f64 {
+    let low = x < SUBNORMAL;
+    let (p, rounded) = reduced(select(low, SUBNORMAL, x)); // NaN compares false and stays NaN
+    select(low, 0.0, p * pow2(rounded))
 }
 
 /// `xᵢ ← e^{xᵢ − shift}` for every value, returning their sum.
@@ -224,6 +242,29 @@ mod tests {
             exp_shifted_sum(&mut finite, shift).to_bits(),
             exp_shifted_sum_portable(&mut again, shift).to_bits()
         );
+    }
+
+    #[test]
+    fn the_weight_exponential_equals_exp_down_to_minus_708_and_is_zero_below() {
+        let mut checked = 0;
+        let mut x = 0.0;
+        while x >= -708.0 {
+            for dx in [0.0, -1e-9, -0.123_456_789] {
+                let y = x + dx;
+                if y >= -708.0 {
+                    assert_eq!(exp_weight(y).to_bits(), exp(y).to_bits(), "at {y}");
+                    checked += 1;
+                }
+            }
+            x -= 0.0173;
+        }
+        assert!(checked > 100_000);
+        assert_eq!(exp_weight(-0.0), 1.0);
+        assert_eq!(exp_weight(-708.0).to_bits(), exp(-708.0).to_bits());
+        for y in [-708.000_000_1, -744.0, -746.0, -1e300, f64::NEG_INFINITY] {
+            assert_eq!(exp_weight(y), 0.0, "at {y}");
+        }
+        assert!(exp_weight(f64::NAN).is_nan());
     }
 
     #[test]
