@@ -142,6 +142,23 @@ fn gradcheck_tiled_kernel_with_sinks_window_and_padding() {
 }
 
 #[test]
+fn gradcheck_tiled_kernel_with_many_kv_lanes() {
+    // B·G = 8 kv lanes: the backward runs one task per kv lane (dQ, dK and dV together)
+    let mut rng = SplitMix64::new(10);
+    let inputs = vec![
+        ("q", random(&[8, 2, 5, 3], &mut rng, 1.0)),
+        ("k", random(&[8, 1, 5, 3], &mut rng, 1.0)),
+        ("v", random(&[8, 1, 5, 3], &mut rng, 1.0)),
+    ];
+    let report =
+        gradcheck(&inputs, &GradcheckConfig::default(), |v| -> Result<TensorValue, Box<dyn std::error::Error>> {
+            Ok(tiled_attention(&v[0], &v[1], &v[2], None, &Visibility::default())?)
+        })
+        .unwrap();
+    assert!(report.passed(), "{report:?}");
+}
+
+#[test]
 fn online_softmax_merges_blocks_exactly() {
     // scores [1, 2 | 3] with values [1,0], [0,1] | [1,1]: merged in two blocks or at once
     let vals = [vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 1.0]];

@@ -26,9 +26,14 @@
 //! ten whole tiles) run in the outer loop so that a block of keys and values is read from memory
 //! once for all strips of a query block.
 //!
-//! On processors without AVX-512 the block path runs instead. The result equals the block path
+//! The gradients run on the same tiles with keys across the lanes (module `backward`). On
+//! processors without AVX-512 the block path runs instead. The result equals the block path
 //! to rounding (tests: 1e-12 relative) and, as every number is computed by one task in a fixed
 //! order, does not depend on the thread count.
+
+mod backward;
+
+pub(super) use backward::{KeyValueGradients, LaneGradients, QueryGradients};
 
 use super::{Dims, Visibility};
 use crate::tensor::exp::exp_weight;
@@ -83,6 +88,48 @@ impl StripKernel {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = task;
     }
+
+    /// `dQ` of one query block (the backward's first pass).
+    pub(super) fn query_gradients(self, task: QueryGradients<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
+            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
+            #[allow(unsafe_code)]
+            unsafe {
+                backward::query_gradients(task, scratch)
+            }
+        });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = task;
+    }
+
+    /// `dQ`, `dK` and `dV` of one kv lane (the one-pass backward).
+    pub(super) fn lane_gradients(self, task: LaneGradients<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
+            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
+            #[allow(unsafe_code)]
+            unsafe {
+                backward::lane_gradients(task, scratch)
+            }
+        });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = task;
+    }
+
+    /// `dK` and `dV` of one key block (the backward's second pass).
+    pub(super) fn key_value_gradients(self, task: KeyValueGradients<'_>) {
+        #[cfg(target_arch = "x86_64")]
+        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
+            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
+            #[allow(unsafe_code)]
+            unsafe {
+                backward::key_value_gradients(task, scratch)
+            }
+        });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = task;
+    }
 }
 
 thread_local! {
@@ -91,6 +138,9 @@ thread_local! {
     /// memory it adds while it runs is O(T) even where the allocator hands the buffers freed
     /// by one call to the next call's output.
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    /// The same for the backward.
+    static BACKWARD_SCRATCH: std::cell::RefCell<backward::Scratch> =
+        std::cell::RefCell::new(backward::Scratch::default());
 }
 
 /// Per-thread buffers; every entry is written before it is read.
@@ -170,13 +220,7 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             score_tiles(&mut s.scores[..w], &k[j0 * d..j1 * d], qt);
             let scores = &mut s.scores[..w];
             if !vis.block_open(a0, a1, j0, j1) {
-                for (j, row) in (j0..j1).zip(scores.iter_mut()) {
-                    for (c, x) in row.0.iter_mut().enumerate().take(a1 - a0) {
-                        if !vis.sees(b, t_k, a0 + c, j) {
-                            *x = f64::NEG_INFINITY;
-                        }
-                    }
-                }
+                hide_keys_in_rows(scores, j0, (a0, a1), vis, b, t_k);
             }
             let alpha = softmax_block(scores, &mut s.max[strip], &mut s.sum[strip]);
             // once the maxima settle (most blocks), nothing needs rescaling
@@ -198,6 +242,56 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
                     *o = lanes.0[c] / sum;
                 }
                 lse[r] = max + sum.ln();
+            }
+        }
+    }
+}
+
+/// Sets to −∞ the entries a query does not see, where row `r` is key `j0 + r` and lane `c` is
+/// query row `a0 + c` (`a0 + c < a1`; other lanes are left alone). With causality alone it
+/// compares positions lane by lane, without the per-entry test of windows and padding.
+fn hide_keys_in_rows(rows: &mut [Lanes], j0: usize, (a0, a1): (usize, usize), vis: &Visibility, b: usize, t_k: usize) {
+    if vis.window.is_none() && vis.key_padding.is_none() {
+        // key j is hidden from query row i when j > offset + i
+        let first = vis.query_offset + a0;
+        for (j, row) in (j0..).zip(rows.iter_mut()) {
+            for (c, x) in row.0.iter_mut().enumerate() {
+                *x = if j > first + c { f64::NEG_INFINITY } else { *x };
+            }
+        }
+        return;
+    }
+    for (j, row) in (j0..).zip(rows.iter_mut()) {
+        for (c, x) in row.0.iter_mut().enumerate().take(a1 - a0) {
+            if !vis.sees(b, t_k, a0 + c, j) {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// Sets to −∞ the entries a query does not see, where row `r` is query row `i0 + r` and lane `c`
+/// is key `k0 + c`; lanes at or past `k1` (no key) too.
+fn hide_queries_in_rows(
+    rows: &mut [Lanes],
+    i0: usize,
+    (k0, k1): (usize, usize),
+    vis: &Visibility,
+    b: usize,
+    t_k: usize,
+) {
+    let causal_only = vis.window.is_none() && vis.key_padding.is_none();
+    for (i, row) in (i0..).zip(rows.iter_mut()) {
+        if causal_only {
+            let last = (vis.query_offset + i).min(k1.saturating_sub(1)); // the last key row i sees
+            for (c, x) in row.0.iter_mut().enumerate() {
+                *x = if k0 + c > last { f64::NEG_INFINITY } else { *x };
+            }
+        } else {
+            for (c, x) in row.0.iter_mut().enumerate() {
+                if k0 + c >= k1 || !vis.sees(b, t_k, i, k0 + c) {
+                    *x = f64::NEG_INFINITY;
+                }
             }
         }
     }
@@ -333,11 +427,54 @@ fn weighted_tile<const G: usize>(
 /// The AVX-512 operations on one [`Lanes`]: four 8-wide registers.
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use std::arch::x86_64::{__m512d, _mm512_fmadd_pd, _mm512_load_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_store_pd};
+    use std::arch::x86_64::{
+        __m512d, _mm512_fmadd_pd, _mm512_load_pd, _mm512_loadu_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_setzero_pd,
+        _mm512_store_pd, _mm512_storeu_pd,
+    };
 
     use super::Lanes;
 
     pub(super) type Wide = [__m512d; 4];
+
+    /// Values per vector register.
+    pub(super) const WIDTH: usize = 8;
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn zero() -> __m512d {
+        _mm512_setzero_pd()
+    }
+
+    /// The 8 values `values[at..at + 8]`, where the caller has checked `at + 8 <= values.len()`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn load_at(values: &[f64], at: usize) -> __m512d {
+        debug_assert!(at + WIDTH <= values.len());
+        // SAFETY: callers check the bound (see above); the load needs no alignment.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm512_loadu_pd(values.as_ptr().add(at))
+        }
+    }
+
+    /// Writes `values[at..at + 8]`, where the caller has checked `at + 8 <= values.len()`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn store_at(values: &mut [f64], at: usize, v: __m512d) {
+        debug_assert!(at + WIDTH <= values.len());
+        // SAFETY: as in `load_at`.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm512_storeu_pd(values.as_mut_ptr().add(at), v)
+        }
+    }
+
+    /// `x · y + a` in one register, rounded once.
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn mul_add_one(x: f64, y: __m512d, a: __m512d) -> __m512d {
+        _mm512_fmadd_pd(_mm512_set1_pd(x), y, a)
+    }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -406,8 +543,9 @@ mod simd {
 mod tests {
     use super::*;
     use crate::attention::SlidingWindow;
-    use crate::attention::tiled::{block_size, forward_block as block_path};
+    use crate::attention::tiled::{block_size, forward_block as block_path, tiled_attention_on};
     use crate::nn::SplitMix64;
+    use crate::{Tensor, TensorValue};
 
     #[derive(Clone, Default)]
     struct Case {
@@ -504,6 +642,61 @@ mod tests {
         c.window = Some(SlidingWindow::Exclusive(3));
         c.sink = Some(-40.0);
         compare(&c, 204);
+    }
+
+    /// The whole operation on the strip kernel and on block products: outputs and the gradients
+    /// of `q`, `k`, `v` and the sinks, to 1e-12.
+    fn compare_op(shape: [usize; 6], vis: &Visibility, sinks: bool, seed: u64) {
+        let Some(kernel) = StripKernel::detect() else {
+            return;
+        };
+        let [b, h, g, t_q, t_k, d] = shape;
+        let mut rng = SplitMix64::new(seed);
+        let mut leaf = |dims: &[usize], scale: f64| {
+            let n = dims.iter().product();
+            let values = (0..n).map(|_| rng.uniform(-scale, scale)).collect();
+            TensorValue::leaf(Tensor::new(dims, values).unwrap(), true)
+        };
+        let (q, k, v) = (leaf(&[b, h, t_q, d], 2.0), leaf(&[b, g, t_k, d], 2.0), leaf(&[b, g, t_k, d], 1.0));
+        let s = sinks.then(|| leaf(&[h], 1.0));
+        let upstream = leaf(&[b, h, t_q, d], 1.0).value().unwrap();
+        let run = |kernel| {
+            let out = tiled_attention_on(&q, &k, &v, s.as_ref(), vis, kernel).unwrap();
+            let grads = out.backward_with(&upstream).unwrap();
+            let mut all =
+                vec![out.value().unwrap(), grads.get_or_zeros(&q), grads.get_or_zeros(&k), grads.get_or_zeros(&v)];
+            all.extend(s.as_ref().map(|s| grads.get_or_zeros(s)));
+            all
+        };
+        for (name, (x, y)) in
+            ["output", "dq", "dk", "dv", "dsinks"].iter().zip(run(Some(kernel)).iter().zip(&run(None)))
+        {
+            for (i, (x, y)) in x.as_slice().iter().zip(y.as_slice()).enumerate() {
+                assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{name}[{i}] of {shape:?}: {x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_strip_backward_equals_the_block_backward_in_one_pass_and_in_two() {
+        let causal = |t_q: usize, t_k: usize| Visibility { query_offset: t_k - t_q, ..Visibility::default() };
+        // 8 kv lanes or more: one pass per kv lane, with groups of 1 and 2 query heads
+        compare_op([2, 4, 4, 70, 70, 32], &causal(70, 70), false, 300);
+        compare_op([4, 4, 2, 33, 33, 7], &causal(33, 33), true, 301);
+        compare_op([8, 1, 1, 61, 130, 65], &causal(61, 130), false, 302);
+        // fewer: two passes
+        compare_op([1, 2, 1, 97, 97, 64], &causal(97, 97), true, 303);
+        compare_op([1, 3, 3, 130, 130, 13], &causal(130, 130), false, 304);
+        compare_op([1, 2, 2, 1, 40, 6], &causal(1, 40), false, 305);
+        // windows and padding (a query whose only key is padded: zero gradients)
+        let mut vis = causal(70, 70);
+        vis.window = Some(SlidingWindow::Exclusive(23));
+        compare_op([2, 4, 4, 70, 70, 5], &vis, true, 306);
+        compare_op([1, 2, 1, 70, 70, 5], &vis, false, 307);
+        vis.window = None;
+        vis.key_padding = Some((0..140).map(|j| j % 5 == 0).collect());
+        compare_op([2, 4, 4, 70, 70, 12], &vis, true, 308);
+        compare_op([2, 2, 2, 70, 70, 12], &vis, false, 309);
     }
 
     #[test]

@@ -1,0 +1,380 @@
+//! The backward of the strip kernel: the gradients of tiled attention with keys (and, for `dQ`
+//! with few lanes, queries) held across vector lanes.
+//!
+//! With the saved `log Σ eˢ` (`lse`) and `D_i = dO_i · O_i`, one task per (batch, kv head) lane
+//! walks the lane's keys in strips of 32 and, for every query head of the group and block of 60
+//! query rows that see the strip, recomputes the weights and adds up all three gradients:
+//!
+//! ```text
+//! S = Q · (scale·Kᵀ),   P = e^{S − lse},   dP = dO · Vᵀ,   dS = P ⊙ (dP − D)      (keys in lanes)
+//! dVᵀ[c] += Σ_i dO[i,c] · P[i]      dKᵀ[p] += Σ_i Q[i,p] · dS[i]      dK = scale · (dKᵀ)ᵀ
+//! dQ[i]  += Σ_c dS[i,c] · K[c]      (rows of K in lanes: 6 query rows × 32 columns per tile)
+//! ```
+//!
+//! The task owns `dK`, `dV` of its lane and `dQ` of its group's heads, so every sum runs in one
+//! fixed order and results do not depend on the thread count. With fewer lanes than threads can
+//! share (`FUSED_BACKWARD_LANES`), two passes spread the work instead — `dQ` per (query lane,
+//! query block) with queries in lanes, then `dK`, `dV` per (kv lane, key block) — at the price
+//! of recomputing `S` and `dP` twice (seven products instead of five):
+//!
+//! ```text
+//! pass 1 (dQ):  Sᵀ = K · (scale·Qᵀ),  Pᵀ = e^{Sᵀ − lse},  dPᵀ = V · dOᵀ,  dSᵀ = Pᵀ ⊙ (dPᵀ − D),
+//!               dQᵀ[p] += Σ_j K[j,p] · dSᵀ[j],   dQ = scale · (dQᵀ)ᵀ
+//! pass 2 (dK, dV): as above without the dQ line
+//! ```
+
+use super::{KEYS, Lanes, STRIP};
+use crate::attention::tiled::{Dims, Operands, Visibility};
+
+/// `dQ` of one (batch, query head) lane's query block: rows `i0..i0 + dq.len() / d`.
+pub(in crate::attention::tiled) struct QueryGradients<'a> {
+    pub dq: &'a mut [f64],
+    /// The lane's queries, keys, values, upstream gradient, `lse` and `D`.
+    pub lane: Operands<'a>,
+    pub dims: Dims,
+    pub b: usize,
+    pub i0: usize,
+    pub vis: &'a Visibility,
+}
+
+/// `dK`, `dV` of one (batch, kv head) lane's key block: rows `j0..j0 + dk.len() / d`.
+pub(in crate::attention::tiled) struct KeyValueGradients<'a> {
+    pub dk: &'a mut [f64],
+    pub dv: &'a mut [f64],
+    /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
+    pub heads: &'a [Operands<'a>],
+    pub dims: Dims,
+    pub b: usize,
+    pub j0: usize,
+    pub vis: &'a Visibility,
+}
+
+/// The gradients of one (batch, kv head) lane: `dK`, `dV` (`[T_k, d]`) and the `dQ` of its
+/// group's query heads (`[H/G, T_q, d]`).
+pub(in crate::attention::tiled) struct LaneGradients<'a> {
+    pub dq: &'a mut [f64],
+    pub dk: &'a mut [f64],
+    pub dv: &'a mut [f64],
+    /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
+    pub heads: &'a [Operands<'a>],
+    pub dims: Dims,
+    pub b: usize,
+    pub vis: &'a Visibility,
+}
+
+/// Per-thread buffers of the backward; every entry is written before it is read.
+#[derive(Debug, Default)]
+pub(super) struct Scratch {
+    /// Pass 1: `scale·Qᵀ`; pass 2: `scale·Kᵀ` (`d` rows per strip).
+    first: Vec<Lanes>,
+    /// Pass 1: `dOᵀ`; pass 2: `Vᵀ`.
+    second: Vec<Lanes>,
+    /// Pass 1: `dQᵀ`; pass 2: `dKᵀ`.
+    grad_a: Vec<Lanes>,
+    /// Pass 2: `dVᵀ`.
+    grad_b: Vec<Lanes>,
+    /// Pass 1: `lse` and `D` of each strip's queries.
+    lse: Vec<Lanes>,
+    delta: Vec<Lanes>,
+    /// Scores, then weights `P`, of the current block: one row per key (pass 1) or query (pass 2).
+    weights: Vec<Lanes>,
+    /// `dP`, then `dS`.
+    dweights: Vec<Lanes>,
+    /// One pass: the strip's key rows, `d` rounded up to whole vectors, zeros past the last key.
+    key_rows: Vec<f64>,
+    /// One pass: `dQ / scale` of the group's heads, rows of the same rounded width.
+    dq: Vec<f64>,
+}
+
+/// `lanes[p].0[c] = scale · rows[(first + c)·d + p]` for the `count ≤ 32` rows from `first`, zeros
+/// in the other lanes.
+fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, scale: f64) {
+    let d = lanes.len();
+    for (p, lane) in lanes.iter_mut().enumerate() {
+        lane.0[count..].fill(0.0);
+        for (x, &y) in lane.0.iter_mut().zip(rows[first * d + p..].iter().step_by(d).take(count)) {
+            *x = scale * y;
+        }
+    }
+}
+
+/// `rows[r·d + p] = scale · lanes[p].0[r]` for the `rows.len() / d` rows.
+fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
+    let d = lanes.len();
+    for (r, row) in rows.chunks_exact_mut(d).enumerate() {
+        for (x, lane) in row.iter_mut().zip(lanes) {
+            *x = scale * lane.0[r];
+        }
+    }
+}
+
+/// `P = e^{S − lse}` (0 where `lse = −∞`: the query saw no key) into `weights`, and
+/// `dS = P ⊙ (dP − D)` into `dweights`, with `lse` and `D` per lane or per row.
+#[inline(always)]
+fn weights_and_gradients(w: &mut Lanes, dw: &mut Lanes, lse: &Lanes, delta: &Lanes) {
+    for (((p, ds), &l), &dd) in w.0.iter_mut().zip(dw.0.iter_mut()).zip(&lse.0).zip(&delta.0) {
+        let e = crate::tensor::exp::exp_weight(*p - l);
+        *p = if l == f64::NEG_INFINITY { 0.0 } else { e };
+        *ds = *p * (*ds - dd);
+    }
+}
+
+/// Pass 1 (see the module docs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
+    let QueryGradients { dq, lane, dims, b, i0, vis } = task;
+    let Operands { q, k, v, g, lse, delta } = lane;
+    let Dims { t_k, d, .. } = dims;
+    let n = dq.len() / d;
+    let strips = n.div_ceil(STRIP);
+    let scale = 1.0 / (d as f64).sqrt();
+    s.first.resize(strips * d, Lanes::splat(0.0));
+    s.second.resize(strips * d, Lanes::splat(0.0));
+    s.grad_a.clear();
+    s.grad_a.resize(strips * d, Lanes::splat(0.0));
+    s.lse.resize(strips, Lanes::splat(0.0));
+    s.delta.resize(strips, Lanes::splat(0.0));
+    s.weights.resize(KEYS, Lanes::splat(0.0));
+    s.dweights.resize(KEYS, Lanes::splat(0.0));
+    for strip in 0..strips {
+        let (first, count) = (i0 + strip * STRIP, STRIP.min(n - strip * STRIP));
+        transpose_in(&mut s.first[strip * d..(strip + 1) * d], q, first, count, scale);
+        transpose_in(&mut s.second[strip * d..(strip + 1) * d], g, first, count, 1.0);
+        // lanes past the block's rows: lse = −∞ gives them weight 0
+        s.lse[strip] = Lanes::splat(f64::NEG_INFINITY);
+        s.lse[strip].0[..count].copy_from_slice(&lse[first..first + count]);
+        s.delta[strip] = Lanes::splat(0.0);
+        s.delta[strip].0[..count].copy_from_slice(&delta[first..first + count]);
+    }
+    for j0 in (0..t_k).step_by(KEYS) {
+        for strip in 0..strips {
+            let (a0, a1) = (i0 + strip * STRIP, (i0 + (strip + 1) * STRIP).min(i0 + n));
+            let j1 = (j0 + KEYS).min(t_k).min(vis.query_offset + a1);
+            if j1 <= j0 || vis.block_hidden(a0, a1, j0, j1) {
+                continue;
+            }
+            let w = j1 - j0;
+            let rows = strip * d..(strip + 1) * d;
+            let (keys, values) = (&k[j0 * d..j1 * d], &v[j0 * d..j1 * d]);
+            super::score_tiles(&mut s.weights[..w], keys, &s.first[rows.clone()]);
+            if !vis.block_open(a0, a1, j0, j1) {
+                super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), vis, b, t_k);
+            }
+            super::score_tiles(&mut s.dweights[..w], values, &s.second[rows.clone()]);
+            for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
+                weights_and_gradients(p, ds, &s.lse[strip], &s.delta[strip]);
+            }
+            super::weighted_tiles(&mut s.grad_a[rows], keys, &s.dweights[..w], None);
+        }
+    }
+    for (strip, rows) in dq.chunks_mut(STRIP * d).enumerate() {
+        transpose_out(rows, &s.grad_a[strip * d..(strip + 1) * d], scale);
+    }
+}
+
+/// Pass 2 (see the module docs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) {
+    let KeyValueGradients { dk, dv, heads, dims, b, j0, vis } = task;
+    let Dims { t_q, t_k, d, .. } = dims;
+    let n = dk.len() / d;
+    let strips = n.div_ceil(STRIP);
+    let scale = 1.0 / (d as f64).sqrt();
+    let Some(lane) = heads.first() else {
+        return;
+    };
+    s.first.resize(strips * d, Lanes::splat(0.0));
+    s.second.resize(strips * d, Lanes::splat(0.0));
+    s.grad_a.clear();
+    s.grad_a.resize(strips * d, Lanes::splat(0.0));
+    s.grad_b.clear();
+    s.grad_b.resize(strips * d, Lanes::splat(0.0));
+    s.weights.resize(KEYS, Lanes::splat(0.0));
+    s.dweights.resize(KEYS, Lanes::splat(0.0));
+    for strip in 0..strips {
+        let (first, count) = (j0 + strip * STRIP, STRIP.min(n - strip * STRIP));
+        transpose_in(&mut s.first[strip * d..(strip + 1) * d], lane.k, first, count, scale);
+        transpose_in(&mut s.second[strip * d..(strip + 1) * d], lane.v, first, count, 1.0);
+    }
+    // the first query row that sees key j0 (causality)
+    let start = j0.saturating_sub(vis.query_offset);
+    for head in heads {
+        for i0 in (start..t_q).step_by(KEYS) {
+            let i1 = (i0 + KEYS).min(t_q);
+            for strip in 0..strips {
+                let (k0, k1) = (j0 + strip * STRIP, (j0 + (strip + 1) * STRIP).min(j0 + n));
+                let r0 = i0.max(k0.saturating_sub(vis.query_offset));
+                if r0 >= i1 || vis.block_hidden(r0, i1, k0, k1) {
+                    continue;
+                }
+                let rows = i1 - r0;
+                let lanes = strip * d..(strip + 1) * d;
+                let (queries, upstream) = (&head.q[r0 * d..i1 * d], &head.g[r0 * d..i1 * d]);
+                super::score_tiles(&mut s.weights[..rows], queries, &s.first[lanes.clone()]);
+                if !vis.block_open(r0, i1, k0, k1) || k1 - k0 < STRIP {
+                    super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), vis, b, t_k);
+                }
+                super::score_tiles(&mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
+                for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
+                    weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
+                }
+                super::weighted_tiles(&mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows], None);
+                super::weighted_tiles(&mut s.grad_a[lanes], queries, &s.dweights[..rows], None);
+            }
+        }
+    }
+    for (strip, (dk_rows, dv_rows)) in dk.chunks_mut(STRIP * d).zip(dv.chunks_mut(STRIP * d)).enumerate() {
+        transpose_out(dk_rows, &s.grad_a[strip * d..(strip + 1) * d], scale);
+        transpose_out(dv_rows, &s.grad_b[strip * d..(strip + 1) * d], 1.0);
+    }
+}
+
+/// The one-pass backward of a kv lane (see the module docs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
+    let LaneGradients { dq, dk, dv, heads, dims, b, vis } = task;
+    let Dims { t_q, t_k, d, .. } = dims;
+    let Some(lane) = heads.first() else {
+        return;
+    };
+    let scale = 1.0 / (d as f64).sqrt();
+    let width = d.div_ceil(simd::WIDTH) * simd::WIDTH;
+    for buffer in [&mut s.first, &mut s.second, &mut s.grad_a, &mut s.grad_b] {
+        buffer.resize(d, Lanes::splat(0.0));
+    }
+    s.weights.resize(KEYS, Lanes::splat(0.0));
+    s.dweights.resize(KEYS, Lanes::splat(0.0));
+    s.key_rows.resize(STRIP * width, 0.0);
+    s.dq.clear();
+    s.dq.resize(heads.len() * t_q * width, 0.0);
+    for k0 in (0..t_k).step_by(STRIP) {
+        let k1 = (k0 + STRIP).min(t_k);
+        transpose_in(&mut s.first, lane.k, k0, k1 - k0, scale);
+        transpose_in(&mut s.second, lane.v, k0, k1 - k0, 1.0);
+        s.grad_a.fill(Lanes::splat(0.0));
+        s.grad_b.fill(Lanes::splat(0.0));
+        s.key_rows.fill(0.0);
+        for (row, key) in s.key_rows.chunks_exact_mut(width).zip(lane.k[k0 * d..k1 * d].chunks_exact(d)) {
+            row[..d].copy_from_slice(key);
+        }
+        // the first query row that sees key k0 (causality)
+        let start = k0.saturating_sub(vis.query_offset);
+        for (h, head) in heads.iter().enumerate() {
+            for i0 in (start..t_q).step_by(KEYS) {
+                let i1 = (i0 + KEYS).min(t_q);
+                if vis.block_hidden(i0, i1, k0, k1) {
+                    continue;
+                }
+                let rows = i1 - i0;
+                let (queries, upstream) = (&head.q[i0 * d..i1 * d], &head.g[i0 * d..i1 * d]);
+                super::score_tiles(&mut s.weights[..rows], queries, &s.first);
+                if !vis.block_open(i0, i1, k0, k1) || k1 - k0 < STRIP {
+                    super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), vis, b, t_k);
+                }
+                super::score_tiles(&mut s.dweights[..rows], upstream, &s.second);
+                for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
+                    weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
+                }
+                super::weighted_tiles(&mut s.grad_b, upstream, &s.weights[..rows], None);
+                super::weighted_tiles(&mut s.grad_a, queries, &s.dweights[..rows], None);
+                let dq_rows = &mut s.dq[(h * t_q + i0) * width..(h * t_q + i1) * width];
+                row_products(dq_rows, &s.dweights[..rows], &s.key_rows, width);
+            }
+        }
+        transpose_out(&mut dk[k0 * d..k1 * d], &s.grad_a, scale);
+        transpose_out(&mut dv[k0 * d..k1 * d], &s.grad_b, 1.0);
+    }
+    for (out, row) in dq.chunks_exact_mut(d).zip(s.dq.chunks_exact(width)) {
+        for (o, &x) in out.iter_mut().zip(row) {
+            *o = scale * x;
+        }
+    }
+}
+
+/// `dq[r] += Σ_c ds[r].0[c] · key_rows[c]` for rows of `width` values (a multiple of
+/// [`simd::WIDTH`]), in tiles of up to 6 rows × 4 vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn row_products(dq: &mut [f64], ds: &[Lanes], key_rows: &[f64], width: usize) {
+    for r0 in (0..ds.len()).step_by(ROW_TILE) {
+        let rows = (ds.len() - r0).min(ROW_TILE);
+        for c0 in (0..width).step_by(4 * simd::WIDTH) {
+            let vectors = ((width - c0) / simd::WIDTH).min(4);
+            match rows {
+                6 => row_tile_of::<6>(dq, ds, key_rows, width, (r0, c0), vectors),
+                5 => row_tile_of::<5>(dq, ds, key_rows, width, (r0, c0), vectors),
+                4 => row_tile_of::<4>(dq, ds, key_rows, width, (r0, c0), vectors),
+                3 => row_tile_of::<3>(dq, ds, key_rows, width, (r0, c0), vectors),
+                2 => row_tile_of::<2>(dq, ds, key_rows, width, (r0, c0), vectors),
+                _ => row_tile_of::<1>(dq, ds, key_rows, width, (r0, c0), vectors),
+            }
+        }
+    }
+}
+
+/// Rows per tile of [`row_products`].
+const ROW_TILE: usize = 6;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn row_tile_of<const R: usize>(
+    dq: &mut [f64],
+    ds: &[Lanes],
+    key_rows: &[f64],
+    width: usize,
+    at: (usize, usize),
+    vectors: usize,
+) {
+    match vectors {
+        4 => row_tile::<R, 4>(dq, ds, key_rows, width, at),
+        3 => row_tile::<R, 3>(dq, ds, key_rows, width, at),
+        2 => row_tile::<R, 2>(dq, ds, key_rows, width, at),
+        _ => row_tile::<R, 1>(dq, ds, key_rows, width, at),
+    }
+}
+
+/// `R` rows × `V` vectors of `dq` from column `c0`: per key `c`, `V` loads of its row and `R`
+/// broadcasts of `dS[r, c]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn row_tile<const R: usize, const V: usize>(
+    dq: &mut [f64],
+    ds: &[Lanes],
+    key_rows: &[f64],
+    width: usize,
+    (r0, c0): (usize, usize),
+) {
+    if ds.len() < r0 + R
+        || dq.len() < (r0 + R) * width
+        || key_rows.len() < STRIP * width
+        || c0 + V * simd::WIDTH > width
+    {
+        return; // callers pass whole tiles; this check lets the loops below read without bounds checks
+    }
+    let mut acc = [[simd::zero(); V]; R];
+    for (r, a) in acc.iter_mut().enumerate() {
+        for (v, a) in a.iter_mut().enumerate() {
+            *a = simd::load_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH);
+        }
+    }
+    for c in 0..STRIP {
+        let keys: [_; V] = std::array::from_fn(|v| simd::load_at(key_rows, c * width + c0 + v * simd::WIDTH));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let x = ds[r0 + r].0[c];
+            for (a, &k) in a.iter_mut().zip(&keys) {
+                *a = simd::mul_add_one(x, k, *a);
+            }
+        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        for (v, &a) in a.iter().enumerate() {
+            simd::store_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH, a);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+use super::simd;
