@@ -396,7 +396,9 @@ fn tiled_attention_on(
     let needs_grad =
         q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.is_some_and(TensorValue::requires_grad);
     let mut lse = vec![0.0; if needs_grad { b_n * h_n * t_q } else { 0 }];
-    let block = dims.block;
+    // query rows per task: a block, or on the strip kernel several blocks, whose strips then
+    // share each block of keys and values fetched from memory
+    let block = strip_kernel.map_or(dims.block, |_| strips::TASK_BLOCKS * dims.block);
     // one task per (lane, query block), owning its output rows (and their log-sum-exps)
     let run_block = |scratch: &mut Vec<f64>,
                      own_lse: &mut Vec<f64>,
@@ -408,13 +410,6 @@ fn tiled_attention_on(
         let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
         let lane_q = &qt.as_slice()[ql..ql + t_q * d];
         let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
-        let l = match l {
-            Some(l) => l,
-            None => {
-                own_lse.resize(o.len() / d, 0.0);
-                own_lse.as_mut_slice()
-            }
-        };
         if let Some(kernel) = strip_kernel {
             let task = strips::QueryBlock {
                 out: o,
@@ -431,6 +426,13 @@ fn tiled_attention_on(
             kernel.forward_block(task);
             return Ok(());
         }
+        let l = match l {
+            Some(l) => l,
+            None => {
+                own_lse.resize(o.len() / d, 0.0);
+                own_lse.as_mut_slice()
+            }
+        };
         forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * block, visibility, scratch)
     };
     let init = || (Vec::new(), Vec::new());
