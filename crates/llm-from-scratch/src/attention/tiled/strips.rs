@@ -157,6 +157,8 @@ struct Scratch {
     outputs: Vec<Lanes>,
     /// Scores, then weights, of the current (key block, strip): one row per key.
     scores: Vec<Lanes>,
+    /// The current block of values, by [`pack_values`].
+    values: Vec<[f64; TILE]>,
     /// Running maximum `m` of each strip.
     max: Vec<Lanes>,
     /// Running normaliser `ℓ` of each strip.
@@ -214,6 +216,13 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
         }
     }
     for j0 in (0..t_k).step_by(KEYS) {
+        // the keys of the block some query of the task sees (causality); their values regrouped
+        // by column tile, so that each tile reads one contiguous run
+        let j_end = (j0 + KEYS).min(t_k).min(vis.query_offset + i0 + n);
+        if j_end <= j0 {
+            break;
+        }
+        pack_values(&mut s.values, &v[j0 * d..j_end * d], d);
         for strip in 0..strips {
             let (a0, a1) = (i0 + strip * STRIP, (i0 + (strip + 1) * STRIP).min(i0 + n));
             // causality: no query of the strip sees a key after its own position
@@ -232,7 +241,7 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             // once the maxima settle (most blocks), nothing needs rescaling
             let alpha = alpha.0.iter().any(|&a| a != 1.0).then_some(alpha);
             let ot = &mut s.outputs[strip * d..(strip + 1) * d];
-            weighted_tiles(ot, &v[j0 * d..j1 * d], scores, alpha);
+            weighted_packed(ot, &s.values, j_end - j0, scores, alpha);
         }
     }
     for (strip, ot) in s.outputs.chunks(d).enumerate() {
@@ -375,6 +384,69 @@ fn softmax_block(scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lanes) -> Lane
     }
     *max = top;
     alpha
+}
+
+/// Value rows `v` (`[w, d]`) regrouped by tiles of [`TILE`] columns: tile `t` holds, for each of
+/// the `w` keys, its values in columns `t·TILE..(t+1)·TILE` (zeros past `d`).
+fn pack_values(packed: &mut Vec<[f64; TILE]>, v: &[f64], d: usize) {
+    let (full, rest) = (d / TILE, d % TILE);
+    packed.clear();
+    for t in 0..full {
+        packed.extend(v.chunks_exact(d).map(|row| {
+            let mut tile = [0.0; TILE];
+            tile.copy_from_slice(&row[t * TILE..(t + 1) * TILE]);
+            tile
+        }));
+    }
+    if rest > 0 {
+        packed.extend(v.chunks_exact(d).map(|row| {
+            let mut tile = [0.0; TILE];
+            tile[..rest].copy_from_slice(&row[full * TILE..]);
+            tile
+        }));
+    }
+}
+
+/// [`weighted_tiles`] over values from [`pack_values`] (`w ≥ weights.len()` keys per tile).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn weighted_packed(ot: &mut [Lanes], values: &[[f64; TILE]], w: usize, weights: &[Lanes], alpha: Option<Lanes>) {
+    let full = ot.len() - ot.len() % TILE;
+    for (tile, values) in ot[..full].chunks_exact_mut(TILE).zip(values.chunks_exact(w)) {
+        packed_tile::<TILE>(tile, values, weights, alpha);
+    }
+    let (tile, values) = (&mut ot[full..], &values[full / TILE * w..]);
+    match tile.len() {
+        1 => packed_tile::<1>(tile, values, weights, alpha),
+        2 => packed_tile::<2>(tile, values, weights, alpha),
+        3 => packed_tile::<3>(tile, values, weights, alpha),
+        4 => packed_tile::<4>(tile, values, weights, alpha),
+        5 => packed_tile::<5>(tile, values, weights, alpha),
+        _ => {}
+    }
+}
+
+/// `G` output columns in `G` × 4 registers: per key, `G` scalars of its packed values times its
+/// weights.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn packed_tile<const G: usize>(tile: &mut [Lanes], values: &[[f64; TILE]], weights: &[Lanes], alpha: Option<Lanes>) {
+    let mut acc = [simd::splat(0.0); G];
+    for (a, o) in acc.iter_mut().zip(tile.iter()) {
+        *a = match &alpha {
+            Some(alpha) => simd::mul(simd::load(o), simd::load(alpha)),
+            None => simd::load(o),
+        };
+    }
+    for (weight, value) in weights.iter().zip(values) {
+        let y = simd::load(weight);
+        for (a, &x) in acc.iter_mut().zip(value) {
+            *a = simd::mul_add(x, y, *a);
+        }
+    }
+    for (out, a) in tile.iter_mut().zip(acc) {
+        simd::store(a, out);
+    }
 }
 
 /// `Oᵀ[c] = α · Oᵀ[c] + Σ_j V[j,c] · weights[j]` for every value column `c` (`v` is `[w, d]`,
