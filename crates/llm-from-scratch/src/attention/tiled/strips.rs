@@ -203,17 +203,8 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
     s.sum.clear();
     s.sum.resize(strips, Lanes::splat(if sink.is_some() { 1.0 } else { 0.0 }));
     for (strip, qt) in s.queries.chunks_mut(d).enumerate() {
-        // Qᵀ; the lanes of a last, partial strip hold zeros and are never written out
-        let rows = STRIP.min(n - strip * STRIP);
-        for lanes in qt.iter_mut() {
-            lanes.0[rows..].fill(0.0);
-        }
-        let first = (i0 + strip * STRIP) * d;
-        for (p, lanes) in qt.iter_mut().enumerate() {
-            for (x, &y) in lanes.0.iter_mut().zip(q[first + p..].iter().step_by(d).take(rows)) {
-                *x = scale * y;
-            }
-        }
+        // scale·Qᵀ; the lanes of a last, partial strip hold zeros and are never written out
+        transpose_in(qt, q, i0 + strip * STRIP, STRIP.min(n - strip * STRIP), scale);
     }
     for j0 in (0..t_k).step_by(KEYS) {
         // the keys of the block some query of the task sees (causality); their values regrouped
@@ -259,6 +250,22 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             if let Some(lse) = lse.as_deref_mut() {
                 lse[r] = if sum == 0.0 { f64::NEG_INFINITY } else { max + sum.ln() };
             }
+        }
+    }
+}
+
+/// `lanes[p].0[c] = scale · rows[(first + c)·d + p]` for the `count ≤ 32` rows from `first`
+/// (`d = lanes.len()`), zeros in the other lanes.
+fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, scale: f64) {
+    let d = lanes.len();
+    let block = &rows[first * d..(first + count) * d];
+    for lane in lanes.iter_mut() {
+        lane.0[count..].fill(0.0);
+    }
+    // row by row: each row is read once, front to back, and written down one lane
+    for (c, row) in block.chunks_exact(d).enumerate() {
+        for (lane, &y) in lanes.iter_mut().zip(row) {
+            lane.0[c] = scale * y;
         }
     }
 }

@@ -86,18 +86,6 @@ pub(super) struct Scratch {
     dq: Vec<f64>,
 }
 
-/// `lanes[p].0[c] = scale · rows[(first + c)·d + p]` for the `count ≤ 32` rows from `first`, zeros
-/// in the other lanes.
-fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, scale: f64) {
-    let d = lanes.len();
-    for (p, lane) in lanes.iter_mut().enumerate() {
-        lane.0[count..].fill(0.0);
-        for (x, &y) in lane.0.iter_mut().zip(rows[first * d + p..].iter().step_by(d).take(count)) {
-            *x = scale * y;
-        }
-    }
-}
-
 /// `rows[r·d + p] = scale · lanes[p].0[r]` for the `rows.len() / d` rows.
 fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
     let d = lanes.len();
@@ -139,8 +127,8 @@ pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
     s.dweights.resize(KEYS, Lanes::splat(0.0));
     for strip in 0..strips {
         let (first, count) = (i0 + strip * STRIP, STRIP.min(n - strip * STRIP));
-        transpose_in(&mut s.first[strip * d..(strip + 1) * d], q, first, count, scale);
-        transpose_in(&mut s.second[strip * d..(strip + 1) * d], g, first, count, 1.0);
+        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], q, first, count, scale);
+        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], g, first, count, 1.0);
         // lanes past the block's rows: lse = −∞ gives them weight 0
         s.lse[strip] = Lanes::splat(f64::NEG_INFINITY);
         s.lse[strip].0[..count].copy_from_slice(&lse[first..first + count]);
@@ -195,8 +183,8 @@ pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) 
     s.dweights.resize(KEYS, Lanes::splat(0.0));
     for strip in 0..strips {
         let (first, count) = (j0 + strip * STRIP, STRIP.min(n - strip * STRIP));
-        transpose_in(&mut s.first[strip * d..(strip + 1) * d], lane.k, first, count, scale);
-        transpose_in(&mut s.second[strip * d..(strip + 1) * d], lane.v, first, count, 1.0);
+        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], lane.k, first, count, scale);
+        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], lane.v, first, count, 1.0);
     }
     // the first query row that sees key j0 (causality)
     let start = j0.saturating_sub(vis.query_offset);
@@ -252,8 +240,8 @@ pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
     s.dq.resize(heads.len() * t_q * width, 0.0);
     for k0 in (0..t_k).step_by(STRIP) {
         let k1 = (k0 + STRIP).min(t_k);
-        transpose_in(&mut s.first, lane.k, k0, k1 - k0, scale);
-        transpose_in(&mut s.second, lane.v, k0, k1 - k0, 1.0);
+        super::transpose_in(&mut s.first, lane.k, k0, k1 - k0, scale);
+        super::transpose_in(&mut s.second, lane.v, k0, k1 - k0, 1.0);
         s.grad_a.fill(Lanes::splat(0.0));
         s.grad_b.fill(Lanes::splat(0.0));
         s.key_rows.fill(0.0);
