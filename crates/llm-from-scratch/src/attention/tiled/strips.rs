@@ -83,13 +83,7 @@ impl StripKernel {
     /// Output rows and `log Σ eˢ` of one task's query rows.
     pub(super) fn forward_block(self, task: QueryBlock<'_>) {
         #[cfg(target_arch = "x86_64")]
-        SCRATCH.with_borrow_mut(|scratch| {
-            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
-            #[allow(unsafe_code)]
-            unsafe {
-                run(task, scratch)
-            }
-        });
+        with_scratch(&SCRATCH, task, run);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = task;
     }
@@ -97,13 +91,7 @@ impl StripKernel {
     /// `dQ` of one query block (the backward's first pass).
     pub(super) fn query_gradients(self, task: QueryGradients<'_>) {
         #[cfg(target_arch = "x86_64")]
-        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
-            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
-            #[allow(unsafe_code)]
-            unsafe {
-                backward::query_gradients(task, scratch)
-            }
-        });
+        with_scratch(&BACKWARD_SCRATCH, task, backward::query_gradients);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = task;
     }
@@ -111,13 +99,7 @@ impl StripKernel {
     /// `dQ`, `dK` and `dV` of one kv lane (the one-pass backward).
     pub(super) fn lane_gradients(self, task: LaneGradients<'_>) {
         #[cfg(target_arch = "x86_64")]
-        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
-            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
-            #[allow(unsafe_code)]
-            unsafe {
-                backward::lane_gradients(task, scratch)
-            }
-        });
+        with_scratch(&BACKWARD_SCRATCH, task, backward::lane_gradients);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = task;
     }
@@ -125,16 +107,27 @@ impl StripKernel {
     /// `dK` and `dV` of one key block (the backward's second pass).
     pub(super) fn key_value_gradients(self, task: KeyValueGradients<'_>) {
         #[cfg(target_arch = "x86_64")]
-        BACKWARD_SCRATCH.with_borrow_mut(|scratch| {
-            // SAFETY: a `StripKernel` exists only where `detect` found AVX-512F and FMA.
-            #[allow(unsafe_code)]
-            unsafe {
-                backward::key_value_gradients(task, scratch)
-            }
-        });
+        with_scratch(&BACKWARD_SCRATCH, task, backward::key_value_gradients);
         #[cfg(not(target_arch = "x86_64"))]
         let _ = task;
     }
+}
+
+/// Runs `kernel` on `task` with this thread's buffers from `scratch`.
+#[cfg(target_arch = "x86_64")]
+fn with_scratch<S: 'static, T>(
+    scratch: &'static std::thread::LocalKey<std::cell::RefCell<S>>,
+    task: T,
+    kernel: unsafe fn(T, &mut S),
+) {
+    scratch.with_borrow_mut(|buffers| {
+        // SAFETY: the kernels require AVX-512F and FMA, and every caller holds a `StripKernel`,
+        // which exists only where `detect` found both.
+        #[allow(unsafe_code)]
+        unsafe {
+            kernel(task, buffers)
+        }
+    });
 }
 
 thread_local! {
@@ -215,12 +208,9 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
         }
         pack_values(&mut s.values, &v[j0 * d..j_end * d], d);
         for strip in 0..strips {
-            let (a0, a1) = (i0 + strip * STRIP, (i0 + (strip + 1) * STRIP).min(i0 + n));
-            // causality: no query of the strip sees a key after its own position
-            let j1 = (j0 + KEYS).min(t_k).min(vis.query_offset + a1);
-            if j1 <= j0 || vis.block_hidden(a0, a1, j0, j1) {
+            let Some(((a0, a1), j1)) = strip_block(vis, (i0, n), strip, j0, t_k) else {
                 continue;
-            }
+            };
             let w = j1 - j0;
             let qt = &s.queries[strip * d..(strip + 1) * d];
             score_tiles(&mut s.scores[..w], &k[j0 * d..j1 * d], qt);
@@ -252,6 +242,21 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             }
         }
     }
+}
+
+/// The query rows `a0..a1` of strip `strip` of a task (rows `i0..i0 + n`), and the end `j1` of
+/// the keys from `j0` on (one block at most) that some of them see; `None` when they see none.
+fn strip_block(
+    vis: &Visibility,
+    (i0, n): (usize, usize),
+    strip: usize,
+    j0: usize,
+    t_k: usize,
+) -> Option<((usize, usize), usize)> {
+    let (a0, a1) = (i0 + strip * STRIP, (i0 + (strip + 1) * STRIP).min(i0 + n));
+    // causality: no query of the strip sees a key after its own position
+    let j1 = (j0 + KEYS).min(t_k).min(vis.query_offset + a1);
+    (j1 > j0 && !vis.block_hidden(a0, a1, j0, j1)).then_some(((a0, a1), j1))
 }
 
 /// `lanes[p].0[c] = scale · rows[(first + c)·d + p]` for the `count ≤ 32` rows from `first`

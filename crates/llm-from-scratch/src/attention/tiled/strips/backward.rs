@@ -137,11 +137,9 @@ pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
     }
     for j0 in (0..t_k).step_by(KEYS) {
         for strip in 0..strips {
-            let (a0, a1) = (i0 + strip * STRIP, (i0 + (strip + 1) * STRIP).min(i0 + n));
-            let j1 = (j0 + KEYS).min(t_k).min(vis.query_offset + a1);
-            if j1 <= j0 || vis.block_hidden(a0, a1, j0, j1) {
+            let Some(((a0, a1), j1)) = super::strip_block(vis, (i0, n), strip, j0, t_k) else {
                 continue;
-            }
+            };
             let w = j1 - j0;
             let rows = strip * d..(strip + 1) * d;
             let (keys, values) = (&k[j0 * d..j1 * d], &v[j0 * d..j1 * d]);
