@@ -255,38 +255,45 @@ impl RotaryEmbedding {
         let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
         // lanes under one index of axis 0: the axes between it and [T, d_h]
         let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
-        let mut out = x.as_slice().to_vec();
-        let rotate_block = |(block, rows): (usize, &mut [f64])| {
-            for (k, row) in rows.chunks_exact_mut(d).enumerate() {
+        // each output row is written once from its input row (no copy of the input first)
+        let mut out = vec![0.0; x.len()];
+        let rotate_block = |(block, (rows, inputs)): (usize, (&mut [f64], &[f64]))| {
+            for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
                 let r = block * ROWS_PER_TASK + k;
                 let t = r % tokens;
                 let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
                 let (cos, sin) = (&self.cos[p * half..(p + 1) * half], &self.sin[p * half..(p + 1) * half]);
-                let rotate = |xa: &mut f64, xb: &mut f64, c: f64, s: f64| {
+                let rotate = |(ya, yb): (&mut f64, &mut f64), (xa, xb): (f64, f64), c: f64, s: f64| {
                     let s = sign * s;
-                    (*xa, *xb) = (*xa * c - *xb * s, *xa * s + *xb * c);
+                    (*ya, *yb) = (xa * c - xb * s, xa * s + xb * c);
                 };
                 // one loop per layout, so that each is a straight vectorisable pass over the row
                 match self.layout {
                     RopeLayout::SplitHalves => {
                         let (lo, hi) = row.split_at_mut(half);
-                        for (((a, b), &c), &s) in lo.iter_mut().zip(hi).zip(cos).zip(sin) {
-                            rotate(a, b, c, s);
+                        let (x_lo, x_hi) = input.split_at(half);
+                        for ((((a, b), (&xa, &xb)), &c), &s) in
+                            lo.iter_mut().zip(hi).zip(x_lo.iter().zip(x_hi)).zip(cos).zip(sin)
+                        {
+                            rotate((a, b), (xa, xb), c, s);
                         }
                     }
                     RopeLayout::AdjacentPairs => {
-                        for ((pair, &c), &s) in row.chunks_exact_mut(2).zip(cos).zip(sin) {
+                        for (((pair, xs), &c), &s) in
+                            row.chunks_exact_mut(2).zip(input.chunks_exact(2)).zip(cos).zip(sin)
+                        {
                             let (a, b) = pair.split_at_mut(1);
-                            rotate(&mut a[0], &mut b[0], c, s);
+                            rotate((&mut a[0], &mut b[0]), (xs[0], xs[1]), c, s);
                         }
                     }
                 }
             }
         };
+        let rows = ROWS_PER_TASK * d;
         if out.len() >= PARALLEL_VALUES {
-            out.par_chunks_mut(ROWS_PER_TASK * d).enumerate().for_each(rotate_block);
+            out.par_chunks_mut(rows).zip(x.as_slice().par_chunks(rows)).enumerate().for_each(rotate_block);
         } else {
-            out.chunks_mut(ROWS_PER_TASK * d).enumerate().for_each(rotate_block);
+            out.chunks_mut(rows).zip(x.as_slice().chunks(rows)).enumerate().for_each(rotate_block);
         }
         Tensor::from_parts(x.shape().to_vec(), out)
     }
