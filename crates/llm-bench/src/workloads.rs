@@ -272,6 +272,11 @@ fn decode() -> Result<Outcome, String> {
 /// - Floor (tiled): compute-bound, 78 ms. Targets: tiled ≤ 120 ms (0.5 × the peer's 241 ms) with
 ///   peak growth ≤ 16 MiB (the output alone is 16 MiB: allocate it before the measured call or
 ///   count it).
+/// - Where the tiled time goes (the strip kernel on AVX-512, measured 2026-11-30 by switching
+///   parts off): the two products about 80 % (at about 75 % of the FMA peak, where their register
+///   tiles reach 85–90 % with data in L1), the exponentials and the rest of the online softmax
+///   about 16 %, and reading K and V from the last-level cache about a tenth of the products'
+///   time. 120 ms asks for about 80 % of the peak over the whole kernel.
 fn long_causal() -> Result<Outcome, String> {
     const H: usize = 8;
     const T: usize = 4096;

@@ -58,7 +58,7 @@ pub const LONG_BLOCK: usize = 128;
 pub const LONG_SEQUENCE: usize = 2048;
 
 /// Query rows and key rows per block for attention over `t_k` keys (the strip kernel's forward
-/// takes query blocks of this size and walks the keys in its own blocks of 60).
+/// gives each task four such query blocks and walks the keys in its own blocks of 60).
 ///
 /// A causal block on the diagonal is computed whole though half of it is hidden, so short
 /// sequences, where the diagonal is a large share of the blocks, take smaller blocks; long ones

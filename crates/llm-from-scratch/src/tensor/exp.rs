@@ -109,10 +109,10 @@ fn reduced(c: f64) -> (f64, f64) {
     (p, rounded)
 }
 
-/// `eˣ` for the non-positive exponents of softmax weights (`x = s − max s`), with fewer edge
-/// cases than [`exp`]: bitwise equal to it on `[−708, 0]`, NaN for NaN, and 0 below −708 (where
-/// [`exp`] gives values under 3·10⁻³⁰⁸, which vanish next to the weight 1 of the maximum). Not
-/// for `x > 0`.
+/// `eˣ` for the exponents of softmax weights (`x = s − max s ≤ 0`, or a few ulp above 0 where a
+/// score is recomputed against a saved log-sum-exp), with fewer edge cases than [`exp`]: bitwise
+/// equal to it on `[−708, 709]`, NaN for NaN, and 0 below −708 (where [`exp`] gives values of at
+/// most 3.4·10⁻³⁰⁸, which vanish next to the weight 1 of the maximum). Not for `x > 709`.
 #[inline(always)]
 pub(crate) fn exp_weight(x: f64) -> f64 {
     let low = x < SUBNORMAL;
@@ -245,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn the_weight_exponential_equals_exp_down_to_minus_708_and_is_zero_below() {
+    fn the_weight_exponential_equals_exp_from_minus_708_to_709_and_is_zero_below() {
         let mut checked = 0;
         let mut x = 0.0;
         while x >= -708.0 {
@@ -259,6 +259,10 @@ mod tests {
             x -= 0.0173;
         }
         assert!(checked > 100_000);
+        // a recomputed score may sit a few ulp above the saved log-sum-exp
+        for y in [1e-16, 4.4e-16, 1e-3, 1.0, 300.0, 708.9, 709.0] {
+            assert_eq!(exp_weight(y).to_bits(), exp(y).to_bits(), "at {y}");
+        }
         assert_eq!(exp_weight(-0.0), 1.0);
         assert_eq!(exp_weight(-708.0).to_bits(), exp(-708.0).to_bits());
         for y in [-708.000_000_1, -744.0, -746.0, -1e300, f64::NEG_INFINITY] {

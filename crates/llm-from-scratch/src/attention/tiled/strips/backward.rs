@@ -65,7 +65,7 @@ pub(in crate::attention::tiled) struct LaneGradients<'a> {
 /// Per-thread buffers of the backward; every entry is written before it is read.
 #[derive(Debug, Default)]
 pub(super) struct Scratch {
-    /// Pass 1: `scale·Qᵀ`; pass 2: `scale·Kᵀ` (`d` rows per strip).
+    /// Pass 1: `scale·Qᵀ`; pass 2 and the one pass: `scale·Kᵀ` (`d` rows per strip).
     first: Vec<Lanes>,
     /// Pass 1: `dOᵀ`; pass 2: `Vᵀ`.
     second: Vec<Lanes>,
@@ -82,8 +82,6 @@ pub(super) struct Scratch {
     dweights: Vec<Lanes>,
     /// One pass: the strip's key rows, `d` rounded up to whole vectors, zeros past the last key.
     key_rows: Vec<f64>,
-    /// One pass: `dQ / scale` of the group's heads, rows of the same rounded width.
-    dq: Vec<f64>,
 }
 
 /// `rows[r·d + p] = scale · lanes[p].0[r]` for the `rows.len() / d` rows.
@@ -151,7 +149,7 @@ pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
             for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
                 weights_and_gradients(p, ds, &s.lse[strip], &s.delta[strip]);
             }
-            super::weighted_tiles(&mut s.grad_a[rows], keys, &s.dweights[..w], None);
+            super::weighted_tiles(&mut s.grad_a[rows], keys, &s.dweights[..w]);
         }
     }
     for (strip, rows) in dq.chunks_mut(STRIP * d).enumerate() {
@@ -206,8 +204,8 @@ pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) 
                 for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(&mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows], None);
-                super::weighted_tiles(&mut s.grad_a[lanes], queries, &s.dweights[..rows], None);
+                super::weighted_tiles(&mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows]);
+                super::weighted_tiles(&mut s.grad_a[lanes], queries, &s.dweights[..rows]);
             }
         }
     }
@@ -234,8 +232,15 @@ pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
     s.weights.resize(KEYS, Lanes::splat(0.0));
     s.dweights.resize(KEYS, Lanes::splat(0.0));
     s.key_rows.resize(STRIP * width, 0.0);
-    s.dq.clear();
-    s.dq.resize(heads.len() * t_q * width, 0.0);
+    // dQ / scale accumulates in place (`dq` arrives zeroed), or where d is not a whole number of
+    // vectors in rows padded to `width`, allocated per call: O(T·d), like the gradients
+    let mut padded = Vec::new();
+    let sums: &mut [f64] = if width == d {
+        dq
+    } else {
+        padded.resize(heads.len() * t_q * width, 0.0);
+        &mut padded
+    };
     for k0 in (0..t_k).step_by(STRIP) {
         let k1 = (k0 + STRIP).min(t_k);
         super::transpose_in(&mut s.first, lane.k, k0, k1 - k0, scale);
@@ -264,18 +269,22 @@ pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
                 for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(&mut s.grad_b, upstream, &s.weights[..rows], None);
-                super::weighted_tiles(&mut s.grad_a, queries, &s.dweights[..rows], None);
-                let dq_rows = &mut s.dq[(h * t_q + i0) * width..(h * t_q + i1) * width];
+                super::weighted_tiles(&mut s.grad_b, upstream, &s.weights[..rows]);
+                super::weighted_tiles(&mut s.grad_a, queries, &s.dweights[..rows]);
+                let dq_rows = &mut sums[(h * t_q + i0) * width..(h * t_q + i1) * width];
                 row_products(dq_rows, &s.dweights[..rows], &s.key_rows, width);
             }
         }
         transpose_out(&mut dk[k0 * d..k1 * d], &s.grad_a, scale);
         transpose_out(&mut dv[k0 * d..k1 * d], &s.grad_b, 1.0);
     }
-    for (out, row) in dq.chunks_exact_mut(d).zip(s.dq.chunks_exact(width)) {
-        for (o, &x) in out.iter_mut().zip(row) {
-            *o = scale * x;
+    if width == d {
+        sums.iter_mut().for_each(|x| *x *= scale);
+    } else {
+        for (out, row) in dq.chunks_exact_mut(d).zip(padded.chunks_exact(width)) {
+            for (o, &x) in out.iter_mut().zip(row) {
+                *o = scale * x;
+            }
         }
     }
 }
@@ -340,14 +349,24 @@ fn row_tile<const R: usize, const V: usize>(
     {
         return; // callers pass whole tiles; this check lets the loops below read without bounds checks
     }
+    // SAFETY (every `load_at` and `store_at` below): with r < R, v < V and c < STRIP, the 8
+    // values from (r0 + r)·width + c0 + 8v end by (r0 + R)·width ≤ dq.len(), and those from
+    // c·width + c0 + 8v by STRIP·width ≤ key_rows.len(), as c0 + 8V ≤ width (checked above).
     let mut acc = [[simd::zero(); V]; R];
     for (r, a) in acc.iter_mut().enumerate() {
         for (v, a) in a.iter_mut().enumerate() {
-            *a = simd::load_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH);
+            #[allow(unsafe_code)]
+            let x = unsafe { simd::load_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH) };
+            *a = x;
         }
     }
     for c in 0..STRIP {
-        let keys: [_; V] = std::array::from_fn(|v| simd::load_at(key_rows, c * width + c0 + v * simd::WIDTH));
+        let mut keys = [simd::zero(); V];
+        for (v, k) in keys.iter_mut().enumerate() {
+            #[allow(unsafe_code)]
+            let x = unsafe { simd::load_at(key_rows, c * width + c0 + v * simd::WIDTH) };
+            *k = x;
+        }
         for (r, a) in acc.iter_mut().enumerate() {
             let x = ds[r0 + r].0[c];
             for (a, &k) in a.iter_mut().zip(&keys) {
@@ -357,7 +376,10 @@ fn row_tile<const R: usize, const V: usize>(
     }
     for (r, a) in acc.iter().enumerate() {
         for (v, &a) in a.iter().enumerate() {
-            simd::store_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH, a);
+            #[allow(unsafe_code)]
+            unsafe {
+                simd::store_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH, a);
+            }
         }
     }
 }
