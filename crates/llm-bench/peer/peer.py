@@ -1,0 +1,308 @@
+"""The peers of `llm-bench`, measured on this machine in the same minutes as our own binary.
+
+PERF.md sets each target as a ratio against the best of PyTorch and JAX on CPU in f64 with 2
+threads, measured on the same machine in the same run. This script runs the same workloads with
+the same shapes through both and prints lines in `llm-bench`'s format with the peer's name in
+front, so that a run of both can be compared line by line:
+
+    <peer> <workload> <variant> median_ms=<float> [gflops=<float>]
+
+Set-up (not part of the build or the tests; nothing in `.ci/run` needs it):
+
+    python3 -m venv /tmp/peer
+    /tmp/peer/bin/pip install torch==2.15.0 jax==0.10.2 jaxlib==0.10.2
+    /tmp/peer/bin/python crates/llm-bench/peer/peer.py [workload ...] [--threads N]
+
+A peer that is not installed is skipped. Each figure is the median of at least 5 timed runs after
+warm-ups, with inputs rotating between runs, as in `llm-bench`.
+
+The workloads follow PERF.md:
+- gemm: 1024×1024 · 1024×1024 in f64.
+- mha-train: a multi-head attention layer, B=4, T=256, d=256, H=8, RoPE base 10000 on queries
+  and keys (coordinate pairs (2i, 2i+1), as in our `nn::rope`), causal, no bias; `forward`, and
+  `forward-backward` with one upstream adjoint, gradients for the input and the four weights.
+  PyTorch uses `F.scaled_dot_product_attention` with autograd, JAX `jax.nn.dot_product_attention`
+  under `jit` with `jax.vjp`.
+- decode: d=512, H=8, one new token against 2047 cached positions: PyTorch with a cache that
+  grows by concatenation (`cached`, PERF.md's peer) and with a preallocated cache written in place
+  (`cached-inplace`); JAX with a preallocated cache and `dynamic_update_slice` under `jit`.
+  `recompute` runs the layer on all 2048 tokens.
+- long-causal: the causal attention kernel alone, B=1, H=8, T=4096, d_h=64.
+"""
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+B, T, D, H = 4, 256, 256, 8
+DEC_D, DEC_CACHED = 512, 2047
+LONG_H, LONG_T, LONG_DH = 8, 4096, 64
+# both products over the causal triangle, as `llm-bench long-causal` counts them
+CAUSAL_FLOPS = 2 * 2 * LONG_H * (LONG_T * (LONG_T + 1) // 2) * LONG_DH
+
+
+def median_ms(run, warmups=3, timed=11):
+    """Median wall time of `run(i)` in milliseconds; `run` must wait for its own result."""
+    for i in range(warmups):
+        run(i)
+    times = []
+    for i in range(timed):
+        start = time.perf_counter()
+        run(warmups + i)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def line(peer, workload, variant, ms, flops=None):
+    extra = f" gflops={flops / ms / 1e6:.1f}" if flops else ""
+    print(f"{peer} {workload} {variant} median_ms={ms:.3f}{extra}", flush=True)
+
+
+def rope_tables(positions, head_width, base=10_000.0):
+    """cos and sin [positions, head_width/2] for pair i at angle p / base^(2i/d_h)."""
+    pairs = head_width // 2
+    cos, sin = [], []
+    for p in range(positions):
+        row_c, row_s = [], []
+        for i in range(pairs):
+            angle = p / base ** (2 * i / head_width)
+            row_c.append(math.cos(angle))
+            row_s.append(math.sin(angle))
+        cos.append(row_c)
+        sin.append(row_s)
+    return cos, sin
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch
+
+
+def torch_peer(workloads, threads):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        print("torch unavailable", file=sys.stderr)
+        return
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    f64 = torch.float64
+    peer = f"torch-{torch.__version__.split('+')[0]}"
+
+    def rope(x, cos, sin):
+        # x [B, H, T, d_h]; pairs (2i, 2i+1)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+    def layer(x, w, cos, sin, heads):
+        b, t, d = x.shape
+        dh = d // heads
+        q, k, v = (F.linear(x, wi).view(b, t, heads, dh).transpose(1, 2) for wi in w[:3])
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.linear(ctx.transpose(1, 2).reshape(b, t, d), w[3])
+
+    def weights(d):
+        return [torch.randn(d, d, dtype=f64) / math.sqrt(d) for _ in range(4)]
+
+    def tables(t, dh):
+        c, s = rope_tables(t, dh)
+        return torch.tensor(c, dtype=f64), torch.tensor(s, dtype=f64)
+
+    if "gemm" in workloads:
+        pairs = [(torch.randn(1024, 1024, dtype=f64), torch.randn(1024, 1024, dtype=f64)) for _ in range(2)]
+        ms = median_ms(lambda i: torch.matmul(*pairs[i % 2]), warmups=5, timed=21)
+        line(peer, "gemm", "f64", ms, 2 * 1024**3)
+
+    if "mha-train" in workloads:
+        w = [wi.requires_grad_() for wi in weights(D)]
+        cos, sin = tables(T, D // H)
+        xs = [torch.randn(B, T, D, dtype=f64) for _ in range(2)]
+        ups = [torch.randn(B, T, D, dtype=f64) for _ in range(2)]
+
+        def forward(i):
+            with torch.no_grad():
+                layer(xs[i % 2], w, cos, sin, H)
+
+        def forward_backward(i):
+            x = xs[i % 2].clone().requires_grad_()
+            layer(x, w, cos, sin, H).backward(ups[i % 2])
+            for wi in w:
+                wi.grad = None
+
+        line(peer, "mha-train", "forward", median_ms(forward), 0.82e9)
+        line(peer, "mha-train", "forward-backward", median_ms(forward_backward), 2.44e9)
+
+    if "decode" in workloads:
+        heads, dh = H, DEC_D // H
+        w = weights(DEC_D)
+        cos, sin = tables(DEC_CACHED + 1, dh)
+        k_cache = torch.randn(1, heads, DEC_CACHED, dh, dtype=f64)
+        v_cache = torch.randn(1, heads, DEC_CACHED, dh, dtype=f64)
+        tokens = [torch.randn(1, 1, DEC_D, dtype=f64) for _ in range(2)]
+        at = slice(DEC_CACHED, DEC_CACHED + 1)
+
+        def project(x):
+            q, k, v = (F.linear(x, wi).view(1, 1, heads, dh).transpose(1, 2) for wi in w[:3])
+            return rope(q, cos[at], sin[at]), rope(k, cos[at], sin[at]), v
+
+        def attend(q, keys, values):
+            ctx = F.scaled_dot_product_attention(q, keys, values)
+            return F.linear(ctx.transpose(1, 2).reshape(1, 1, DEC_D), w[3])
+
+        def cached(i):
+            with torch.no_grad():
+                q, k, v = project(tokens[i % 2])
+                attend(q, torch.cat((k_cache, k), dim=2), torch.cat((v_cache, v), dim=2))
+
+        k_room = torch.cat((k_cache, torch.zeros(1, heads, 1, dh, dtype=f64)), dim=2)
+        v_room = torch.cat((v_cache, torch.zeros(1, heads, 1, dh, dtype=f64)), dim=2)
+
+        def cached_inplace(i):
+            with torch.no_grad():
+                q, k, v = project(tokens[i % 2])
+                k_room[:, :, at] = k
+                v_room[:, :, at] = v
+                attend(q, k_room, v_room)
+
+        full = torch.randn(1, DEC_CACHED + 1, DEC_D, dtype=f64)
+        full_cos, full_sin = tables(DEC_CACHED + 1, dh)
+
+        def recompute(_):
+            with torch.no_grad():
+                layer(full, w, full_cos, full_sin, heads)
+
+        line(peer, "decode", "cached", median_ms(cached, timed=21))
+        line(peer, "decode", "cached-inplace", median_ms(cached_inplace, timed=21))
+        line(peer, "decode", "recompute", median_ms(recompute, warmups=1, timed=5))
+
+    if "long-causal" in workloads:
+        q, k, v = (torch.randn(1, LONG_H, LONG_T, LONG_DH, dtype=f64) for _ in range(3))
+
+        def kernel(_):
+            with torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        line(peer, "long-causal", "sdpa", median_ms(kernel, warmups=1, timed=5), CAUSAL_FLOPS)
+
+
+# --------------------------------------------------------------------------------------------
+# JAX
+
+
+def jax_peer(workloads, threads):
+    # XLA sizes its thread pool to the cores the process may use: `--threads 1` pins the process
+    # to one core (Linux), so both peers run on one thread
+    if threads < (os.cpu_count() or 1) and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:threads]))
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        print("jax unavailable", file=sys.stderr)
+        return
+    jax.config.update("jax_enable_x64", True)
+    peer = f"jax-{jax.__version__}"
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 64))
+
+    def normal(*shape):
+        return jax.random.normal(next(keys), shape, dtype=jnp.float64)
+
+    def rope(x, cos, sin):
+        # x [B, T, H, d_h]; cos/sin [T, 1, d_h/2]
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return jnp.stack((even * cos - odd * sin, even * sin + odd * cos), axis=-1).reshape(x.shape)
+
+    def tables(t, dh):
+        c, s = rope_tables(t, dh)
+        return jnp.asarray(c)[:, None, :], jnp.asarray(s)[:, None, :]
+
+    def layer(w, x, cos, sin, heads):
+        b, t, d = x.shape
+        q, k, v = ((x @ wi).reshape(b, t, heads, d // heads) for wi in w[:3])
+        ctx = jax.nn.dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+        return ctx.reshape(b, t, d) @ w[3]
+
+    def weights(d):
+        return [normal(d, d) / math.sqrt(d) for _ in range(4)]
+
+    if "gemm" in workloads:
+        pairs = [(normal(1024, 1024), normal(1024, 1024)) for _ in range(2)]
+        product = jax.jit(jnp.matmul)
+        ms = median_ms(lambda i: product(*pairs[i % 2]).block_until_ready(), warmups=5, timed=21)
+        line(peer, "gemm", "f64", ms, 2 * 1024**3)
+
+    if "mha-train" in workloads:
+        w = weights(D)
+        cos, sin = tables(T, D // H)
+        xs = [normal(B, T, D) for _ in range(2)]
+        ups = [normal(B, T, D) for _ in range(2)]
+        forward = jax.jit(lambda w, x: layer(w, x, cos, sin, H))
+
+        @jax.jit
+        def forward_backward(w, x, up):
+            out, pullback = jax.vjp(lambda w, x: layer(w, x, cos, sin, H), w, x)
+            return out, pullback(up)
+
+        line(peer, "mha-train", "forward", median_ms(lambda i: forward(w, xs[i % 2]).block_until_ready()), 0.82e9)
+        ms = median_ms(lambda i: jax.block_until_ready(forward_backward(w, xs[i % 2], ups[i % 2])))
+        line(peer, "mha-train", "forward-backward", ms, 2.44e9)
+
+    if "decode" in workloads:
+        heads, dh = H, DEC_D // H
+        w = weights(DEC_D)
+        cos, sin = tables(DEC_CACHED + 1, dh)
+        k_cache = jnp.concatenate((normal(1, DEC_CACHED, heads, dh), jnp.zeros((1, 1, heads, dh))), axis=1)
+        v_cache = jnp.concatenate((normal(1, DEC_CACHED, heads, dh), jnp.zeros((1, 1, heads, dh))), axis=1)
+        tokens = [normal(1, 1, DEC_D) for _ in range(2)]
+
+        @jax.jit
+        def step(w, x, k_cache, v_cache):
+            at = DEC_CACHED
+            q, k, v = ((x @ wi).reshape(1, 1, heads, dh) for wi in w[:3])
+            c, s = cos[at : at + 1], sin[at : at + 1]
+            q, k = rope(q, c, s), rope(k, c, s)
+            k_cache = jax.lax.dynamic_update_slice(k_cache, k, (0, at, 0, 0))
+            v_cache = jax.lax.dynamic_update_slice(v_cache, v, (0, at, 0, 0))
+            ctx = jax.nn.dot_product_attention(q, k_cache, v_cache)
+            return ctx.reshape(1, 1, DEC_D) @ w[3], k_cache, v_cache
+
+        def cached(i):
+            jax.block_until_ready(step(w, tokens[i % 2], k_cache, v_cache))
+
+        full = normal(1, DEC_CACHED + 1, DEC_D)
+        full_layer = jax.jit(lambda w, x: layer(w, x, cos, sin, heads))
+        line(peer, "decode", "cached", median_ms(cached, timed=21))
+        line(peer, "decode", "recompute", median_ms(lambda _: full_layer(w, full).block_until_ready(), 1, 5))
+
+    if "long-causal" in workloads:
+        # jax.nn.dot_product_attention takes [B, T, H, d_h]
+        q, k, v = (normal(1, LONG_T, LONG_H, LONG_DH) for _ in range(3))
+        kernel = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))
+        ms = median_ms(lambda _: kernel(q, k, v).block_until_ready(), warmups=1, timed=5)
+        line(peer, "long-causal", "xla", ms, CAUSAL_FLOPS)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    everything = ["gemm", "mha-train", "decode", "long-causal"]
+    parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(everything)} (default: all)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--peer", choices=["torch", "jax", "both"], default="both")
+    args = parser.parse_args()
+    workloads = set(args.workloads or everything)
+    unknown = workloads - set(everything)
+    if unknown:
+        parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}; choose from {', '.join(everything)}")
+    if args.peer in ("torch", "both"):
+        torch_peer(workloads, args.threads)
+    if args.peer in ("jax", "both"):
+        # last: it may pin the process to fewer cores
+        jax_peer(workloads, args.threads)
+
+
+if __name__ == "__main__":
+    main()
