@@ -235,8 +235,7 @@ fn decode() -> Result<Outcome, String> {
     let positions = CACHED + runs.warmups + runs.timed;
     // the tiled kernel for `recompute` (a full pass over 2048 tokens, as an engineer without a
     // cache would run it); `forward_cached` has its own row kernel whatever this setting says
-    let config =
-        AttentionConfig::multi_head(D, H).with_rope(positions, 10_000.0).with_kernel(AttentionKernel::Tiled);
+    let config = AttentionConfig::multi_head(D, H).with_rope(positions, 10_000.0).with_kernel(AttentionKernel::Tiled);
     let layer = GroupedQueryAttention::new("bench", config, &mut rng).map_err(err)?;
     let prompt = TensorValue::leaf(tensor(&[1, CACHED, D], 300)?, false);
     let mut cache = layer.new_cache(1);

@@ -6,7 +6,10 @@
 //!
 //! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 micro-kernels chosen at
 //! run time, rayon threads). It splits work over output blocks only — never over `k` — so every
-//! output element is summed in the same order whatever the number of threads. One row times a
+//! output element is summed in the same order whatever the number of threads. A product whose
+//! inner dimension is long against a small output (a weight gradient `xᵀ·dy`: `B·T` rows summed
+//! into `d × d`) runs as two single-threaded products on a fixed split of its output rows, which
+//! beats the crate's own threads there; the split depends only on the sizes. One row times a
 //! matrix (decoding) does split `k`, into blocks of a fixed 64 rows whose partial sums are added
 //! in block order, which is just as independent of the thread count: results are bitwise the same
 //! on 1 thread or many (tests check 1 against 2).
@@ -63,6 +66,22 @@ impl<'a> MatRef<'a> {
     /// As [`MatRef::new`].
     pub fn row_major(data: &'a [f64], rows: usize, cols: usize) -> Result<Self> {
         Self::new(data, rows, cols, cols, 1)
+    }
+
+    /// Rows `start..` of the view (`start ≤ rows`).
+    fn rows_from(self, start: usize) -> Self {
+        debug_assert!(start <= self.rows);
+        if start == self.rows {
+            return Self { data: &[], rows: 0, ..self };
+        }
+        // row `start` begins inside the storage: the view's last element is in bounds
+        Self { data: &self.data[start * self.row_stride..], rows: self.rows - start, ..self }
+    }
+
+    /// Rows `..end` of the view (`end ≤ rows`).
+    fn rows_to(self, end: usize) -> Self {
+        debug_assert!(end <= self.rows);
+        Self { rows: end, ..self }
     }
 
     /// The transposed view (swaps rows/cols and their strides; copies nothing).
@@ -165,9 +184,39 @@ pub fn matmul_scaled(
         row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
+    if splits_rows(m, k, n) {
+        // a fixed split, so the same sums run in the same order whatever the thread count
+        let half = m / 2;
+        let (top, bottom) = dst.split_at_mut(half * n);
+        let (upper, lower) = (lhs.rows_to(half), lhs.rows_from(half));
+        let half_product = |out: &mut [f64], rows: MatRef<'_>| gemm_call(out, rows, rhs, scale, accumulate, false);
+        if parallel {
+            rayon::join(|| half_product(top, upper), || half_product(bottom, lower));
+        } else {
+            half_product(top, upper);
+            half_product(bottom, lower);
+        }
+        return Ok(());
+    }
     gemm_call(dst, lhs, rhs, scale, accumulate, parallel);
     Ok(())
 }
+
+/// Whether [`matmul_scaled`] runs an `m × k · k × n` product (not small, not one row) as two
+/// single-threaded products over the upper and lower halves of its output rows.
+///
+/// `gemm-f64` splits a small output into few blocks and keeps its threads waiting on each other
+/// while they run the long inner loop; two independent halves do not wait. For the weight
+/// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the
+/// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes); products with
+/// a larger output (`1024 × 256 · 256 × 256`, `1024³`) were as fast or faster on the crate's own
+/// threads, so they keep them.
+fn splits_rows(m: usize, k: usize, n: usize) -> bool {
+    m >= SPLIT_ROWS_MIN && k >= 2 * m.max(n)
+}
+
+/// Output rows below which [`splits_rows`] leaves a product whole.
+const SPLIT_ROWS_MIN: usize = 64;
 
 /// Whether [`matmul_scaled`] computes an `m × k · k × n` product (right side with column stride
 /// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
@@ -311,8 +360,9 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 ///
 /// Products that take the fast kernel are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate. A pass of zeros over each output
-/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms of its 25. Other products go
-/// through [`matmul`] on zeros. The caller has checked that `m·n` values can be allocated.
+/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms of its 25. Other products
+/// (small ones, one row, and the small outputs that [`splits_rows`] halves) go through [`matmul`]
+/// on zeros. The caller has checked that `m·n` values can be allocated.
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
@@ -326,7 +376,12 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
         reason: "the product has more values than memory can address",
     })?;
     check_dims(len, &lhs, &rhs)?;
-    if len == 0 || k == 0 || is_small(m, k, n) || takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
+    if len == 0
+        || k == 0
+        || is_small(m, k, n)
+        || takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
+        || splits_rows(m, k, n)
+    {
         let mut out = vec![0.0; len];
         matmul(&mut out, lhs, rhs, false, parallel)?;
         return Ok(out);
@@ -461,6 +516,43 @@ mod tests {
         let four = run(4);
         assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
         assert!(one.iter().zip(&four).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+
+    #[test]
+    fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
+        // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly
+        for &(m, k, n) in &[(64, 128, 64), (97, 300, 40), (80, 512, 150)] {
+            assert!(splits_rows(m, k, n));
+            let x = filled(k * m, 11); // the left side is xᵀ, a transposed view, as in `xᵀ·dy`
+            let dy = filled(k * n, 12);
+            let (lhs, rhs) = (MatRef::row_major(&x, k, m).unwrap().t(), MatRef::row_major(&dy, k, n).unwrap());
+            for accumulate in [false, true] {
+                let start = filled(m * n, 13);
+                let mut slow = start.clone();
+                matmul_naive(&mut slow, lhs, rhs, accumulate).unwrap();
+                let run = |threads: usize, parallel: bool| {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    pool.install(|| {
+                        let mut out = start.clone();
+                        matmul(&mut out, lhs, rhs, accumulate, parallel).unwrap();
+                        out
+                    })
+                };
+                let fast = run(2, true);
+                for (f, s) in fast.iter().zip(&slow) {
+                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
+                }
+                for other in [run(1, true), run(2, false)] {
+                    assert!(fast.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
+                }
+                if !accumulate {
+                    let new = matmul_new(lhs, rhs, true).unwrap();
+                    assert!(fast.iter().zip(&new).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
+                }
+            }
+        }
+        // a wide output or a short inner dimension stays whole
+        assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
     }
 
     proptest::proptest! {
