@@ -391,7 +391,7 @@ fn tiled_attention_on(
     let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
     let sink_values = sinks.map(read).transpose()?;
     let (b_n, h_n, t_q, d) = (dims.b, dims.h, dims.t_q, dims.d);
-    let mut out = vec![0.0; b_n * h_n * t_q * d];
+    let mut out = crate::tensor::dense::zeros(b_n * h_n * t_q * d);
     // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
     let needs_grad =
         q.requires_grad() || k.requires_grad() || v.requires_grad() || sinks.is_some_and(TensorValue::requires_grad);
@@ -648,6 +648,10 @@ impl<'a> Backward<'a> {
 /// thread count.
 const FUSED_BACKWARD_LANES: usize = 8;
 
+/// Rows of `dO · O` per parallel task of the backward's row constants (each row's sum runs left
+/// to right on one thread, so the constants do not depend on the thread count).
+const DELTA_ROWS_PER_TASK: usize = 1024;
+
 /// The gradients of [`tiled_attention`] from the saved `log Σ e^s`, on the strip kernel where
 /// given (module `strips`), else on block products.
 fn backward(
@@ -671,13 +675,15 @@ fn backward(
     // D_i = dO_i · O_i: the softmax adjoint's row constant
     let delta: Vec<f64> = g
         .as_slice()
-        .chunks(d)
-        .zip(o.as_slice().chunks(d))
+        .par_chunks(d)
+        .zip(o.as_slice().par_chunks(d))
+        .with_min_len(DELTA_ROWS_PER_TASK)
         .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
         .collect();
     let all = Operands { q: q.as_slice(), k: k.as_slice(), v: v.as_slice(), g: g.as_slice(), lse, delta: &delta };
     let run = Backward { dims, vis, all };
-    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let zeros = crate::tensor::dense::zeros;
+    let (mut dq, mut dk, mut dv) = (zeros(q.len()), zeros(k.len()), zeros(v.len()));
     let kv_lanes = dk.par_chunks_mut(t_k * d).zip(dv.par_chunks_mut(t_k * d)).enumerate();
     if let Some(kernel) = kernel
         && dims.b * g_n >= FUSED_BACKWARD_LANES

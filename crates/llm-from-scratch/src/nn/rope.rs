@@ -256,7 +256,7 @@ impl RotaryEmbedding {
         // lanes under one index of axis 0: the axes between it and [T, d_h]
         let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
         // each output row is written once from its input row (no copy of the input first)
-        let mut out = vec![0.0; x.len()];
+        let mut out = crate::tensor::dense::zeros(x.len());
         let rotate_block = |(block, (rows, inputs)): (usize, (&mut [f64], &[f64]))| {
             for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
                 let r = block * ROWS_PER_TASK + k;

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use crate::error::{Result, Shape, TensorAutodiffError};
 
 /// A dense, row-major `f64` tensor.
@@ -21,6 +23,21 @@ use crate::error::{Result, Shape, TensorAutodiffError};
 pub struct Tensor {
     shape: Vec<usize>,
     data: Arc<Vec<f64>>,
+}
+
+/// From this many values on, [`zeros`] fills on every thread.
+const PARALLEL_ZEROS: usize = 1 << 16;
+
+/// `len` zeros, written by every thread of the pool when `len` is large. Buffers that are summed
+/// into (gradients) start as zeros; one thread writing 2 MiB of them leaves the others idle for
+/// about 0.1 ms, on the critical path of a training step.
+pub(crate) fn zeros(len: usize) -> Vec<f64> {
+    if len < PARALLEL_ZEROS {
+        return vec![0.0; len];
+    }
+    let mut out = Vec::with_capacity(len);
+    out.par_extend(rayon::iter::repeat_n(0.0, len));
+    out
 }
 
 /// The most elements one tensor may hold: 2³¹ (16 GiB of `f64`). Larger requests are refused with
