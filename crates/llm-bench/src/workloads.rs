@@ -160,6 +160,8 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 /// 6 more `[B,H,T,T]` passes (P, dP, dS) ≈ 100 MB → 4 ms. A fused kernel keeps score tiles in cache
 /// (≈ 16 MB, 0.7 ms). Floor: compute-bound, 3.7 ms forward, 11.0 ms forward+backward.
 /// Targets: forward+backward ≤ 25 ms (0.6 × the best peer, PyTorch's 42 ms; goal 0.4 ×, 17 ms).
+/// On this project's machine PyTorch ran the same layer (`peer/peer.py`) in 10.0–13.7 ms forward
+/// and 27.9–38.4 ms forward+backward (2026-11-30), so 0.6 × is about 20 ms here.
 ///
 /// Report `forward` and `forward-backward` with `with_flops` (0.82e9 and 2.44e9).
 ///
@@ -277,7 +279,8 @@ fn decode() -> Result<Outcome, String> {
 /// - Bytes: q, k, v and the output [H, T, d_h], 16 MiB each: 67 MB → 2.7 ms at 25 GB/s. `explicit`
 ///   also materialises scores and weights [H, T, T], 1 GiB each: +2 GiB resident and ≥ 4.3 GB of
 ///   traffic (172 ms at 25 GB/s).
-/// - Floor (tiled): compute-bound, 78 ms. Targets: tiled ≤ 120 ms (0.5 × the peer's 241 ms) with
+/// - Floor (tiled): compute-bound, 78 ms. PyTorch's SDPA took 197–213 ms on this project's
+///   machine (`peer/peer.py`, 2026-11-30). Targets: tiled ≤ 120 ms (0.5 × the peer's 241 ms) with
 ///   peak growth ≤ 16 MiB (the output alone is 16 MiB: allocate it before the measured call or
 ///   count it).
 /// - Where the tiled time goes (the strip kernel on AVX-512, measured 2026-11-30 by switching
