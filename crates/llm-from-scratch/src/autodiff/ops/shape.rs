@@ -38,18 +38,24 @@ pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
             } else {
                 out.extend((0..inner).map(|j| src[base + j * inner_stride]));
             }
-            for axis in (0..outer_rank).rev() {
-                index[axis] += 1;
-                base += walk[axis];
-                if index[axis] < out_shape[axis] {
-                    break;
-                }
-                base -= walk[axis] * out_shape[axis];
-                index[axis] = 0;
-            }
+            next_row(&mut index, &mut base, &out_shape[..outer_rank], &walk[..outer_rank]);
         }
     }
     Tensor::from_parts(out_shape, out)
+}
+
+/// Steps `index` to the next row over the `outer` axes (last fastest, like an odometer) and keeps
+/// `base`, the input offset `Σ index[a]·walk[a]`, in step with it.
+fn next_row(index: &mut [usize], base: &mut usize, outer: &[usize], walk: &[usize]) {
+    for axis in (0..index.len()).rev() {
+        index[axis] += 1;
+        *base += walk[axis];
+        if index[axis] < outer[axis] {
+            return;
+        }
+        *base -= walk[axis] * outer[axis];
+        index[axis] = 0;
+    }
 }
 
 /// From this many values on, [`permute_tensor`] moves rows on every thread: the split and merge
@@ -77,15 +83,7 @@ fn copy_rows(src: &[f64], outer: &[usize], walk: &[usize], inner: usize) -> Vec<
         let mut base: usize = index.iter().zip(walk).map(|(i, w)| i * w).sum();
         for row in chunk.chunks_exact_mut(inner) {
             row.write_copy_of_slice(&src[base..base + inner]);
-            for axis in (0..outer.len()).rev() {
-                index[axis] += 1;
-                base += walk[axis];
-                if index[axis] < outer[axis] {
-                    break;
-                }
-                base -= walk[axis] * outer[axis];
-                index[axis] = 0;
-            }
+            next_row(&mut index, &mut base, outer, walk);
         }
     });
     // SAFETY: the capacity holds `len` values; the blocks cover `0..len` in chunks of whole rows
