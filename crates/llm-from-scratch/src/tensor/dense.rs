@@ -191,3 +191,16 @@ impl Tensor {
         self.shape == other.shape && self.data.iter().zip(other.data.iter()).all(|(a, b)| a.to_bits() == b.to_bits())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn zeros_below_and_above_the_parallel_threshold_are_all_zero() {
+        for len in [0, 5, super::PARALLEL_ZEROS - 1, super::PARALLEL_ZEROS, 3 * super::PARALLEL_ZEROS + 7] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+            let zeros = pool.install(|| super::zeros(len));
+            assert_eq!(zeros.len(), len);
+            assert!(zeros.iter().all(|&x| x.to_bits() == 0), "{len}");
+        }
+    }
+}

@@ -68,14 +68,16 @@ impl<'a> MatRef<'a> {
         Self::new(data, rows, cols, cols, 1)
     }
 
-    /// Rows `start..` of the view (`start ≤ rows`).
+    /// Rows `start..` of the view (`start ≤ rows`; an empty view past them).
     fn rows_from(self, start: usize) -> Self {
-        debug_assert!(start <= self.rows);
-        if start == self.rows {
-            return Self { data: &[], rows: 0, ..self };
-        }
-        // row `start` begins inside the storage: the view's last element is in bounds
-        Self { data: &self.data[start * self.row_stride..], rows: self.rows - start, ..self }
+        let rows = self.rows.saturating_sub(start);
+        // a view with rows and columns left starts its row `start` inside the storage (its last
+        // element is in bounds); an empty one needs no storage
+        let data = match start.checked_mul(self.row_stride).and_then(|at| self.data.get(at..)) {
+            Some(data) if rows > 0 && self.cols > 0 => data,
+            _ => &[],
+        };
+        Self { data, rows, ..self }
     }
 
     /// Rows `..end` of the view (`end ≤ rows`).
@@ -145,7 +147,8 @@ pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulat
 
 /// The fast kernel: same contract as [`matmul_naive`]; agrees with it to rounding (FMA and
 /// blocked summation), and is bitwise reproducible for a given size whatever the thread count.
-/// Uses all threads of the current rayon pool when `parallel` is true.
+/// Uses the threads of the current rayon pool when `parallel` is true (two of them for the
+/// products that [`splits_rows`] halves).
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
@@ -360,8 +363,9 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 ///
 /// Products that take the fast kernel are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate. A pass of zeros over each output
-/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms of its 25. Other products
-/// (small ones and one row) go through [`matmul`] on zeros. The caller has checked that `m·n` values can be allocated.
+/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms when the step took 25.
+/// Other products (small ones and one row) go through [`matmul`] on zeros. The caller has
+/// checked that `m·n` values can be allocated.
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
@@ -387,8 +391,10 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
         let (top, bottom) = out.spare_capacity_mut()[..len].split_at_mut(half * n);
         // SAFETY: each part holds the rows·n values of its half of the product, and the halves
         // of the left side are views of its checked rows (as in `gemm_call`).
-        let half_product = |part: &mut [std::mem::MaybeUninit<f64>], rows: MatRef<'_>| unsafe {
-            gemm_raw(part.as_mut_ptr().cast(), rows, rhs, 1.0, false, false)
+        let half_product = |part: &mut [std::mem::MaybeUninit<f64>], rows: MatRef<'_>| {
+            // the product writes exactly `rows·n` values: the part must hold that many
+            assert_eq!(part.len(), rows.rows * n, "a half of the product and its rows disagree");
+            unsafe { gemm_raw(part.as_mut_ptr().cast(), rows, rhs, 1.0, false, false) }
         };
         let (upper, lower) = (lhs.rows_to(half), lhs.rows_from(half));
         if parallel {
@@ -531,21 +537,35 @@ mod tests {
 
     #[test]
     fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
-        // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly
-        for &(m, k, n) in &[(64, 128, 64), (97, 300, 40), (80, 512, 150)] {
+        // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly. The
+        // left side is xᵀ, a transposed view as in `xᵀ·dy`, or a row-major one (row stride k).
+        for &(m, k, n, transposed) in
+            &[(64, 128, 64, true), (97, 300, 40, true), (80, 512, 150, true), (97, 300, 40, false)]
+        {
             assert!(splits_rows(m, k, n));
-            let x = filled(k * m, 11); // the left side is xᵀ, a transposed view, as in `xᵀ·dy`
+            let x = filled(k * m, 11);
             let dy = filled(k * n, 12);
-            let (lhs, rhs) = (MatRef::row_major(&x, k, m).unwrap().t(), MatRef::row_major(&dy, k, n).unwrap());
+            let lhs = if transposed {
+                MatRef::row_major(&x, k, m).unwrap().t()
+            } else {
+                MatRef::row_major(&x, m, k).unwrap()
+            };
+            let rhs = MatRef::row_major(&dy, k, n).unwrap();
+            let scale = 0.375;
             for accumulate in [false, true] {
                 let start = filled(m * n, 13);
-                let mut slow = start.clone();
-                matmul_naive(&mut slow, lhs, rhs, accumulate).unwrap();
+                let mut product = vec![0.0; m * n];
+                matmul_naive(&mut product, lhs, rhs, false).unwrap();
+                let slow: Vec<f64> = start
+                    .iter()
+                    .zip(&product)
+                    .map(|(s, p)| if accumulate { s + scale * p } else { scale * p })
+                    .collect();
                 let run = |threads: usize, parallel: bool| {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                     pool.install(|| {
                         let mut out = start.clone();
-                        matmul(&mut out, lhs, rhs, accumulate, parallel).unwrap();
+                        matmul_scaled(&mut out, lhs, rhs, scale, accumulate, parallel).unwrap();
                         out
                     })
                 };
@@ -556,14 +576,17 @@ mod tests {
                 for other in [run(1, true), run(2, false)] {
                     assert!(fast.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
                 }
-                if !accumulate {
-                    let new = matmul_new(lhs, rhs, true).unwrap();
-                    assert!(fast.iter().zip(&new).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
-                }
             }
         }
         // a wide output or a short inner dimension stays whole
         assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
+        // row views past their end are empty, whatever their strides
+        let x = filled(12, 14);
+        let view = MatRef::row_major(&x, 3, 4).unwrap();
+        assert_eq!(view.rows_from(1).data.len(), 8);
+        assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
+        let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
+        assert!(no_columns.rows_from(2).data.is_empty());
     }
 
     proptest::proptest! {
@@ -644,10 +667,16 @@ mod tests {
 
     #[test]
     fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
-        // (m, k, n): small loop, one-row path, fast kernel (plain and transposed), empty depth
-        for &(m, k, n, transposed) in
-            &[(3, 4, 5, false), (1, 300, 200, false), (70, 129, 31, false), (64, 40, 90, true), (6, 0, 4, false)]
-        {
+        // (m, k, n): small loop, one-row path, fast kernel (plain and transposed), halves of rows
+        // (an odd m), empty depth
+        for &(m, k, n, transposed) in &[
+            (3, 4, 5, false),
+            (1, 300, 200, false),
+            (70, 129, 31, false),
+            (64, 40, 90, true),
+            (65, 200, 30, false),
+            (6, 0, 4, false),
+        ] {
             let a = filled(m * k, 30);
             let b = filled(k * n, 31);
             let av = MatRef::row_major(&a, m, k).unwrap();
@@ -658,13 +687,14 @@ mod tests {
             };
             for threads in [1, 2] {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let (new, filled_in) = pool.install(|| {
+                let (new, sequential, filled_in) = pool.install(|| {
                     let mut zeros = vec![0.0; m * n];
                     matmul(&mut zeros, av, bv, false, true).unwrap();
-                    (matmul_new(av, bv, true).unwrap(), zeros)
+                    (matmul_new(av, bv, true).unwrap(), matmul_new(av, bv, false).unwrap(), zeros)
                 });
                 assert_eq!(new.len(), m * n);
                 assert!(new.iter().zip(&filled_in).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
+                assert!(new.iter().zip(&sequential).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
             }
         }
         let a = [1.0; 6];
