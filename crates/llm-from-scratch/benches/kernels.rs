@@ -61,6 +61,27 @@ fn matrix_product(c: &mut Criterion) {
 /// Softmax over the last axis of [32,256,256] (2 097 152 values, 16 MiB): the forward alone, and
 /// forward + backward with one upstream adjoint. Memory-bound: the forward reads 16 MiB and writes
 /// 16 MiB; the backward reads y and dy and writes dx, 48 MiB more.
+/// A weight gradient `xᵀ·dy` (`x`, `dy`: 1024 × 256; 134 MFLOP), the shape `splits_rows` halves:
+/// the left side is a transposed view and the output small against the inner dimension.
+fn weight_gradient(c: &mut Criterion) {
+    let mut group = c.benchmark_group("weight_gradient");
+    group.sampling_mode(SamplingMode::Flat);
+    let (rows, width) = (1024usize, 256usize);
+    let x = random_values(rows * width, 3);
+    let dy = random_values(rows * width, 4);
+    let mut out = vec![0.0; width * width];
+    let xt = MatRef::row_major(&x, rows, width).expect("x fits").t();
+    let dyv = MatRef::row_major(&dy, rows, width).expect("dy fits");
+    group.throughput(Throughput::Elements(2 * (rows * width * width) as u64));
+    group.bench_function(BenchmarkId::new("fast", "256x1024x256"), |bench| {
+        bench.iter(|| {
+            kernels::matmul(&mut out, black_box(xt), black_box(dyv), false, true).expect("shapes chain");
+            black_box(&out);
+        });
+    });
+    group.finish();
+}
+
 fn softmax(c: &mut Criterion) {
     let shape = [32, 256, 256];
     let x = random_parameter(&shape, 3);
@@ -110,6 +131,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = matrix_product, softmax, matmul_op
+    targets = matrix_product, weight_gradient, softmax, matmul_op
 }
 criterion_main!(benches);
