@@ -13,6 +13,8 @@ Set-up (not part of the build or the tests; nothing in `.ci/run` needs it):
     /tmp/peer/bin/pip install torch==2.15.0 jax==0.10.2 jaxlib==0.10.2
     /tmp/peer/bin/python crates/llm-bench/peer/peer.py [workload ...] [--threads N]
 
+(PyPI's torch wheel for Linux brings about 2.8 GB of CUDA libraries with it, unused on CPU.)
+
 A peer that is not installed is skipped. Each figure is the median of at least 5 timed runs after
 warm-ups, with inputs rotating between runs, as in `llm-bench`.
 
