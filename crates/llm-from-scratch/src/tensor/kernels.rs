@@ -214,7 +214,7 @@ pub fn matmul_scaled(
 /// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes); products with
 /// a larger output (`1024 × 256 · 256 × 256`, `1024³`) were as fast or faster on the crate's own
 /// threads, so they keep them.
-fn splits_rows(m: usize, k: usize, n: usize) -> bool {
+pub(crate) fn splits_rows(m: usize, k: usize, n: usize) -> bool {
     m >= SPLIT_ROWS_MIN && k >= 2 * m.max(n)
 }
 

@@ -288,6 +288,17 @@ mod tests {
     }
 
     #[test]
+    fn gradcheck_a_weight_gradient_on_the_row_split() {
+        // x [2, 65, 64] folds to 130 rows: the weight's adjoint xᵀ·dy is 64 × 130 · 130 × 8, a
+        // product the kernel runs as two halves of its 64 output rows (k = 130 ≥ 2·64)
+        assert!(crate::tensor::kernels::splits_rows(64, 130, 8));
+        let x = constant(&[2, 65, 64], ramp(&[2, 65, 64], 0.05).as_slice()).unwrap();
+        let inputs = vec![("w", ramp(&[64, 8], -0.1))];
+        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| x.matmul(&v[0])).unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+
+    #[test]
     fn gradcheck_value_used_twice_in_a_product() {
         // x·xᵀ: x reaches the output through both operands
         let inputs = vec![("x", ramp(&[3, 4], 0.3))];
