@@ -288,9 +288,11 @@ fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, s
 /// compares positions lane by lane, without the per-entry test of windows and padding.
 fn hide_keys_in_rows(rows: &mut [Lanes], j0: usize, (a0, a1): (usize, usize), vis: &Visibility, b: usize, t_k: usize) {
     if vis.window.is_none() && vis.key_padding.is_none() {
-        // key j is hidden from query row i when j > offset + i
+        // key j is hidden from query row i when j > offset + i: keys up to the first query's
+        // position are hidden from none of the strip's lanes
         let first = vis.query_offset + a0;
-        for (j, row) in (j0..).zip(rows.iter_mut()) {
+        let skip = (first + 1).saturating_sub(j0).min(rows.len());
+        for (j, row) in (j0 + skip..).zip(rows[skip..].iter_mut()) {
             for (c, x) in row.0.iter_mut().enumerate() {
                 *x = if j > first + c { f64::NEG_INFINITY } else { *x };
             }
@@ -319,6 +321,9 @@ fn hide_queries_in_rows(
     let causal_only = vis.window.is_none() && vis.key_padding.is_none();
     for (i, row) in (i0..).zip(rows.iter_mut()) {
         if causal_only {
+            if k1 >= k0 + STRIP && vis.query_offset + i >= k0 + STRIP - 1 {
+                break; // this row and every later one see all 32 keys of the strip
+            }
             let last = (vis.query_offset + i).min(k1.saturating_sub(1)); // the last key row i sees
             for (c, x) in row.0.iter_mut().enumerate() {
                 *x = if k0 + c > last { f64::NEG_INFINITY } else { *x };
