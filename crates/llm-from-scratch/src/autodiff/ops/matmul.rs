@@ -289,10 +289,11 @@ mod tests {
 
     #[test]
     fn gradcheck_a_weight_gradient_on_the_row_split() {
-        // x [2, 65, 64] folds to 130 rows: the weight's adjoint xᵀ·dy is 64 × 130 · 130 × 8, a
-        // product the kernel runs as two halves of its 64 output rows (k = 130 ≥ 2·64)
-        assert!(crate::tensor::kernels::splits_rows(64, 130, 8));
-        let x = constant(&[2, 65, 64], ramp(&[2, 65, 64], 0.05).as_slice()).unwrap();
+        // x [2, 150, 64] folds to 300 rows: the weight's adjoint xᵀ·dy is 64 × 300 · 300 × 8, a
+        // product the kernel runs as two halves of its 64 output rows (k = 300 ≥ 2·64), each
+        // over a depth block of 256 and one of 44
+        assert!(crate::tensor::kernels::splits_rows(64, 300, 8));
+        let x = constant(&[2, 150, 64], ramp(&[2, 150, 64], 0.05).as_slice()).unwrap();
         let inputs = vec![("w", ramp(&[64, 8], -0.1))];
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| x.matmul(&v[0])).unwrap();
         assert!(report.passed(), "{report:?}");
