@@ -25,8 +25,12 @@ pub struct Tensor {
     data: Arc<Vec<f64>>,
 }
 
-/// From this many values on, [`zeros`] fills on every thread.
+/// From this many values on, [`zeros`] fills, and [`Tensor::add_assign_same_shape`] adds, on
+/// every thread.
 const PARALLEL_ZEROS: usize = 1 << 16;
+
+/// Values per task of a parallel addition: long runs, so that splitting costs little.
+const ADD_MIN_LEN: usize = 1 << 14;
 
 /// `len` zeros, written by every thread of the pool when `len` is large. Buffers that are summed
 /// into (gradients) start as zeros; one thread writing 2 MiB of them leaves the others idle for
@@ -166,11 +170,16 @@ impl Tensor {
         Ok(Self { shape: shape.to_vec(), data: Arc::clone(&self.data) })
     }
 
-    /// Elementwise `self + other` for tensors of the same shape (used to accumulate adjoints).
+    /// Elementwise `self + other` for tensors of the same shape (used to accumulate adjoints), on
+    /// every thread from [`PARALLEL_ZEROS`] values on: each value is one addition, so the result
+    /// is the same bits either way.
     pub(crate) fn add_assign_same_shape(&mut self, other: &Tensor) {
         debug_assert_eq!(self.shape, other.shape);
-        for (a, b) in self.as_mut_slice().iter_mut().zip(other.as_slice()) {
-            *a += b;
+        let add = |(a, b): (&mut f64, &f64)| *a += b;
+        if self.len() < PARALLEL_ZEROS {
+            self.as_mut_slice().iter_mut().zip(other.as_slice()).for_each(add);
+        } else {
+            self.as_mut_slice().par_iter_mut().zip(other.as_slice()).with_min_len(ADD_MIN_LEN).for_each(add);
         }
     }
 
@@ -201,6 +210,24 @@ mod tests {
             let zeros = pool.install(|| super::zeros(len));
             assert_eq!(zeros.len(), len);
             assert!(zeros.iter().all(|&x| x.to_bits() == 0), "{len}");
+        }
+    }
+
+    #[test]
+    fn adjoint_sums_below_and_above_the_parallel_threshold_add_every_value() {
+        let p = super::PARALLEL_ZEROS;
+        for len in [1, p - 1, p, 3 * p + 7] {
+            let a = super::Tensor::from_parts(vec![len], (0..len).map(|i| (i as f64).sin()).collect());
+            let b = super::Tensor::from_parts(vec![len], (0..len).map(|i| 0.1 * (i as f64).cos()).collect());
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                // a shares its values with `sum` until the addition, which must leave `a` alone
+                let mut sum = a.clone();
+                pool.install(|| sum.add_assign_same_shape(&b));
+                let expected = a.as_slice().iter().zip(b.as_slice()).map(|(x, y)| x + y);
+                assert!(sum.as_slice().iter().zip(expected).all(|(s, e)| s.to_bits() == e.to_bits()), "{len}");
+                assert_eq!(a.as_slice()[len - 1], ((len - 1) as f64).sin());
+            }
         }
     }
 }
