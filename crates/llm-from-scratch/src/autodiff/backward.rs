@@ -127,7 +127,17 @@ impl TensorValue {
             let Some(rule) = node.backward.as_ref() else {
                 continue;
             };
-            let input_grads = rule(&BackwardContext { node, grad: &grad })?;
+            // the sums so far of the inputs, which the rule may add onto in place
+            let sums = node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
+            let context = BackwardContext { node, grad: &grad, sums: std::cell::RefCell::new(sums) };
+            let input_grads = rule(&context)?;
+            // sums the rule left go back before its results are added to them; a sum it took
+            // comes back as its result, the total
+            for (parent, sum) in node.parents.iter().zip(context.sums.into_inner()) {
+                if let Some(sum) = sum {
+                    adjoints.insert(parent.id(), sum);
+                }
+            }
             for (parent, input_grad) in node.parents.iter().zip(input_grads) {
                 let Some(input_grad) = input_grad else {
                     continue;
@@ -200,6 +210,24 @@ mod tests {
         // constants keep no links: their tape is the value alone
         let k = constant(&[1], &[1.0]).unwrap().scale(2.0).unwrap();
         assert_eq!(Tape::of(&k).len(), 1);
+    }
+
+    #[test]
+    fn a_product_adds_its_adjoint_onto_the_sum_in_place_and_leaves_shared_values_alone() {
+        // z = x + x·W: the sum node hands x the upstream adjoint U itself (shared storage); the
+        // product then adds U·Wᵀ onto that sum, which must copy it rather than change U
+        let x = parameter(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+        let w = parameter(&[2, 2], &[0.5, -1.0, 2.0, 0.25]).unwrap();
+        let z = x.add(&x.matmul(&w).unwrap()).unwrap();
+        let upstream = Tensor::new(&[2, 2], vec![1.0, -2.0, 0.5, 3.0]).unwrap();
+        let kept = upstream.clone();
+        let g = z.backward_with(&upstream).unwrap();
+        assert_eq!(upstream.as_slice(), kept.as_slice());
+        // dx = U + U·Wᵀ: rows [1 −2]·Wᵀ = [0.5·1 + (−1)(−2), 2·1 + 0.25·(−2)] = [2.5, 1.5], and
+        // [0.5 3]·Wᵀ = [0.25 − 3, 1 + 0.75] = [−2.75, 1.75]
+        assert_eq!(g.get(&x).unwrap().as_slice(), &[3.5, -0.5, -2.25, 4.75]);
+        // dW = xᵀ·U
+        assert_eq!(g.get(&w).unwrap().as_slice(), &[2.5, 7.0, 4.0, 8.0]);
     }
 
     #[test]

@@ -213,10 +213,14 @@ impl TensorValue {
 }
 
 /// What a backward rule may look at: the inputs of its operation, its output and the adjoint
-/// arriving at that output.
+/// arriving at that output — and, for each input, the adjoint its other consumers have summed so
+/// far, which a rule may add its own part onto in place ([`BackwardContext::take_sum`]).
 pub(crate) struct BackwardContext<'a> {
     pub(crate) node: &'a Node,
     pub(crate) grad: &'a Tensor,
+    /// Per input, the sum so far (taken out of the sweep for the rule's call), `None` where no
+    /// consumer has contributed yet or the rule took it.
+    pub(crate) sums: RefCell<Vec<Option<Tensor>>>,
 }
 
 impl BackwardContext<'_> {
@@ -258,5 +262,14 @@ impl BackwardContext<'_> {
     /// The adjoint of the output, `∂loss/∂output`.
     pub fn grad(&self) -> &Tensor {
         self.grad
+    }
+
+    /// The adjoint of input `i` summed so far by the operations swept before this one, if any,
+    /// for a rule that can add its own part onto it in place (a matrix product accumulating
+    /// `dC·Bᵀ` in its kernel instead of writing a new tensor that the sweep then adds). A rule
+    /// that takes the sum returns the total for input `i`; a sum left untaken is added to the
+    /// rule's result as usual. For an input that appears twice, the sum comes with the first.
+    pub fn take_sum(&self, i: usize) -> Option<Tensor> {
+        self.sums.borrow_mut().get_mut(i).and_then(Option::take)
     }
 }

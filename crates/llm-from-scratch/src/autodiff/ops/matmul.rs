@@ -173,15 +173,19 @@ impl TensorValue {
                 let g_flat = || MatRef::row_major(g, rows, n);
                 if ctx.wants(0) {
                     // forward: C[r,:] = A[r,:]·B  =>  dA = dC·Bᵀ
-                    let da = grouped_products(
-                        1,
-                        rows,
-                        k,
-                        std::iter::once((0, 0, 0)),
-                        |_| g_flat(),
-                        |_| Ok(MatRef::row_major(b, k, n)?.t()),
-                    )?;
-                    grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
+                    let b_t = || Ok(MatRef::row_major(b, k, n)?.t());
+                    grads[0] = Some(match ctx.take_sum(0) {
+                        // A feeds other products too (x into its Q, K and V projections): the
+                        // kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
+                        Some(mut sum) => {
+                            kernel(sum.as_mut_slice(), g_flat()?, b_t()?, true, true)?;
+                            sum
+                        }
+                        None => {
+                            let da = grouped_products(1, rows, k, std::iter::once((0, 0, 0)), |_| g_flat(), |_| b_t())?;
+                            Tensor::from_parts(ctx.input_shape(0).to_vec(), da)
+                        }
+                    });
                 }
                 if ctx.wants(1) {
                     // forward: C = A·B with all rows stacked  =>  dB = Aᵀ·dC (sums over rows)
@@ -296,6 +300,27 @@ mod tests {
         let x = constant(&[2, 150, 64], ramp(&[2, 150, 64], 0.05).as_slice()).unwrap();
         let inputs = vec![("w", ramp(&[64, 8], -0.1))];
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| x.matmul(&v[0])).unwrap();
+        assert!(report.passed(), "{report:?}");
+    }
+
+    #[test]
+    fn gradcheck_one_input_through_several_products_summed_in_place() {
+        // x [2, 3, 4] into three projections (as Q, K and V): the sweep meets V's product first,
+        // then K's and Q's add their dx onto the sum. W_Q also appears as both operands of one
+        // product made before the projections, so its sum (from Q's product) arrives with the
+        // first of the two.
+        let inputs = vec![
+            ("x", ramp(&[2, 3, 4], 0.2)),
+            ("wq", ramp(&[4, 4], -0.1)),
+            ("wk", ramp(&[4, 4], 0.3)),
+            ("wv", ramp(&[4, 4], 0.05)),
+        ];
+        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| {
+            let square = v[1].matmul(&v[1])?;
+            let (q, k, val) = (v[0].matmul(&v[1])?, v[0].matmul(&v[2])?, v[0].matmul(&v[3])?);
+            q.mul(&k)?.add(&val)?.matmul(&square)
+        })
+        .unwrap();
         assert!(report.passed(), "{report:?}");
     }
 
