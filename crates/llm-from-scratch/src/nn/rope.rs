@@ -16,6 +16,8 @@
 //! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
 //!   checkpoints. Choosing it lets such weights be used without permuting their rows.
 
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -247,7 +249,8 @@ impl RotaryEmbedding {
     /// Rotates every row by `sign ·` its angle (sign −1 is the inverse rotation, the backward).
     ///
     /// Rows are independent, so blocks of [`ROWS_PER_TASK`] rows run in parallel; each value is
-    /// computed the same way whatever the thread count.
+    /// computed the same way whatever the thread count. Each output row is written once, from
+    /// its input row, into storage that was never filled (no pass of zeros, no copy of the input).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
         let d = self.head_width; // even and ≥ 2 (checked by `new`)
         let half = d / 2;
@@ -255,19 +258,20 @@ impl RotaryEmbedding {
         let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
         // lanes under one index of axis 0: the axes between it and [T, d_h]
         let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
-        // each output row is written once from its input row (no copy of the input first)
-        let mut out = crate::tensor::dense::zeros(x.len());
-        let rotate_block = |(block, (rows, inputs)): (usize, (&mut [f64], &[f64]))| {
+        let rotate_block = |(block, (rows, inputs)): (usize, (&mut [MaybeUninit<f64>], &[f64]))| {
             for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
                 let r = block * ROWS_PER_TASK + k;
                 let t = r % tokens;
                 let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
                 let (cos, sin) = (&self.cos[p * half..(p + 1) * half], &self.sin[p * half..(p + 1) * half]);
-                let rotate = |(ya, yb): (&mut f64, &mut f64), (xa, xb): (f64, f64), c: f64, s: f64| {
-                    let s = sign * s;
-                    (*ya, *yb) = (xa * c - xb * s, xa * s + xb * c);
-                };
-                // one loop per layout, so that each is a straight vectorisable pass over the row
+                let rotate =
+                    |(ya, yb): (&mut MaybeUninit<f64>, &mut MaybeUninit<f64>), (xa, xb): (f64, f64), c: f64, s: f64| {
+                        let s = sign * s;
+                        ya.write(xa * c - xb * s);
+                        yb.write(xa * s + xb * c);
+                    };
+                // one loop per layout, so that each is a straight vectorisable pass over the row;
+                // either writes every value of the row (d is even)
                 match self.layout {
                     RopeLayout::SplitHalves => {
                         let (lo, hi) = row.split_at_mut(half);
@@ -289,12 +293,24 @@ impl RotaryEmbedding {
                 }
             }
         };
+        let len = x.len();
+        // callers check shapes: the last axis is d, so the values are whole rows (the unfilled
+        // storage below relies on it)
+        assert_eq!(len % d, 0, "rope: {len} values are not whole rows of {d}");
+        let mut out: Vec<f64> = Vec::with_capacity(len);
+        let unfilled = &mut out.spare_capacity_mut()[..len];
         let rows = ROWS_PER_TASK * d;
-        if out.len() >= PARALLEL_VALUES {
-            out.par_chunks_mut(rows).zip(x.as_slice().par_chunks(rows)).enumerate().for_each(rotate_block);
+        if len >= PARALLEL_VALUES {
+            unfilled.par_chunks_mut(rows).zip(x.as_slice().par_chunks(rows)).enumerate().for_each(rotate_block);
         } else {
-            out.chunks_mut(rows).zip(x.as_slice().chunks(rows)).enumerate().for_each(rotate_block);
+            unfilled.chunks_mut(rows).zip(x.as_slice().chunks(rows)).enumerate().for_each(rotate_block);
         }
+        // SAFETY: the blocks cover the `len` values, whole rows of d each, and every row wrote
+        // all of its values above (both layouts pair up all d coordinates).
+        #[allow(unsafe_code)]
+        unsafe {
+            out.set_len(len)
+        };
         Tensor::from_parts(x.shape().to_vec(), out)
     }
 
