@@ -128,14 +128,22 @@ impl TensorValue {
                 continue;
             };
             // the sums so far of the inputs, which the rule may add onto in place
-            let sums = node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
+            let sums: Vec<Option<Tensor>> = node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
+            let offered: Vec<bool> = sums.iter().map(Option::is_some).collect();
             let context = BackwardContext { node, grad: &grad, sums: std::cell::RefCell::new(sums) };
             let input_grads = rule(&context)?;
             // sums the rule left go back before its results are added to them; a sum it took
             // comes back as its result, the total
-            for (parent, sum) in node.parents.iter().zip(context.sums.into_inner()) {
-                if let Some(sum) = sum {
-                    adjoints.insert(parent.id(), sum);
+            for (i, (parent, sum)) in node.parents.iter().zip(context.sums.into_inner()).enumerate() {
+                match sum {
+                    Some(sum) => {
+                        adjoints.insert(parent.id(), sum);
+                    }
+                    None => debug_assert!(
+                        !offered[i] || input_grads.get(i).is_some_and(Option::is_some),
+                        "{}: a rule took the sum of input {i} and returned no total",
+                        node.op
+                    ),
                 }
             }
             for (parent, input_grad) in node.parents.iter().zip(input_grads) {

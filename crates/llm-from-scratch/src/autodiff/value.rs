@@ -219,7 +219,8 @@ pub(crate) struct BackwardContext<'a> {
     pub(crate) node: &'a Node,
     pub(crate) grad: &'a Tensor,
     /// Per input, the sum so far (taken out of the sweep for the rule's call), `None` where no
-    /// consumer has contributed yet or the rule took it.
+    /// consumer has contributed yet, where the rule took it, and at the second place of an input
+    /// that appears twice (its sum comes with the first).
     pub(crate) sums: RefCell<Vec<Option<Tensor>>>,
 }
 

@@ -391,9 +391,10 @@ mod tests {
 
     #[test]
     fn the_parallel_path_equals_rotating_each_lane_alone() {
-        // [B=2, H=3, T=2048, d=8] = 98 304 values: rotated in parallel blocks of rows; each lane
-        // [T, d] alone (16 384 values) takes the one-thread path, per-row positions included
-        let (b, h, t, d) = (2, 3, 2048, 8);
+        // [B=2, H=3, T=2050, d=8] = 98 400 values: rotated in parallel blocks of 256 rows, the
+        // last one partial; each lane [T, d] alone (16 400 values) takes the one-thread path,
+        // per-row positions included. Both equal the rotation written out value by value.
+        let (b, h, t, d) = (2, 3, 2050, 8);
         let mut rng = SplitMix64::new(21);
         let values: Vec<f64> = (0..b * h * t * d).map(|_| rng.uniform(-1.0, 1.0)).collect();
         let positions: Vec<usize> = (0..b * t).map(|i| (i * 7) % 4096).collect();
@@ -408,6 +409,19 @@ mod tests {
                     let row = &positions[(lane / h) * t..(lane / h + 1) * t];
                     let want = rope.apply(&alone, row, sign);
                     assert!(got.iter().zip(want.as_slice()).all(|(g, w)| g.to_bits() == w.to_bits()), "{layout:?}");
+                    // pair (a, b) of row r at position p: (x_a·c − x_b·s, x_a·s + x_b·c)
+                    for (r, (out, input)) in got.chunks(d).zip(alone.as_slice().chunks(d)).enumerate() {
+                        let p = row[r];
+                        for i in 0..d / 2 {
+                            let (a, bb) = match layout {
+                                RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
+                                RopeLayout::SplitHalves => (i, i + d / 2),
+                            };
+                            let (c, s) = (rope.cos[p * d / 2 + i], sign * rope.sin[p * d / 2 + i]);
+                            assert_eq!(out[a].to_bits(), (input[a] * c - input[bb] * s).to_bits(), "{layout:?}");
+                            assert_eq!(out[bb].to_bits(), (input[a] * s + input[bb] * c).to_bits(), "{layout:?}");
+                        }
+                    }
                 }
             }
         }

@@ -216,7 +216,8 @@ pub fn matmul_scaled(
 /// `gemm-f64` splits a small output into few blocks and keeps its threads waiting on each other
 /// while they run the long inner loop; two independent halves do not wait. For the weight
 /// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the
-/// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes); products with
+/// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes; a later
+/// session's slower minutes timed it at 1.40, and 1.26 with [`gemm_in_depth_blocks`]); products with
 /// a larger output (`1024 × 256 · 256 × 256`, `1024³`) were as fast or faster on the crate's own
 /// threads, so they keep them.
 pub(crate) fn splits_rows(m: usize, k: usize, n: usize) -> bool {
@@ -231,7 +232,7 @@ const SPLIT_ROWS_MIN: usize = 64;
 const SPLIT_DEPTH: usize = 256;
 
 /// `dst (+)= scale · lhs · rhs` on the calling thread, as a sum of products over blocks of
-/// [`SPLIT_DEPTH`] of the inner dimension, in block order. `gemm-f64` runs blocks of 512 by
+/// [`SPLIT_DEPTH`] of the inner dimension, in block order. On this machine `gemm-f64` runs blocks of 512 by
 /// itself on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 took
 /// 1.26 instead of 1.40 ms for the whole product (2026-11-30, two halves on 2 threads, runs
 /// interleaved), and the four weight gradients of a `mha-train` step about 0.3 ms less (timed
@@ -240,10 +241,11 @@ const SPLIT_DEPTH: usize = 256;
 /// # Safety
 /// As [`gemm_raw`]: `dst` points at `m·n` writable values that nothing else accesses during the
 /// call, initialised if `accumulate` (the first block writes every value before later blocks
-/// read them).
+/// read them); and `k > 0` (with no block at all, nothing would be written).
 #[allow(unsafe_code)]
 unsafe fn gemm_in_depth_blocks(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool) {
     let k = lhs.cols;
+    debug_assert!(k > 0, "a split product has an inner dimension (k ≥ 2·max(m, n) ≥ 128)");
     for p0 in (0..k).step_by(SPLIT_DEPTH) {
         let depth = SPLIT_DEPTH.min(k - p0);
         // columns p0..p0 + depth of the left side, the same rows of the right side
@@ -394,7 +396,8 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 /// `lhs · rhs` as a new row-major `m × n` vector: [`matmul`] without first filling a destination.
 ///
 /// Products that take the fast kernel are written into storage that was never filled: the kernel
-/// writes every value and reads none when it does not accumulate. A pass of zeros over each output
+/// writes every value and reads none when it does not accumulate (a split product's first depth
+/// block writes every value of its half before the later blocks read them). A pass of zeros over each output
 /// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms when the step took 25.
 /// Other products (small ones and one row) go through [`matmul`] on zeros. The caller has
 /// checked that `m·n` values can be allocated.
@@ -440,8 +443,9 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
         // `gemm_call`.
         unsafe { gemm_raw(out.as_mut_ptr(), lhs, rhs, 1.0, false, parallel) };
     }
-    // SAFETY: without accumulation the kernel writes all the values of its destination and reads
-    // none of them; the products above cover all m·n values, so each is initialised.
+    // SAFETY: without accumulation the kernel writes all the values of its destination before it
+    // reads any (in a split product, the first depth block of each half writes them all); the
+    // products above cover all m·n values (k > 0 here), so each is initialised.
     unsafe { out.set_len(len) };
     Ok(out)
 }
@@ -570,11 +574,18 @@ mod tests {
     #[test]
     fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
         // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly, and
-        // k > SPLIT_DEPTH runs in depth blocks (a shorter last one for 300 and 1030). The left
+        // k > SPLIT_DEPTH runs in depth blocks (a shorter last one for 300 and 1030, one or two
+        // deep for 257 and 258, where the crate takes its short-depth routine). The left
         // side is xᵀ, a transposed view as in `xᵀ·dy`, or a row-major one (row stride k).
-        for &(m, k, n, transposed) in
-            &[(64, 128, 64, true), (97, 300, 40, true), (80, 512, 150, true), (97, 300, 40, false), (64, 1030, 8, true)]
-        {
+        for &(m, k, n, transposed) in &[
+            (64, 128, 64, true),
+            (97, 300, 40, true),
+            (80, 512, 150, true),
+            (97, 300, 40, false),
+            (64, 1030, 8, true),
+            (64, 257, 8, true),
+            (64, 258, 8, false),
+        ] {
             assert!(splits_rows(m, k, n));
             let x = filled(k * m, 11);
             let dy = filled(k * n, 12);
