@@ -30,6 +30,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod model;
 pub mod nn;
+pub mod parallel;
 pub mod report;
 pub mod tensor;
 

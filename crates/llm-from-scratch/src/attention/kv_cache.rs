@@ -399,71 +399,80 @@ impl GroupedQueryAttention {
     /// [`AttentionError::PositionOutOfRange`] when the tokens would pass `max_positions` (the
     /// cache is then unchanged).
     pub fn forward_cached(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
-        let c = self.config();
-        check_sequence(x.shape(), c.model_width)?;
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        cache.check_matches(self, b)?;
-        let first = cache.next_position;
-        self.rope()
-            .check_interval(first, t)
-            .map_err(|e| AttentionError::from_rope(crate::attention::Branch::Query, e))?;
-        let positions: Vec<usize> = (first..first + t).collect();
-        let projected = if b * t == 1 {
-            // one token: the three projections share one pass over the weights
-            self.project_token(&x.read("forward_cached").map_err(AttentionError::at(Stage::Projection))?, &positions)?
-        } else {
-            self.project(x, &positions)?
-        };
-        let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
-        let (q, k, v) =
-            (read(&projected.rotated_query_heads)?, read(&projected.rotated_key_heads)?, read(&projected.value_heads)?);
-        let (h, g, d) = (c.query_heads, c.kv_heads, c.head_width);
-        let group = c.group_size();
-        let scale = 1.0 / (d as f64).sqrt();
-        let sinks = match self.sink_logits() {
-            Some(s) => Some(s.value().map_err(AttentionError::at(Stage::Softmax))?),
-            None => None,
-        };
-        let mut heads = vec![0.0; b * h * t * d]; // [B,H,T,d_h]
-        let runs = cache.chronological_runs();
-        heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
-            let (bi, hi) = (lane / h, lane % h);
-            let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
-            let (ck, cv) = (&cache.keys[kv_lane], &cache.values[kv_lane]);
-            let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
-            // the cached keys in chronological order, then this call's keys
-            let mut lane_runs: Vec<Run<'_>> = runs
-                .iter()
-                .filter(|slots| !slots.is_empty())
-                .map(|slots| {
-                    let at = slots.start * d..slots.end * d;
-                    (cache.slot_positions[slots.start], &ck[at.clone()], &cv[at])
-                })
-                .collect();
-            lane_runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
-            let mut scores = vec![0.0; cache.len() + t];
-            for step in 0..t {
-                // the new keys after `step` are in the future of this query: the mask hides them
-                let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
-                let query = RowQuery {
-                    q: qrow,
-                    position: first + step,
-                    window: c.window,
-                    scale,
-                    sink: sinks.as_ref().map(|s| s.as_slice()[hi]),
-                };
-                attend_row(&query, &lane_runs, &mut scores, &mut out[step * d..(step + 1) * d]);
-            }
-        });
-        cache.append(&k, &v, first);
-        // [B,H,T,d_h] → [B,T,H·d_h] → W_O
-        let heads = constant(&[b, h, t, d], &heads).map_err(AttentionError::at(Stage::MergeHeads))?;
-        let merged = crate::attention::merge_heads(&heads)?;
-        let out = self
-            .output_projection()
-            .forward(&merged)
-            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
-        out.value().map_err(AttentionError::at(Stage::OutputProjection))
+        // a decoding step is three parallel passes with serial work between them: keep a worker from parking (crate::parallel)
+        crate::parallel::with_workers_awake(|| {
+            let c = self.config();
+            check_sequence(x.shape(), c.model_width)?;
+            let (b, t) = (x.shape()[0], x.shape()[1]);
+            cache.check_matches(self, b)?;
+            let first = cache.next_position;
+            self.rope()
+                .check_interval(first, t)
+                .map_err(|e| AttentionError::from_rope(crate::attention::Branch::Query, e))?;
+            let positions: Vec<usize> = (first..first + t).collect();
+            let projected = if b * t == 1 {
+                // one token: the three projections share one pass over the weights
+                self.project_token(
+                    &x.read("forward_cached").map_err(AttentionError::at(Stage::Projection))?,
+                    &positions,
+                )?
+            } else {
+                self.project(x, &positions)?
+            };
+            let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
+            let (q, k, v) = (
+                read(&projected.rotated_query_heads)?,
+                read(&projected.rotated_key_heads)?,
+                read(&projected.value_heads)?,
+            );
+            let (h, g, d) = (c.query_heads, c.kv_heads, c.head_width);
+            let group = c.group_size();
+            let scale = 1.0 / (d as f64).sqrt();
+            let sinks = match self.sink_logits() {
+                Some(s) => Some(s.value().map_err(AttentionError::at(Stage::Softmax))?),
+                None => None,
+            };
+            let mut heads = vec![0.0; b * h * t * d]; // [B,H,T,d_h]
+            let runs = cache.chronological_runs();
+            heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
+                let (bi, hi) = (lane / h, lane % h);
+                let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
+                let (ck, cv) = (&cache.keys[kv_lane], &cache.values[kv_lane]);
+                let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
+                // the cached keys in chronological order, then this call's keys
+                let mut lane_runs: Vec<Run<'_>> = runs
+                    .iter()
+                    .filter(|slots| !slots.is_empty())
+                    .map(|slots| {
+                        let at = slots.start * d..slots.end * d;
+                        (cache.slot_positions[slots.start], &ck[at.clone()], &cv[at])
+                    })
+                    .collect();
+                lane_runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
+                let mut scores = vec![0.0; cache.len() + t];
+                for step in 0..t {
+                    // the new keys after `step` are in the future of this query: the mask hides them
+                    let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
+                    let query = RowQuery {
+                        q: qrow,
+                        position: first + step,
+                        window: c.window,
+                        scale,
+                        sink: sinks.as_ref().map(|s| s.as_slice()[hi]),
+                    };
+                    attend_row(&query, &lane_runs, &mut scores, &mut out[step * d..(step + 1) * d]);
+                }
+            });
+            cache.append(&k, &v, first);
+            // [B,H,T,d_h] → [B,T,H·d_h] → W_O
+            let heads = constant(&[b, h, t, d], &heads).map_err(AttentionError::at(Stage::MergeHeads))?;
+            let merged = crate::attention::merge_heads(&heads)?;
+            let out = self
+                .output_projection()
+                .forward(&merged)
+                .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+            out.value().map_err(AttentionError::at(Stage::OutputProjection))
+        })
     }
 }
 

@@ -99,71 +99,75 @@ impl TensorValue {
     /// [`TensorAutodiffError::ShapeMismatch`] if `upstream` does not have the output's shape, or
     /// any error of a backward rule.
     pub fn backward_with(&self, upstream: &Tensor) -> Result<Gradients> {
-        if upstream.shape() != self.shape() {
-            return Err(TensorAutodiffError::ShapeMismatch {
-                op: "backward",
-                lhs: Shape::from(self.shape()),
-                rhs: Shape::from(upstream.shape()),
-                reason: "the upstream adjoint must have the output's shape",
-            });
-        }
-        let mut gradients = Gradients::default();
-        if !self.requires_grad() {
-            return Ok(gradients);
-        }
-        let tape = Tape::of(self);
-        let mut adjoints: BTreeMap<u64, Tensor> = BTreeMap::new();
-        adjoints.insert(self.id(), upstream.clone());
-        // Reverse creation order: every consumer of a node is swept before the node itself.
-        for value in tape.nodes.iter().rev() {
-            let Some(grad) = adjoints.remove(&value.id()) else {
-                continue;
-            };
-            let node = &value.0;
-            if node.is_leaf {
-                gradients.by_id.insert(node.id, grad);
-                continue;
+        // many short parallel regions: keep a worker from parking between them (crate::parallel)
+        crate::parallel::with_workers_awake(|| {
+            if upstream.shape() != self.shape() {
+                return Err(TensorAutodiffError::ShapeMismatch {
+                    op: "backward",
+                    lhs: Shape::from(self.shape()),
+                    rhs: Shape::from(upstream.shape()),
+                    reason: "the upstream adjoint must have the output's shape",
+                });
             }
-            let Some(rule) = node.backward.as_ref() else {
-                continue;
-            };
-            // the sums so far of the inputs, which the rule may add onto in place
-            let sums: Vec<Option<Tensor>> = node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
-            let offered: Vec<bool> = sums.iter().map(Option::is_some).collect();
-            let context = BackwardContext { node, grad: &grad, sums: std::cell::RefCell::new(sums) };
-            let input_grads = rule(&context)?;
-            // sums the rule left go back before its results are added to them; a sum it took
-            // comes back as its result, the total
-            for (i, (parent, sum)) in node.parents.iter().zip(context.sums.into_inner()).enumerate() {
-                match sum {
-                    Some(sum) => {
-                        adjoints.insert(parent.id(), sum);
-                    }
-                    None => debug_assert!(
-                        !offered[i] || input_grads.get(i).is_some_and(Option::is_some),
-                        "{}: a rule took the sum of input {i} and returned no total",
-                        node.op
-                    ),
-                }
+            let mut gradients = Gradients::default();
+            if !self.requires_grad() {
+                return Ok(gradients);
             }
-            for (parent, input_grad) in node.parents.iter().zip(input_grads) {
-                let Some(input_grad) = input_grad else {
+            let tape = Tape::of(self);
+            let mut adjoints: BTreeMap<u64, Tensor> = BTreeMap::new();
+            adjoints.insert(self.id(), upstream.clone());
+            // Reverse creation order: every consumer of a node is swept before the node itself.
+            for value in tape.nodes.iter().rev() {
+                let Some(grad) = adjoints.remove(&value.id()) else {
                     continue;
                 };
-                if !parent.requires_grad() {
+                let node = &value.0;
+                if node.is_leaf {
+                    gradients.by_id.insert(node.id, grad);
                     continue;
                 }
-                debug_assert_eq!(input_grad.shape(), parent.shape(), "{}", node.op);
-                // Accumulate: a value used twice receives both contributions.
-                match adjoints.get_mut(&parent.id()) {
-                    Some(sum) => sum.add_assign_same_shape(&input_grad),
-                    None => {
-                        adjoints.insert(parent.id(), input_grad);
+                let Some(rule) = node.backward.as_ref() else {
+                    continue;
+                };
+                // the sums so far of the inputs, which the rule may add onto in place
+                let sums: Vec<Option<Tensor>> =
+                    node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
+                let offered: Vec<bool> = sums.iter().map(Option::is_some).collect();
+                let context = BackwardContext { node, grad: &grad, sums: std::cell::RefCell::new(sums) };
+                let input_grads = rule(&context)?;
+                // sums the rule left go back before its results are added to them; a sum it took
+                // comes back as its result, the total
+                for (i, (parent, sum)) in node.parents.iter().zip(context.sums.into_inner()).enumerate() {
+                    match sum {
+                        Some(sum) => {
+                            adjoints.insert(parent.id(), sum);
+                        }
+                        None => debug_assert!(
+                            !offered[i] || input_grads.get(i).is_some_and(Option::is_some),
+                            "{}: a rule took the sum of input {i} and returned no total",
+                            node.op
+                        ),
+                    }
+                }
+                for (parent, input_grad) in node.parents.iter().zip(input_grads) {
+                    let Some(input_grad) = input_grad else {
+                        continue;
+                    };
+                    if !parent.requires_grad() {
+                        continue;
+                    }
+                    debug_assert_eq!(input_grad.shape(), parent.shape(), "{}", node.op);
+                    // Accumulate: a value used twice receives both contributions.
+                    match adjoints.get_mut(&parent.id()) {
+                        Some(sum) => sum.add_assign_same_shape(&input_grad),
+                        None => {
+                            adjoints.insert(parent.id(), input_grad);
+                        }
                     }
                 }
             }
-        }
-        Ok(gradients)
+            Ok(gradients)
+        })
     }
 }
 
