@@ -148,8 +148,9 @@ pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulat
 
 /// The fast kernel: same contract as [`matmul_naive`]; agrees with it to rounding (FMA and
 /// blocked summation), and is bitwise reproducible for a given size whatever the thread count.
-/// Uses the threads of the current rayon pool when `parallel` is true (two of them for the
-/// products that [`splits_rows`] halves).
+/// Uses the threads of the current rayon pool when `parallel` is true (two of them for a weight
+/// gradient's shape, a long inner dimension against a small output, whose output rows it halves:
+/// see the module docs).
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
