@@ -8,75 +8,85 @@
 //! 34–51 µs, against 5 µs when it had been idle for 1 µs. A region of a decode step lasts 0.1–0.5
 //! ms, so each wake-up costs a tenth of it.
 //!
-//! [`with_workers_awake`] runs a call while one task of the pool spins, executing whatever work
-//! the call's regions offer (`rayon::yield_now`) instead of parking. The layer's forward
-//! ([`crate::attention::GroupedQueryAttention::forward_with`]) and its decoding step
-//! (`forward_cached`), the tape's backward sweep, the decoder's forward passes and a training
+//! [`with_workers_awake`] runs a call while one task of the pool spins, executing pending work of
+//! the pool (`rayon::yield_now`: in practice the call's own regions) instead of parking. The
+//! layer's forward ([`crate::attention::GroupedQueryAttention::forward_with`]) and its decoding
+//! step (`forward_cached`), the tape's backward sweep, the decoder's forward passes and a training
 //! step of [`crate::model::Trainer`] run inside it. `llm-bench` against the build before, runs
 //! alternating (2026-11-30): `mha-train` forward-backward faster in 9 of 10 pairs, by 0.8 ms at
 //! the median (23.0–25.9 against 21.4–24.0 ms); `decode cached` in 6 of 6, by 0.05–0.30 ms
 //! (0.82–0.99 against 0.65–0.85 ms); `train-step` 3.65–3.75 against 3.16–3.17 ms. It changes
 //! which thread runs a task, never what a task computes, so results stay bitwise the same.
 //!
-//! The spinning task gives up after [`IDLE_LIMIT`] without finding work, and at once on the
-//! calling thread itself, so it can never hold up the call it serves: where the pool's scheduling
-//! puts it under work the call waits for, it returns within that limit.
+//! The spinning task is started with `rayon::spawn`, so the call never waits for it (a caller
+//! outside the pool would otherwise wait for a worker to pick it up). It stops when the call
+//! returns or unwinds, after [`IDLE_LIMIT`] without finding work, or after [`SPIN_LIMIT`] in all,
+//! and it does not start on a thread that is itself inside such a call or already spinning for
+//! another: a thread that picks it up while it waits for its own work goes back to waiting at
+//! once. Between attempts it yields its CPU to any other runnable thread.
 
 use std::cell::Cell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long the spinning task waits for work before it parks like any idle worker: longer than
-/// the serial stretches between the regions of a step (a few to a few tens of microseconds),
-/// short enough that a task that cannot find work never delays anything by more than this.
+/// How long the spinning task looks for work before it stops and leaves the worker to rayon's
+/// idle loop: longer than the serial stretches between the regions of a step (a few to a few
+/// tens of microseconds).
 pub const IDLE_LIMIT: Duration = Duration::from_millis(1);
+
+/// The longest the spinning task runs, whatever it finds to do: the calls it serves take
+/// milliseconds, and in longer ones a few wake-ups weigh little.
+pub const SPIN_LIMIT: Duration = Duration::from_millis(100);
 
 thread_local! {
     /// Whether this thread is inside [`with_workers_awake`] (nested calls add no second task).
     static AWAKE: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is running a spinning task (one it picks up meanwhile returns).
+    static SPINNING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `f` (on the calling thread) while one of the pool's other workers is kept from parking:
 /// see the module docs. With one thread, or inside another such call on this thread, it simply
-/// runs `f`. A panic in `f` ends the spinning task and then propagates.
+/// runs `f`. A panic in `f` ends the spinning task and propagates.
 pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     if rayon::current_num_threads() < 2 || AWAKE.with(Cell::get) {
         return f();
     }
-    let done = AtomicBool::new(false);
-    let caller = rayon::current_thread_index();
-    rayon::in_place_scope(|scope| {
-        scope.spawn(|_| spin_until(&done, caller));
-        /// Ends the spinning task when `f` returns or unwinds.
-        struct Finish<'a>(&'a AtomicBool);
-        impl Drop for Finish<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-                AWAKE.with(|awake| awake.set(false));
-            }
+    let done = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&done);
+    rayon::spawn(move || spin_until(&seen));
+    /// Ends the spinning task when `f` returns or unwinds.
+    struct Finish(Arc<AtomicBool>);
+    impl Drop for Finish {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+            AWAKE.with(|awake| awake.set(false));
         }
-        AWAKE.with(|awake| awake.set(true));
-        let _finish = Finish(&done);
-        f()
-    })
+    }
+    AWAKE.with(|awake| awake.set(true));
+    let _finish = Finish(done);
+    f()
 }
 
-/// Executes the pool's pending work until `done`, or until [`IDLE_LIMIT`] passes without any;
-/// returns at once on the caller's own thread (which may pick the task up while it waits).
-fn spin_until(done: &AtomicBool, caller: Option<usize>) {
-    if caller.is_some() && rayon::current_thread_index() == caller {
+/// Executes the pool's pending work until `done` or a limit (see the module docs).
+fn spin_until(done: &AtomicBool) {
+    if AWAKE.with(Cell::get) || SPINNING.with(Cell::get) {
         return;
     }
-    let mut last_work = Instant::now();
+    SPINNING.with(|spinning| spinning.set(true));
+    let start = Instant::now();
+    let mut last_work = start;
     while !done.load(Ordering::Acquire) {
         if rayon::yield_now() == Some(rayon::Yield::Executed) {
             last_work = Instant::now();
-        } else if last_work.elapsed() > IDLE_LIMIT {
-            return;
+        } else if last_work.elapsed() > IDLE_LIMIT || start.elapsed() > SPIN_LIMIT {
+            break;
         } else {
-            std::hint::spin_loop();
+            std::thread::yield_now();
         }
     }
+    SPINNING.with(|spinning| spinning.set(false));
 }
 
 #[cfg(test)]

@@ -99,20 +99,20 @@ impl TensorValue {
     /// [`TensorAutodiffError::ShapeMismatch`] if `upstream` does not have the output's shape, or
     /// any error of a backward rule.
     pub fn backward_with(&self, upstream: &Tensor) -> Result<Gradients> {
+        if upstream.shape() != self.shape() {
+            return Err(TensorAutodiffError::ShapeMismatch {
+                op: "backward",
+                lhs: Shape::from(self.shape()),
+                rhs: Shape::from(upstream.shape()),
+                reason: "the upstream adjoint must have the output's shape",
+            });
+        }
+        let mut gradients = Gradients::default();
+        if !self.requires_grad() {
+            return Ok(gradients);
+        }
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
         crate::parallel::with_workers_awake(|| {
-            if upstream.shape() != self.shape() {
-                return Err(TensorAutodiffError::ShapeMismatch {
-                    op: "backward",
-                    lhs: Shape::from(self.shape()),
-                    rhs: Shape::from(upstream.shape()),
-                    reason: "the upstream adjoint must have the output's shape",
-                });
-            }
-            let mut gradients = Gradients::default();
-            if !self.requires_grad() {
-                return Ok(gradients);
-            }
             let tape = Tape::of(self);
             let mut adjoints: BTreeMap<u64, Tensor> = BTreeMap::new();
             adjoints.insert(self.id(), upstream.clone());
