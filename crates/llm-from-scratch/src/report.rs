@@ -102,7 +102,7 @@ mod tests {
         assert_eq!(fmt_thousands(0), "0");
         assert_eq!(fmt_thousands(999), "999");
         assert_eq!(fmt_thousands(2_362_368), "2,362,368");
-        assert_eq!(fmt_mask_rows(&Mask::causal(2, 3, 1)), "[..x,...]");
+        assert_eq!(fmt_mask_rows(&Mask::causal(2, 3, 1).unwrap()), "[..x,...]");
         let x = Tensor::new(&[2], vec![0.5, -1.0]).unwrap();
         let report = crate::gradcheck(&[("x", x)], &crate::GradcheckConfig::default(), |v| v[0].mul(&v[0])).unwrap();
         assert_eq!(fmt_gradcheck(&report), "delta:1e-6 tolerance:8e-6 x:2 coordinates:2 failures:0 passed:true");

@@ -48,7 +48,7 @@ fn grouped_with_one_kv_head_is_multi_query_attention_bitwise() {
         &trace.rotated_query_heads,
         &trace.rotated_key_heads,
         &trace.value_heads,
-        Some(&Mask::causal(5, 5, 0)),
+        Some(&Mask::causal(5, 5, 0).unwrap()),
     )
     .unwrap();
     assert_eq!(trace.key_heads.shape(), &[2, 1, 5, 6], "one key/value head is stored, not H");
@@ -66,19 +66,28 @@ fn query_heads_read_kv_heads_in_repeat_interleave_order() {
     let head = |t: &TensorValue, i: usize| t.slice_axis(1, i, i + 1).unwrap();
     for h in 0..4 {
         let kv = h / 2;
-        let want = scaled_dot_product_attention(&head(q, h), &head(k, kv), &head(v, kv), Some(&Mask::causal(4, 4, 0)))
-            .unwrap()
-            .output()
-            .value()
-            .unwrap();
+        let want = scaled_dot_product_attention(
+            &head(q, h),
+            &head(k, kv),
+            &head(v, kv),
+            Some(&Mask::causal(4, 4, 0).unwrap()),
+        )
+        .unwrap()
+        .output()
+        .value()
+        .unwrap();
         let got = head(&trace.head_outputs, h).value().unwrap();
         assert!(got.bitwise_eq(&want), "head {h} must read kv head {kv}");
-        let tiled =
-            scaled_dot_product_attention(&head(q, h), &head(k, h % 2), &head(v, h % 2), Some(&Mask::causal(4, 4, 0)))
-                .unwrap()
-                .output()
-                .value()
-                .unwrap();
+        let tiled = scaled_dot_product_attention(
+            &head(q, h),
+            &head(k, h % 2),
+            &head(v, h % 2),
+            Some(&Mask::causal(4, 4, 0).unwrap()),
+        )
+        .unwrap()
+        .output()
+        .value()
+        .unwrap();
         assert_eq!(got.bitwise_eq(&tiled), h % 2 == kv, "the tiled order differs for heads 1 and 2");
     }
 }
@@ -422,7 +431,7 @@ proptest! {
             &trace.rotated_query_heads,
             &trace.rotated_key_heads,
             &trace.value_heads,
-            Some(&Mask::causal(t, t, 0)),
+            Some(&Mask::causal(t, t, 0).unwrap()),
         )
         .unwrap();
         prop_assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use llm_from_scratch::Tensor;
 use llm_from_scratch::attention::SlidingWindow;
 use llm_from_scratch::model::{
-    CheckpointError, Decoder, DecoderConfig, ModelError, load_checkpoint, load_hf_llama, save_checkpoint,
+    CheckpointError, Decoder, DecoderConfig, ModelError, hf_llama_config, load_checkpoint, load_hf_llama,
+    save_checkpoint,
 };
 use llm_from_scratch::nn::{RopeLayout, SplitMix64};
 use safetensors::tensor::TensorView;
@@ -257,5 +258,19 @@ fn a_config_that_does_not_fit_the_weights_is_an_error() {
         .unwrap();
     let err = load_hf_llama(&dir).unwrap_err();
     assert!(matches!(err, CheckpointError::Model(ModelError::Attention(_))), "{err}");
+    // a config asking for far more than the file holds is refused before names or tensors are
+    // built (today's main built the names of every layer first and aborted on 10¹² layers)
+    std::fs::write(dir.join("config.json"), config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000"))
+        .unwrap();
+    let err = load_hf_llama(&dir).unwrap_err();
+    assert!(err.to_string().contains("more than twice the"), "{err}");
+    let trillion = config.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1000000000000");
+    std::fs::write(dir.join("config.json"), &trillion).unwrap();
+    let err = load_hf_llama(&dir).unwrap_err();
+    assert!(err.to_string().contains("parameter count"), "{err}");
+    assert!(matches!(hf_llama_config(&trillion), Err(CheckpointError::Model(ModelError::InvalidSetting { .. }))));
+    // a billion positions: validating the config builds no RoPE table (it did: 16 GiB)
+    let far = config.replace("\"max_position_embeddings\": ", "\"max_position_embeddings\": 1073741824, \"unused\": ");
+    assert_eq!(hf_llama_config(&far).unwrap().max_positions, 1 << 30);
     std::fs::remove_dir_all(&dir).unwrap();
 }

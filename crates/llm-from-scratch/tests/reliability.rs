@@ -94,8 +94,8 @@ proptest! {
             x.scale(2.0),
             x.sum(),
             x.dropout(p, &mut SplitMix64::new(seed)),
-            x.masked_fill(&Mask::causal(i, j, 0), f64::NEG_INFINITY).and_then(|m| m.softmax_last_axis()),
-            x.masked_softmax_last_axis(&Mask::causal(i, j, 0)),
+            x.masked_fill(&Mask::causal(i, j, 0).unwrap(), f64::NEG_INFINITY).and_then(|m| m.softmax_last_axis()),
+            x.masked_softmax_last_axis(&Mask::causal(i, j, 0).unwrap()),
             x.rms_norm(&filled(&to, seed), p),
         ];
         for v in results.into_iter().flatten() {
@@ -243,8 +243,16 @@ fn regressions_found_by_the_suite() {
     // 4. layer sizes beyond memory are refused before drawing, leaving the generator alone
     let before = rng.clone();
     assert!(Linear::new("l", 1 << 20, 1 << 20, false, &mut rng).is_err());
-    assert!(RotaryEmbedding::new(2, usize::MAX, 10.0).is_err());
+    assert!(RotaryEmbedding::new(usize::MAX - 1, 8, 10.0).is_err());
     assert_eq!(rng, before);
+    // RoPE's tables are sized by ROPE_TABLE_VALUES, not by the capacity: a capacity of usize::MAX
+    // costs nothing, and a position far past the tables rotates with the same expression
+    let rope = RotaryEmbedding::new(2, usize::MAX, 10.0).unwrap();
+    let x = constant(&[2, 2], &[1.0, 0.0, 1.0, 0.0]).unwrap();
+    let far = rope.rotate_at(&x, &[1 << 40, 3]).unwrap().value().unwrap();
+    let angle = (1u64 << 40) as f64;
+    assert_eq!(far.as_slice()[..2], [angle.cos(), angle.sin()]);
+    assert_eq!(far.as_slice()[2..], [3f64.cos(), 3f64.sin()]);
 }
 
 #[test]

@@ -162,9 +162,11 @@ fn gradcheck_tiled_kernel_with_many_kv_lanes() {
 fn online_softmax_merges_blocks_exactly() {
     // scores [1, 2 | 3] with values [1,0], [0,1] | [1,1]: merged in two blocks or at once
     let vals = [vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 1.0]];
-    let whole = OnlineSoftmax::from_block(&[1.0, 2.0, 3.0], &vals);
-    let merged =
-        OnlineSoftmax::from_block(&[1.0, 2.0], &vals[..2]).merge(&OnlineSoftmax::from_block(&[3.0], &vals[2..]));
+    let whole = OnlineSoftmax::from_block(&[1.0, 2.0, 3.0], &vals).unwrap();
+    let merged = OnlineSoftmax::from_block(&[1.0, 2.0], &vals[..2])
+        .unwrap()
+        .merge(&OnlineSoftmax::from_block(&[3.0], &vals[2..]).unwrap())
+        .unwrap();
     let z = 1f64.exp() + 2f64.exp() + 3f64.exp();
     let want = [(1f64.exp() + 3f64.exp()) / z, (2f64.exp() + 3f64.exp()) / z];
     for state in [whole, merged.clone()] {
@@ -173,7 +175,27 @@ fn online_softmax_merges_blocks_exactly() {
         }
     }
     assert_eq!(merged.max, 3.0);
-    assert_eq!(OnlineSoftmax::empty(2).merge(&OnlineSoftmax::empty(2)).output(), vec![0.0, 0.0]);
+    assert_eq!(OnlineSoftmax::empty(2).merge(&OnlineSoftmax::empty(2)).unwrap().output(), vec![0.0, 0.0]);
+}
+
+#[test]
+fn online_softmax_refuses_ragged_rows_and_shares_infinite_scores() {
+    // ragged rows and a count mismatch were silently truncated by zip before
+    let ragged = OnlineSoftmax::from_block(&[0.0, 1.0], &[vec![1.0, 2.0], vec![3.0]]).unwrap_err();
+    assert_eq!(ragged.to_string(), "online softmax: value row width: 1 where 2 was expected");
+    let short = OnlineSoftmax::from_block(&[0.0, 1.0], &[vec![1.0]]).unwrap_err();
+    assert!(matches!(short, AttentionError::OnlineSoftmaxShape { what: "value rows", expected: 2, actual: 1 }));
+    let wide = OnlineSoftmax::empty(2).merge(&OnlineSoftmax::empty(3)).unwrap_err();
+    assert!(matches!(wide, AttentionError::OnlineSoftmaxShape { what: "merged state width", .. }));
+    // +∞ takes all the weight, shared among the +∞ scores; was [NaN] before
+    let inf = OnlineSoftmax::from_block(&[f64::INFINITY], &[vec![2.0]]).unwrap();
+    assert_eq!(inf.output(), vec![2.0]);
+    let state = OnlineSoftmax::from_block(
+        &[1.0, f64::INFINITY, 5.0, f64::INFINITY],
+        &[vec![100.0], vec![2.0], vec![-50.0], vec![4.0]],
+    )
+    .unwrap();
+    assert_eq!(state.output(), vec![3.0]);
 }
 
 #[test]

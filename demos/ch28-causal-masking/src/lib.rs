@@ -103,7 +103,7 @@ pub struct Evidence {
 /// Any library error (none is expected), or an error case that the library unexpectedly accepts.
 pub fn learner_evidence() -> DemoResult<Evidence> {
     let tokens = Tensor::new(&[TOKEN_COUNT, HEAD_WIDTH], TOKENS.to_vec())?;
-    let causal_mask = Mask::causal(TOKEN_COUNT, TOKEN_COUNT, 0);
+    let causal_mask = Mask::causal(TOKEN_COUNT, TOKEN_COUNT, 0)?;
     let explicit = explicit_causal(&tokens, &causal_mask)?;
     let (weights, output) = causal_self_attention(&tokens)?;
     let changed = with_last_token(&tokens, &CHANGED_LAST_TOKEN)?;
@@ -118,7 +118,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         explicit_matches_library: explicit.weights.bitwise_eq(&weights) && explicit.output.bitwise_eq(&output),
         unchanged_rows: bitwise_equal_rows(&output, &changed_output),
         unmasked_row0: (unmasked_row0(&tokens)?, unmasked_row0(&changed)?),
-        offset_mask: Mask::causal(2, TOKEN_COUNT, 2),
+        offset_mask: Mask::causal(2, TOKEN_COUNT, 2)?,
         padded_weights: padded.weights().value()?,
         padded_output: padded.output().value()?,
         gradcheck_causal: check_causal(&mut rng)?,
@@ -257,7 +257,7 @@ fn error_cases(tokens: &Tensor) -> DemoResult<Vec<(&'static str, String)>> {
     let x = TensorValue::leaf(tokens.clone(), false);
     let first_three = x.slice_axis(0, 0, 3)?; // [3, d_h]
     Ok(vec![
-        rejection("mask_shape", scaled_dot_product_attention(&x, &x, &x, Some(&Mask::causal(3, 3, 0))))?,
+        rejection("mask_shape", scaled_dot_product_attention(&x, &x, &x, Some(&Mask::causal(3, 3, 0)?)))?,
         rejection("self_attention_lengths", causal_scaled_dot_product_self_attention(&x, &first_three, &first_three))?,
         rejection("mask_flags", Mask::new(&[4, 4], vec![false; 15]))?,
     ])

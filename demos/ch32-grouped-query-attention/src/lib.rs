@@ -253,7 +253,7 @@ fn explicit_head(trace: &AttentionTrace, h: usize, kv: usize) -> DemoResult<Tens
         &pick(&trace.rotated_query_heads, h)?,
         &pick(&trace.rotated_key_heads, kv)?,
         &pick(&trace.value_heads, kv)?,
-        Some(&Mask::causal(t, t, 0)),
+        Some(&Mask::causal(t, t, 0)?),
     )?;
     Ok(attention.output().clone())
 }
@@ -305,7 +305,7 @@ fn mqa_equivalence(x: &TensorValue, rng: &mut SplitMix64) -> DemoResult<MqaCheck
         &trace.rotated_query_heads,
         &trace.rotated_key_heads,
         &trace.value_heads,
-        Some(&Mask::causal(TOKENS, TOKENS, 0)),
+        Some(&Mask::causal(TOKENS, TOKENS, 0)?),
     )?;
     Ok(MqaCheck {
         head_outputs_bitwise: broadcast.output().value()?.bitwise_eq(&trace.head_outputs.value()?),

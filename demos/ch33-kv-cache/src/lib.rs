@@ -192,7 +192,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     let queries = vec![TOKENS, TOKENS + 1];
     let keys: Vec<usize> = stored.iter().chain(&queries).copied().collect();
     let mask = attention_mask(&queries, &keys, 1, None, Some(WINDOW))?;
-    let index_mask = Mask::causal(queries.len(), keys.len(), stored.len());
+    let index_mask = Mask::causal(queries.len(), keys.len(), stored.len())?;
 
     let seen = |w: SlidingWindow| (0..=5).filter(|&j| visible(5, j, Some(w))).collect::<Vec<_>>();
     let (errors, position_after_error) = cache_errors(&layer, &x, &mut rng)?;

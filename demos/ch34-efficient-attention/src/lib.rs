@@ -214,9 +214,9 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
 }
 
 /// The state of one hand block.
-fn block(scores: &[f64], values: &[[f64; 2]]) -> OnlineSoftmax {
+fn block(scores: &[f64], values: &[[f64; 2]]) -> DemoResult<OnlineSoftmax> {
     let rows: Vec<Vec<f64>> = values.iter().map(|v| v.to_vec()).collect();
-    OnlineSoftmax::from_block(scores, &rows)
+    Ok(OnlineSoftmax::from_block(scores, &rows)?)
 }
 
 /// `|a − b| ≤ TOLERANCE · (1 + |b|)` element by element.
@@ -233,8 +233,8 @@ fn within(a: &[f64], b: &[f64]) -> bool {
 //          n = [0.367879·0.367879 + 0.917915, 0.367879 + 1.164170] = [1.053250, 1.532049]
 //          o = n / ℓ = [0.664386, 0.966410]
 fn online_softmax_by_hand() -> DemoResult<OnlineEvidence> {
-    let (a, b) = (block(&BLOCK_A.0, &BLOCK_A.1), block(&BLOCK_B.0, &BLOCK_B.1));
-    let merged = a.merge(&b);
+    let (a, b) = (block(&BLOCK_A.0, &BLOCK_A.1)?, block(&BLOCK_B.0, &BLOCK_B.1)?);
+    let merged = a.merge(&b)?;
     let scores: Vec<f64> = BLOCK_A.0.iter().chain(&BLOCK_B.0).copied().collect();
     let values: Vec<f64> = BLOCK_A.1.iter().chain(&BLOCK_B.1).flatten().copied().collect();
     // the one-pass reference on the tape: softmax over all four scores, then weights · values
@@ -246,12 +246,12 @@ fn online_softmax_by_hand() -> DemoResult<OnlineEvidence> {
     // first output coordinate by the bare formula: Σ_j e^{s_j} v_j0 / Σ_j e^{s_j}
     let first_column = values.iter().step_by(2);
     let naive_first = first_column.zip(shifted(&scores)).map(|(v, s)| v * s.exp()).sum::<f64>() / naive_sum;
-    let online_shifted = block(&shifted(&BLOCK_A.0), &BLOCK_A.1).merge(&block(&shifted(&BLOCK_B.0), &BLOCK_B.1));
+    let online_shifted = block(&shifted(&BLOCK_A.0), &BLOCK_A.1)?.merge(&block(&shifted(&BLOCK_B.0), &BLOCK_B.1)?)?;
     let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<u64>>();
     Ok(OnlineEvidence {
         rescale: ((a.max - merged.max).exp(), (b.max - merged.max).exp()),
         merged_equals_one_pass: within(&merged.output(), one_pass.as_slice()),
-        order_independent: within(&b.merge(&a).output(), &merged.output()),
+        order_independent: within(&b.merge(&a)?.output(), &merged.output()),
         one_pass_weights: weights.value()?.as_slice().to_vec(),
         one_pass_output: one_pass.as_slice().to_vec(),
         naive_shifted_sum: naive_sum,

@@ -173,6 +173,27 @@ pub enum AttentionError {
         /// The shape given.
         actual: Shape,
     },
+    /// The parts of a layer carry biases where the configuration has none, or the reverse.
+    #[error("attention parameters: the configuration says bias = {config} but the {part} has {found}")]
+    BiasMismatch {
+        /// `config.bias`.
+        config: bool,
+        /// `query/key/value projections` or `output projection`.
+        part: &'static str,
+        /// `biases` or `no biases`.
+        found: &'static str,
+    },
+    /// An online-softmax state got scores and value rows that do not pair up, or two states of
+    /// different widths.
+    #[error("online softmax: {what}: {actual} where {expected} was expected")]
+    OnlineSoftmaxShape {
+        /// `value rows`, `value row width` or `merged state width`.
+        what: &'static str,
+        /// The count that fits (number of scores, or the width of the first row / this state).
+        expected: usize,
+        /// The count given.
+        actual: usize,
+    },
     /// The input is not rank 3 `[B, T, d_model]`.
     #[error("attention input: expected rank 3 [B, T, d_model] but got shape {shape}")]
     InputRank {

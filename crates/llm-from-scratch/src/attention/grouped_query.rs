@@ -187,7 +187,9 @@ impl AttentionConfig {
                 reason: "the tiled kernel never forms the weights a dropout mask would apply to",
             });
         }
-        self.rope().map(|_| ())
+        // the rules only: the layer builds its RoPE, a configuration's check allocates nothing
+        RotaryEmbedding::check_settings(self.head_width, self.max_positions, self.rope_base)
+            .map_err(AttentionError::Rope)
     }
 
     fn rope(&self) -> Result<RotaryEmbedding, AttentionError> {
@@ -296,7 +298,9 @@ impl GroupedQueryAttention {
     ///
     /// # Errors
     /// The configuration errors, then [`AttentionError::ParameterShape`] if a projection does not
-    /// match the configuration.
+    /// match the configuration, and [`AttentionError::BiasMismatch`] if the parts carry biases
+    /// where `config.bias` is false, or lack them where it is true (so that
+    /// [`AttentionConfig::parameter_count`] always counts the layer's parameters).
     pub fn from_parts(
         prefix: &str,
         config: AttentionConfig,
@@ -314,6 +318,14 @@ impl GroupedQueryAttention {
         for (name, actual, expected) in checks {
             if actual != expected {
                 return Err(AttentionError::ParameterShape { name, expected: Shape(expected), actual: Shape(actual) });
+            }
+        }
+        let found = |has: bool| if has { "biases" } else { "no biases" };
+        for (part, has) in
+            [("query/key/value projections", qkv.biases().is_some()), ("output projection", output.bias().is_some())]
+        {
+            if has != config.bias {
+                return Err(AttentionError::BiasMismatch { config: config.bias, part, found: found(has) });
             }
         }
         let rope = config.rope()?;

@@ -486,10 +486,14 @@ impl GroupedQueryAttention {
 ///
 /// Returns every output row produced after the prompt.
 ///
+/// The rows produced are `steps × d` values: more than [`crate::tensor::MAX_ELEMENTS`] is refused
+/// before anything runs, and nothing is reserved up front for them.
+///
 /// # Errors
 /// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`
-/// is 0 and [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
-/// (`keep ≥ max_positions`).
+/// is 0, [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
+/// (`keep ≥ max_positions`), and [`AttentionError::Tensor`] (a shape overflow) if `steps × d`
+/// values exceed the ceiling.
 pub fn generate_with_cache(
     layer: &GroupedQueryAttention,
     prompt: &Tensor,
@@ -506,6 +510,8 @@ pub fn generate_with_cache(
         // after a reset the kept tokens take positions 0..keep and the next token needs one more
         return Err(AttentionError::PositionOutOfRange { start: 0, end: keep.saturating_add(1), capacity });
     }
+    // the rows returned (and the inputs kept) are steps × d values: refuse what could never fit
+    crate::tensor::dense::element_count("generated rows", &[steps, d])?;
     let mut cache = layer.new_cache(1);
     let mut history: Vec<Vec<f64>> = prompt.as_slice().chunks(d.max(1)).map(<[f64]>::to_vec).collect();
     let as_input = |rows: &[Vec<f64>]| {
@@ -513,7 +519,7 @@ pub fn generate_with_cache(
     };
     let out = layer.forward_cached(&as_input(&history)?, &mut cache)?;
     let mut last = out.as_slice()[out.len() - d..].to_vec();
-    let mut produced = Vec::with_capacity(steps);
+    let mut produced = Vec::new();
     for _ in 0..steps {
         let row = next(&last);
         history.push(row.clone());

@@ -336,7 +336,8 @@ impl LatentAttention {
             content.add(&position)?.scale(self.scale())
         })()
         .map_err(at(Stage::Scores))?;
-        let weights = scores.masked_softmax_last_axis(&Mask::causal(t, t, 0)).map_err(at(Stage::Softmax))?;
+        let mask = Mask::causal(t, t, 0).map_err(at(Stage::Softmax))?;
+        let weights = scores.masked_softmax_last_axis(&mask).map_err(at(Stage::Softmax))?;
         let heads_out = weights.matmul(&v).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
         let merged = merge_heads(&heads_out)?;
         let output = merged.matmul(&self.weights.output).map_err(at(Stage::OutputProjection))?;
@@ -353,7 +354,8 @@ impl LatentAttention {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let latent4 =
             latent.reshape(&[b, 1, t, self.config.latent_width]).map_err(AttentionError::at(Stage::Scores))?;
-        let (weights, output) = self.attend_absorbed(&q, &q_rope, &latent4, &k_rope, &Mask::causal(t, t, 0))?;
+        let mask = Mask::causal(t, t, 0).map_err(AttentionError::at(Stage::Softmax))?;
+        let (weights, output) = self.attend_absorbed(&q, &q_rope, &latent4, &k_rope, &mask)?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
     }
 
@@ -434,7 +436,8 @@ impl LatentAttention {
             constant(&[b, 1, total, w], &lanes.concat()).map_err(AttentionError::at(Stage::Scores))
         };
         let (latent_all, rope_all) = (all(&cache.latent, dc)?, all(&cache.rope_key, dr)?);
-        let (_, output) = self.attend_absorbed(&q, &q_rope, &latent_all, &rope_all, &Mask::causal(t, total, first))?;
+        let mask = Mask::causal(t, total, first).map_err(AttentionError::at(Stage::Softmax))?;
+        let (_, output) = self.attend_absorbed(&q, &q_rope, &latent_all, &rope_all, &mask)?;
         output.value().map_err(AttentionError::at(Stage::OutputProjection))
     }
 

@@ -162,7 +162,8 @@ pub fn causal_scaled_dot_product_self_attention(
     if t_q != t_k {
         return Err(AttentionError::qkv_shapes(q, k, v, "self-attention needs as many queries as keys"));
     }
-    scaled_dot_product_attention(q, k, v, Some(&Mask::causal(t_q, t_k, 0)))
+    let mask = Mask::causal(t_q, t_k, 0).map_err(AttentionError::at(Stage::Softmax))?;
+    scaled_dot_product_attention(q, k, v, Some(&mask))
 }
 
 /// The explicit path of grouped attention: `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` with the
@@ -287,7 +288,7 @@ mod tests {
             causal_scaled_dot_product_self_attention(&q, &short, &short),
             Err(AttentionError::QkvShapes { .. })
         ));
-        let bad_mask = Mask::causal(2, 2, 0);
+        let bad_mask = Mask::causal(2, 2, 0).unwrap();
         let err = scaled_dot_product_attention(&q, &q, &q, Some(&bad_mask)).unwrap_err();
         assert!(err.to_string().starts_with("attention softmax: masked_softmax"), "{err}");
         q.release();

@@ -75,13 +75,19 @@ pub fn block_size(t_k: usize) -> usize {
 /// `Σ_j e^{s_j} v_j / Σ_j e^{s_j}` is kept as `m = max s_j`, `ℓ = Σ e^{s_j − m}` and
 /// `n = Σ e^{s_j − m} v_j`; [`OnlineSoftmax::merge`] combines two such states exactly.
 ///
+/// A score of `+∞` takes all the weight (shared equally among the `+∞` scores), as in the
+/// explicit softmax; a score of `−∞` takes none.
+///
 /// ```
 /// use llm_from_scratch::attention::OnlineSoftmax;
 /// // two blocks of one key each: scores 0 and ln 3, values [1] and [0] → weights 1/4, 3/4
-/// let a = OnlineSoftmax::from_block(&[0.0], &[vec![1.0]]);
-/// let b = OnlineSoftmax::from_block(&[3f64.ln()], &[vec![0.0]]);
-/// let merged = a.merge(&b);
+/// let a = OnlineSoftmax::from_block(&[0.0], &[vec![1.0]])?;
+/// let b = OnlineSoftmax::from_block(&[3f64.ln()], &[vec![0.0]])?;
+/// let merged = a.merge(&b)?;
 /// assert!((merged.output()[0] - 0.25).abs() < 1e-15);
+/// // rows of different widths are refused, not truncated
+/// assert!(OnlineSoftmax::from_block(&[0.0, 1.0], &[vec![1.0], vec![1.0, 2.0]]).is_err());
+/// # Ok::<(), llm_from_scratch::attention::AttentionError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct OnlineSoftmax {
@@ -99,29 +105,52 @@ impl OnlineSoftmax {
         Self { max: f64::NEG_INFINITY, normaliser: 0.0, numerator: vec![0.0; d] }
     }
 
-    /// The state of one block of scores and their value rows (all rows of width `d`).
-    pub fn from_block(scores: &[f64], values: &[Vec<f64>]) -> Self {
+    /// The state of one block of scores and their value rows (one row per score, all of the
+    /// first row's width `d`).
+    ///
+    /// # Errors
+    /// [`AttentionError::OnlineSoftmaxShape`] if the counts differ or a row has another width.
+    pub fn from_block(scores: &[f64], values: &[Vec<f64>]) -> Result<Self, AttentionError> {
+        let shape_error = |what, expected, actual| AttentionError::OnlineSoftmaxShape { what, expected, actual };
+        if scores.len() != values.len() {
+            return Err(shape_error("value rows", scores.len(), values.len()));
+        }
         let d = values.first().map_or(0, Vec::len);
+        if let Some(row) = values.iter().find(|row| row.len() != d) {
+            return Err(shape_error("value row width", d, row.len()));
+        }
         let mut state = Self::empty(d);
         for (s, v) in scores.iter().zip(values) {
-            state = state.merge(&Self { max: *s, normaliser: 1.0, numerator: v.clone() });
+            state = state.merge(&Self { max: *s, normaliser: 1.0, numerator: v.clone() })?;
         }
-        state
+        Ok(state)
     }
 
     /// Combines two states: with `M = max(m_a, m_b)`, `ℓ = ℓ_a e^{m_a−M} + ℓ_b e^{m_b−M}` and the
     /// same for the numerators.
-    pub fn merge(&self, other: &Self) -> Self {
+    ///
+    /// # Errors
+    /// [`AttentionError::OnlineSoftmaxShape`] if the two numerators have different widths.
+    pub fn merge(&self, other: &Self) -> Result<Self, AttentionError> {
+        if self.numerator.len() != other.numerator.len() {
+            return Err(AttentionError::OnlineSoftmaxShape {
+                what: "merged state width",
+                expected: self.numerator.len(),
+                actual: other.numerator.len(),
+            });
+        }
         let max = self.max.max(other.max);
         if max == f64::NEG_INFINITY {
-            return self.clone();
+            return Ok(self.clone());
         }
         let (a, b) = (rescale(self.max, max), rescale(other.max, max));
-        Self {
+        // a term scaled by 0 takes no part (it may hold ±∞ or NaN that a product by 0 would spread)
+        let term = |x: f64, scale: f64| if scale == 0.0 { 0.0 } else { x * scale };
+        Ok(Self {
             max,
-            normaliser: self.normaliser * a + other.normaliser * b,
-            numerator: self.numerator.iter().zip(&other.numerator).map(|(x, y)| x * a + y * b).collect(),
-        }
+            normaliser: term(self.normaliser, a) + term(other.normaliser, b),
+            numerator: self.numerator.iter().zip(&other.numerator).map(|(&x, &y)| term(x, a) + term(y, b)).collect(),
+        })
     }
 
     /// The weighted average `n / ℓ` (zeros when no key was visible).
@@ -135,10 +164,13 @@ impl OnlineSoftmax {
 
 /// `e^{m − M}`, with an empty state (`m = −∞`) contributing 0; exactly 1 when the maximum did not
 /// move (most blocks after the first few), without evaluating the exponential.
+///
+/// A maximum of `+∞` keeps only the states whose maximum is `+∞` (factor 1), so a `+∞` score
+/// takes all the weight instead of turning the state into `e^{∞−∞}` = NaN.
 fn rescale(m: f64, max: f64) -> f64 {
-    if m == max && m.is_finite() {
+    if m == max {
         1.0
-    } else if m == f64::NEG_INFINITY {
+    } else if m == f64::NEG_INFINITY || max == f64::INFINITY {
         0.0
     } else {
         exp(m - max)

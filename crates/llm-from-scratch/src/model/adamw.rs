@@ -122,13 +122,24 @@ impl AdamW {
     ///
     /// # Errors
     /// [`ModelError::InvalidSetting`] for a negative or non-finite `lr`;
-    /// [`ModelError::ParameterListChanged`] if the names, the count or a shape differ; a tensor
-    /// error if a parameter's value was released. Nothing is changed on error.
+    /// [`ModelError::ParameterListChanged`] if the names, the count or a shape differ;
+    /// [`ModelError::NonFiniteParameterGradient`] if a gradient holds NaN or ±∞ (training
+    /// frameworks skip such a step; here the caller decides what to do with the batch); a
+    /// tensor error if a parameter's value was released. Nothing is changed on error.
     pub fn update(&mut self, params: &NamedParameters, grads: &[Tensor], lr: f64) -> Result<(), ModelError> {
         if !(lr >= 0.0 && lr.is_finite()) {
             return Err(ModelError::setting("adamw", "learning rate", lr, "must be finite and ≥ 0"));
         }
         self.check(params, grads)?;
+        for (name, grad) in self.names.iter().zip(grads) {
+            if let Some((index, value)) = grad.as_slice().iter().enumerate().find(|(_, g)| !g.is_finite()) {
+                return Err(ModelError::NonFiniteParameterGradient {
+                    name: name.clone(),
+                    index,
+                    value: value.to_string(),
+                });
+            }
+        }
         let values = params.iter().map(|p| p.value().value()).collect::<Result<Vec<_>, _>>()?;
         let AdamWConfig { beta1, beta2, eps, weight_decay } = self.config;
         self.steps += 1;
@@ -232,6 +243,14 @@ mod tests {
         let err = adamw.update(&other, &[Tensor::new(&[2], vec![0.0; 2]).unwrap()], 0.1).unwrap_err();
         assert_eq!(err.to_string(), "adamw: expected w but found v");
         assert!(adamw.update(&params, &[], f64::NAN).is_err());
+        // a NaN gradient used to turn the parameter into NaN silently
+        let err = adamw.update(&params, &[Tensor::new(&[2], vec![0.5, f64::NAN]).unwrap()], 0.1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "adamw: the gradient of w is not finite (NaN at index 1); no parameter was changed"
+        );
+        let err = adamw.update(&params, &[Tensor::new(&[2], vec![f64::NEG_INFINITY, 0.0]).unwrap()], 0.1);
+        assert!(matches!(err, Err(ModelError::NonFiniteParameterGradient { index: 0, .. })));
         assert_eq!(adamw.steps(), 0);
         assert_eq!(params.iter().next().unwrap().value().value().unwrap().as_slice(), &[1.0, 2.0]);
     }

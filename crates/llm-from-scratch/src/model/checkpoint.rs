@@ -160,7 +160,7 @@ pub fn load_checkpoint(path: impl AsRef<Path>) -> Result<Decoder, CheckpointErro
         })?;
     let config = config_from_json(text, &shown(path))?;
     let file = SafeTensors::deserialize(&bytes).map_err(header_error)?;
-    decoder_from(&file, config)
+    decoder_from(&file, config, &shown(path))
 }
 
 /// Reads a Hugging Face `LlamaForCausalLM` checkpoint from the folder `dir`: `config.json` and the
@@ -175,7 +175,7 @@ pub fn load_hf_llama(dir: impl AsRef<Path>) -> Result<Decoder, CheckpointError> 
     let bytes = std::fs::read(&weights_path).map_err(|e| io_error("read", &weights_path, &e))?;
     let file = SafeTensors::deserialize(&bytes)
         .map_err(|e| CheckpointError::Header { path: shown(&weights_path), reason: e.to_string() })?;
-    decoder_from(&file, config)
+    decoder_from(&file, config, &shown(&config_path))
 }
 
 /// The decoder configuration of a Hugging Face LLaMA `config.json`.
@@ -251,8 +251,27 @@ fn to_safetensors(model: &Decoder, path: &Path) -> Result<Vec<u8>, CheckpointErr
 
 /// The model of `config` on the tensors of `file`: every tensor checked (present, a float dtype,
 /// its stored shape) in the order of [`parameter_shapes`], then nothing left over.
-fn decoder_from(file: &SafeTensors<'_>, config: DecoderConfig) -> Result<Decoder, CheckpointError> {
+///
+/// Before anything is built, the configuration's parameter count is held against the values the
+/// file actually holds: a configuration asking for more than twice as many is refused at once
+/// (a few bytes of JSON asking for a million layers beside a one-layer file), so what loading
+/// allocates is bounded by a small multiple of the file (the values widened to f64, the names,
+/// one transposed copy). Within that bound the first missing tensor is named.
+fn decoder_from(file: &SafeTensors<'_>, config: DecoderConfig, source: &str) -> Result<Decoder, CheckpointError> {
     config.validate()?;
+    let held = file
+        .iter()
+        .map(|(_, view)| view.shape().iter().try_fold(1u128, |n, &a| n.checked_mul(a as u128)))
+        .try_fold(0u128, |total, n| n.and_then(|n| total.checked_add(n)))
+        .unwrap_or(u128::MAX);
+    let needed = config.parameter_count() as u128;
+    if needed > held.saturating_mul(2) {
+        return Err(CheckpointError::Config {
+            source_name: source.to_string(),
+            field: "the configuration".to_string(),
+            reason: format!("asks for {needed} parameters, more than twice the {held} values the weights file holds"),
+        });
+    }
     let specs = parameter_shapes(&config);
     let list = specs
         .iter()

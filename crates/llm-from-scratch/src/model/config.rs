@@ -4,6 +4,11 @@ use crate::attention::{AttentionConfig, AttentionKernel, SlidingWindow};
 use crate::model::ModelError;
 use crate::nn::RopeLayout;
 
+/// The most parameters a [`DecoderConfig`] may ask for: 2³¹ (16 GiB of `f64`, the same ceiling as
+/// one tensor's [`crate::tensor::MAX_ELEMENTS`]). [`DecoderConfig::validate`] refuses more before
+/// anything is allocated, so a configuration with a trillion layers is an error, not an abort.
+pub const MAX_PARAMETERS: usize = crate::tensor::MAX_ELEMENTS;
+
 /// The architecture of a LLaMA-family decoder.
 ///
 /// ```text
@@ -153,8 +158,9 @@ impl DecoderConfig {
     }
 
     /// Checks every rule: `V > 0`, `N > 0`, a positive feed-forward width, a finite ε ≥ 0, a
-    /// finite initialisation std ≥ 0, tensors small enough to allocate, then the attention rules
-    /// of [`AttentionConfig::validate`].
+    /// finite initialisation std ≥ 0, the attention rules of [`AttentionConfig::validate`], tensors
+    /// small enough to allocate, and at most [`MAX_PARAMETERS`] in the whole model. Nothing is
+    /// allocated by the check.
     ///
     /// # Errors
     /// [`ModelError::InvalidSetting`] (module `model config`) or [`ModelError::Attention`].
@@ -179,6 +185,16 @@ impl DecoderConfig {
         self.attention().validate()?;
         for shape in [[self.vocab_size, self.model_width], [self.model_width, self.ffn_width]] {
             crate::tensor::dense::element_count("model config", &shape)?;
+        }
+        // every block allocates its weights: the whole model, not only each tensor, must fit
+        let count = self.parameter_count();
+        if count > MAX_PARAMETERS {
+            return Err(ModelError::setting(
+                "model config",
+                "parameter count",
+                count,
+                "exceeds MAX_PARAMETERS = 2^31 (16 GiB of f64)",
+            ));
         }
         Ok(())
     }

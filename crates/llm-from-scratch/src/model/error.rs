@@ -47,6 +47,17 @@ pub enum ModelError {
         /// The length given.
         actual: usize,
     },
+    /// A gradient holds NaN or ±∞: an optimiser step would turn the parameter (and its moments)
+    /// into NaN for good, so the step is refused and nothing is changed.
+    #[error("adamw: the gradient of {name} is not finite ({value} at index {index}); no parameter was changed")]
+    NonFiniteParameterGradient {
+        /// The parameter's name.
+        name: String,
+        /// Row-major index of the first non-finite value.
+        index: usize,
+        /// That value, printed.
+        value: String,
+    },
     /// Every target is ignored: a mean over no tokens is undefined.
     #[error("model loss: every target is ignored, there is nothing to score")]
     NoTargets,

@@ -47,7 +47,7 @@ pub use batch::TokenBatch;
 pub use block::DecoderBlock;
 pub use checkpoint::{CheckpointError, hf_llama_config, load_checkpoint, load_hf_llama, save_checkpoint};
 pub use clip::{clip_global_norm, global_norm};
-pub use config::DecoderConfig;
+pub use config::{DecoderConfig, MAX_PARAMETERS};
 pub use decoder::Decoder;
 pub use embedding::TokenEmbedding;
 pub use error::ModelError;

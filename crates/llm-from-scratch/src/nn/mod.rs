@@ -17,4 +17,4 @@ pub use qkv::{QkvOutput, QkvProjections};
 
 pub use rms_norm::RmsNorm;
 pub use rng::SplitMix64;
-pub use rope::{RopeError, RopeLayout, RotaryEmbedding};
+pub use rope::{RopeError, RopeLayout, RotaryEmbedding, TABLE_VALUES as ROPE_TABLE_VALUES};

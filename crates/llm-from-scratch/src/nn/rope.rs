@@ -25,6 +25,12 @@ use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
 
+/// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
+/// looked up, later ones computed when used — with the same expression, so the results are the
+/// same bits. The tables are built on first use, so a configuration (or a checkpoint's) with a
+/// huge `max_positions` costs nothing until it runs, and at most 2 × 2 MiB then.
+pub const TABLE_VALUES: usize = 1 << 18;
+
 /// Rows rotated per parallel task.
 const ROWS_PER_TASK: usize = 256;
 /// Below this many values a rotation runs on one thread.
@@ -91,17 +97,34 @@ pub enum RopeError {
     Tensor(#[from] TensorAutodiffError),
 }
 
-/// Precomputed rotation tables for `max_positions` positions of one head width.
+/// Rotation tables for the first positions of one head width (see [`TABLE_VALUES`]).
+#[derive(Debug)]
+struct Tables {
+    /// Positions covered: `0..positions`.
+    positions: usize,
+    /// `cos(p·θ_i)` at `[p, i]`, `positions × d_h/2`.
+    cos: Vec<f64>,
+    /// `sin(p·θ_i)` at `[p, i]`.
+    sin: Vec<f64>,
+}
+
+/// Rotation by position for heads of one width, positions `0..max_positions`.
 #[derive(Clone, Debug)]
 pub struct RotaryEmbedding {
     head_width: usize,
     max_positions: usize,
     base: f64,
     layout: RopeLayout,
-    /// `cos(p·θ_i)` at `[p, i]`, `max_positions × d_h/2`.
-    cos: std::sync::Arc<Vec<f64>>,
-    /// `sin(p·θ_i)` at `[p, i]`.
-    sin: std::sync::Arc<Vec<f64>>,
+    /// `θ_i = base^(−2i/d_h)`, one per pair.
+    thetas: std::sync::Arc<Vec<f64>>,
+    /// Built on first use, shared by clones.
+    tables: std::sync::Arc<std::sync::OnceLock<Tables>>,
+}
+
+/// `(cos(p·θ_i), sin(p·θ_i))`: the one expression both the tables and later positions use.
+fn angle(p: usize, theta: f64) -> (f64, f64) {
+    let angle = p as f64 * theta;
+    (angle.cos(), angle.sin())
 }
 
 impl RotaryEmbedding {
@@ -120,9 +143,28 @@ impl RotaryEmbedding {
     /// ```
     ///
     /// # Errors
+    /// The errors of [`RotaryEmbedding::check_settings`].
+    pub fn new(head_width: usize, max_positions: usize, base: f64) -> Result<Self, RopeError> {
+        Self::check_settings(head_width, max_positions, base)?;
+        let pairs = head_width / 2;
+        crate::tensor::dense::element_count("rope frequencies", &[pairs])?;
+        let thetas: Vec<f64> = (0..pairs).map(|i| base.powf(-2.0 * i as f64 / head_width as f64)).collect();
+        Ok(Self {
+            head_width,
+            max_positions,
+            base,
+            layout: RopeLayout::AdjacentPairs,
+            thetas: thetas.into(),
+            tables: Default::default(),
+        })
+    }
+
+    /// Checks the settings of [`RotaryEmbedding::new`] without allocating anything.
+    ///
+    /// # Errors
     /// [`RopeError::ZeroHeadWidth`], [`RopeError::OddHeadWidth`], [`RopeError::ZeroCapacity`],
     /// [`RopeError::InvalidBase`] — checked in that order.
-    pub fn new(head_width: usize, max_positions: usize, base: f64) -> Result<Self, RopeError> {
+    pub fn check_settings(head_width: usize, max_positions: usize, base: f64) -> Result<(), RopeError> {
         if head_width == 0 {
             return Err(RopeError::ZeroHeadWidth);
         }
@@ -135,25 +177,23 @@ impl RotaryEmbedding {
         if !(base.is_finite() && base > 0.0) {
             return Err(RopeError::InvalidBase { base });
         }
-        let pairs = head_width / 2;
-        crate::tensor::dense::element_count("rope tables", &[max_positions, pairs])?;
-        let thetas: Vec<f64> = (0..pairs).map(|i| base.powf(-2.0 * i as f64 / head_width as f64)).collect();
-        let mut cos = Vec::with_capacity(max_positions * pairs);
-        let mut sin = Vec::with_capacity(max_positions * pairs);
-        for p in 0..max_positions {
-            for theta in &thetas {
-                let angle = p as f64 * theta;
-                cos.push(angle.cos());
-                sin.push(angle.sin());
+        Ok(())
+    }
+
+    /// The tables of the first positions, built on first use (at most [`TABLE_VALUES`] each).
+    fn tables(&self) -> &Tables {
+        self.tables.get_or_init(|| {
+            let pairs = self.thetas.len();
+            let positions = self.max_positions.min(TABLE_VALUES / pairs.max(1));
+            let (mut cos, mut sin) = (Vec::with_capacity(positions * pairs), Vec::with_capacity(positions * pairs));
+            for p in 0..positions {
+                for &theta in self.thetas.iter() {
+                    let (c, s) = angle(p, theta);
+                    cos.push(c);
+                    sin.push(s);
+                }
             }
-        }
-        Ok(Self {
-            head_width,
-            max_positions,
-            base,
-            layout: RopeLayout::AdjacentPairs,
-            cos: cos.into(),
-            sin: sin.into(),
+            Tables { positions, cos, sin }
         })
     }
 
@@ -258,12 +298,20 @@ impl RotaryEmbedding {
         let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
         // lanes under one index of axis 0: the axes between it and [T, d_h]
         let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let tables = self.tables();
         let rotate_block = |(block, (rows, inputs)): (usize, (&mut [MaybeUninit<f64>], &[f64]))| {
+            // angles of positions past the tables, computed per row (empty until needed)
+            let (mut far_cos, mut far_sin): (Vec<f64>, Vec<f64>);
             for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
                 let r = block * ROWS_PER_TASK + k;
                 let t = r % tokens;
                 let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
-                let (cos, sin) = (&self.cos[p * half..(p + 1) * half], &self.sin[p * half..(p + 1) * half]);
+                let (cos, sin) = if p < tables.positions {
+                    (&tables.cos[p * half..(p + 1) * half], &tables.sin[p * half..(p + 1) * half])
+                } else {
+                    (far_cos, far_sin) = self.thetas.iter().map(|&theta| angle(p, theta)).unzip();
+                    (&far_cos[..], &far_sin[..])
+                };
                 let rotate =
                     |(ya, yb): (&mut MaybeUninit<f64>, &mut MaybeUninit<f64>), (xa, xb): (f64, f64), c: f64, s: f64| {
                         let s = sign * s;
@@ -417,7 +465,8 @@ mod tests {
                                 RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
                                 RopeLayout::SplitHalves => (i, i + d / 2),
                             };
-                            let (c, s) = (rope.cos[p * d / 2 + i], sign * rope.sin[p * d / 2 + i]);
+                            let (c, s) = angle(p, rope.thetas[i]);
+                            let s = sign * s;
                             assert_eq!(out[a].to_bits(), (input[a] * c - input[bb] * s).to_bits(), "{layout:?}");
                             assert_eq!(out[bb].to_bits(), (input[a] * s + input[bb] * c).to_bits(), "{layout:?}");
                         }

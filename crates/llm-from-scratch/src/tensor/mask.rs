@@ -32,9 +32,22 @@ impl Mask {
 
     /// The causal mask `[t_q, t_k]` for queries at absolute positions `offset..offset+t_q` and keys
     /// at `0..t_k`: key `j` is masked for query `i` when it lies in the future, `j > offset + i`.
-    pub fn causal(t_q: usize, t_k: usize, offset: usize) -> Self {
+    ///
+    /// ```
+    /// use llm_from_scratch::Mask;
+    /// let mask = Mask::causal(2, 3, 0)?; // query 0 sees key 0; query 1 sees keys 0 and 1
+    /// assert_eq!(mask.as_slice(), &[false, true, true, false, false, true]);
+    /// assert!(Mask::causal(1 << 20, 1 << 20, 0).is_err()); // 2⁴⁰ flags: refused, not allocated
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeOverflow`] if `t_q · t_k` overflows or exceeds
+    /// [`crate::tensor::MAX_ELEMENTS`] — checked before anything is allocated.
+    pub fn causal(t_q: usize, t_k: usize, offset: usize) -> Result<Self> {
+        element_count("causal mask", &[t_q, t_k])?;
         let masked = (0..t_q).flat_map(|i| (0..t_k).map(move |j| j > offset.saturating_add(i))).collect();
-        Self { shape: vec![t_q, t_k], masked }
+        Ok(Self { shape: vec![t_q, t_k], masked })
     }
 
     /// The same mask with one more, never-masked column on the last axis (for a sink logit).

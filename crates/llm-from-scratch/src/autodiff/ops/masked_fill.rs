@@ -52,9 +52,9 @@ mod tests {
     fn causal_fill_by_hand() {
         // 2×2 causal: query 0 may not see key 1
         let x = constant(&[2, 2], &[1.0, 2.0, 3.0, 4.0]).unwrap();
-        let y = x.masked_fill(&Mask::causal(2, 2, 0), f64::NEG_INFINITY).unwrap().value().unwrap();
+        let y = x.masked_fill(&Mask::causal(2, 2, 0).unwrap(), f64::NEG_INFINITY).unwrap().value().unwrap();
         assert_eq!(y.as_slice(), &[1.0, f64::NEG_INFINITY, 3.0, 4.0]);
-        let err = x.masked_fill(&Mask::causal(3, 3, 0), 0.0).unwrap_err();
+        let err = x.masked_fill(&Mask::causal(3, 3, 0).unwrap(), 0.0).unwrap_err();
         assert!(err.to_string().starts_with("masked_fill: shapes [2,2] and [3,3]"), "{err}");
         assert!(Mask::new(&[2], vec![true]).is_err());
     }
@@ -62,7 +62,7 @@ mod tests {
     #[test]
     fn gradcheck_masked_fill_then_softmax_rows_with_minus_infinity() {
         let x = Tensor::new(&[2, 3, 3], (0..18).map(|i| (i as f64 * 0.53).sin()).collect()).unwrap();
-        let mask = Mask::causal(3, 3, 0);
+        let mask = Mask::causal(3, 3, 0).unwrap();
         let report = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| {
             v[0].masked_fill(&mask, f64::NEG_INFINITY)?.softmax_last_axis()
         })

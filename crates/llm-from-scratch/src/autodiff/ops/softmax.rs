@@ -160,11 +160,11 @@ mod tests {
     #[test]
     fn fused_masked_softmax_equals_fill_then_softmax() {
         let x = constant(&[2, 3, 3], &(0..18).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<_>>()).unwrap();
-        let mask = crate::tensor::Mask::causal(3, 3, 0);
+        let mask = crate::tensor::Mask::causal(3, 3, 0).unwrap();
         let fused = x.masked_softmax_last_axis(&mask).unwrap().value().unwrap();
         let explicit = x.masked_fill(&mask, f64::NEG_INFINITY).unwrap().softmax_last_axis().unwrap().value().unwrap();
         assert!(fused.bitwise_eq(&explicit));
-        let err = x.masked_softmax_last_axis(&crate::tensor::Mask::causal(2, 2, 0)).unwrap_err();
+        let err = x.masked_softmax_last_axis(&crate::tensor::Mask::causal(2, 2, 0).unwrap()).unwrap_err();
         assert!(err.to_string().starts_with("masked_softmax: shapes [2,3,3] and [2,2]"), "{err}");
         let x = Tensor::new(&[2, 3, 3], (0..18).map(|i| (i as f64 * 0.3).cos()).collect()).unwrap();
         let r = gradcheck(&[("x", x)], &GradcheckConfig::default(), |v| v[0].masked_softmax_last_axis(&mask)).unwrap();
