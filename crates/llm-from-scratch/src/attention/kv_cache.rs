@@ -358,9 +358,14 @@ fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
         let weights = &scores[at..at + rows];
         at += rows;
+        // a weight of exactly 0 (a hidden key: e^−∞) is skipped, not multiplied: 0 · NaN = NaN
+        // would let a key the query cannot see change its output
         for i in 0..part {
             for (s, sums) in partial.chunks_exact_mut(d).enumerate() {
                 let (w, v) = (weights[s * part + i], &values[(s * part + i) * d..][..d]);
+                if w == 0.0 {
+                    continue;
+                }
                 for (o, x) in sums.iter_mut().zip(v) {
                     *o += w * x;
                 }
@@ -368,6 +373,9 @@ fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64
         }
         for r in STREAMS * part..rows {
             let (w, v) = (weights[r], &values[r * d..(r + 1) * d]);
+            if w == 0.0 {
+                continue;
+            }
             for (o, x) in out.iter_mut().zip(v) {
                 *o += w * x;
             }

@@ -338,7 +338,8 @@ impl LatentAttention {
         .map_err(at(Stage::Scores))?;
         let mask = Mask::causal(t, t, 0).map_err(at(Stage::Softmax))?;
         let weights = scores.masked_softmax_last_axis(&mask).map_err(at(Stage::Softmax))?;
-        let heads_out = weights.matmul(&v).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
+        // hidden (future) tokens are skipped, not weighted by 0: 0 · NaN would leak backwards
+        let heads_out = weights.matmul_visible(&v, &mask).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
         let merged = merge_heads(&heads_out)?;
         let output = merged.matmul(&self.weights.output).map_err(at(Stage::OutputProjection))?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
@@ -394,7 +395,7 @@ impl LatentAttention {
         .map_err(at(Stage::Scores))?;
         let weights = scores.masked_softmax_last_axis(mask).map_err(at(Stage::Softmax))?;
         let output = (|| {
-            let pc = weights.matmul(latent)?; // (P·C): [B,H,T_q,d_c]
+            let pc = weights.matmul_visible(latent, mask)?; // (P·C) over visible tokens: [B,H,T_q,d_c]
             pc.transpose(1, 2)?.reshape(&[b, t_q, h * dc])?.matmul(&merged_out) // Σ_h (P_h·C)·(B_h·W_O,h)
         })()
         .map_err(at(Stage::OutputProjection))?;

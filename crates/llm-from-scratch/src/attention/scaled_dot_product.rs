@@ -12,6 +12,11 @@
 //!
 //! A query row whose keys are all hidden (only possible with padding) has weights of all zeros
 //! and therefore an output of zeros: it attends to nothing, and no NaN appears.
+//!
+//! Hidden keys take no part in the arithmetic ([`TensorValue::matmul_visible`],
+//! [`TensorValue::matmul_scores`]): a NaN or ∞ in a token that a query cannot see (a future
+//! token, a padding token) leaves that query's output — and, for keys hidden from every query,
+//! every gradient — exactly as if the token held ordinary numbers.
 
 use crate::attention::{AttentionError, Stage};
 use crate::autodiff::TensorValue;
@@ -93,11 +98,22 @@ pub(crate) fn attend(
     let r = q.shape().len();
     let d_h = q.shape()[r - 1];
     let scale = 1.0 / (d_h.max(1) as f64).sqrt();
-    // scores: [..., T_q, d_h] · [..., d_h, T_k] → [..., T_q, T_k]
-    let scores = q
-        .matmul(&k.transpose(r - 2, r - 1).map_err(AttentionError::at(Stage::Scores))?)
-        .and_then(|s| s.scale(scale))
-        .map_err(AttentionError::at(Stage::Scores))?;
+    // scores: [..., T_q, d_h] · [..., d_h, T_k] → [..., T_q, T_k]; with a mask, the hidden
+    // pairs take no part in the backward (a hidden key's NaN must not reach a query's gradient)
+    if let Some(m) = mask {
+        // a mask that does not fit the scores is the softmax's error, reported before any work
+        let mut scores_shape = q.shape().to_vec();
+        scores_shape[r - 1] = k.shape()[r - 2];
+        crate::autodiff::ops::masked_fill::check_mask("masked_softmax", m, &scores_shape)
+            .map_err(AttentionError::at(Stage::Softmax))?;
+    }
+    let k_t = k.transpose(r - 2, r - 1).map_err(AttentionError::at(Stage::Scores))?;
+    let scores = match mask {
+        Some(m) => q.matmul_scores(&k_t, m),
+        None => q.matmul(&k_t),
+    }
+    .and_then(|s| s.scale(scale))
+    .map_err(AttentionError::at(Stage::Scores))?;
     // hidden keys count as −∞ inside the softmax (fused, so no −∞ is stored on the tape)
     let weights = match sinks {
         None => match mask {
@@ -111,7 +127,12 @@ pub(crate) fn attend(
         Some((p, rng)) => weights.dropout(p, rng).map_err(AttentionError::at(Stage::Softmax))?,
         None => weights,
     };
-    let output = weights.matmul(v).map_err(AttentionError::at(Stage::WeightedValues))?;
+    // hidden keys are skipped, not multiplied by their zero weight: 0 · NaN would be NaN
+    let output = match mask {
+        Some(m) => weights.matmul_visible(v, m),
+        None => weights.matmul(v),
+    }
+    .map_err(AttentionError::at(Stage::WeightedValues))?;
     Ok(AttentionOutput { scores, weights, output })
 }
 

@@ -39,6 +39,7 @@
 //! An optional per-head *sink* logit joins every softmax with a zero value vector: it can absorb
 //! probability mass without adding to the output.
 
+mod plain;
 mod strips;
 
 use rayon::prelude::*;
@@ -390,6 +391,17 @@ fn forward_block(
     Ok(())
 }
 
+/// The task's slice of saved `log Σ e^s` when a backward will need them, else `rows` of scratch.
+fn lse_or_scratch<'a>(saved: Option<&'a mut [f64]>, scratch: &'a mut Vec<f64>, rows: usize) -> &'a mut [f64] {
+    match saved {
+        Some(l) => l,
+        None => {
+            scratch.resize(rows, 0.0);
+            scratch.as_mut_slice()
+        }
+    }
+}
+
 /// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
 /// repeat-interleave), causal from absolute positions, with optional window, key padding and
 /// per-head sink logits `[H]`. Returns `[B,H,T_q,d]` on the tape; equal to the explicit path to
@@ -423,6 +435,15 @@ fn tiled_attention_on(
     let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
     let sink_values = sinks.map(read).transpose()?;
     let (b_n, h_n, t_q, d) = (dims.b, dims.h, dims.t_q, dims.d);
+    // kv lanes holding NaN or ±∞ run the plain loop, which skips hidden keys instead of weighting
+    // them by 0 (0 · NaN = NaN would reach queries that cannot see them)
+    let kv_len = dims.t_k * d;
+    let poisoned: Vec<bool> = (0..dims.b * dims.g)
+        .map(|l| {
+            let (k, v) = (&kt.as_slice()[l * kv_len..(l + 1) * kv_len], &vt.as_slice()[l * kv_len..(l + 1) * kv_len]);
+            !k.iter().chain(v).all(|x| x.is_finite())
+        })
+        .collect();
     let mut out = crate::tensor::dense::zeros(b_n * h_n * t_q * d);
     // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
     let needs_grad =
@@ -442,6 +463,12 @@ fn tiled_attention_on(
         let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
         let lane_q = &qt.as_slice()[ql..ql + t_q * d];
         let (lane_k, lane_v) = (&kt.as_slice()[kl..kl + dims.t_k * d], &vt.as_slice()[kl..kl + dims.t_k * d]);
+        if poisoned[kl / kv_len.max(1)] {
+            let lane = plain::PlainLane { q: lane_q, k: lane_k, v: lane_v, sink, b };
+            let rows = o.len() / d;
+            plain::forward_rows(&lane, dims, visibility, qb * block, o, lse_or_scratch(l, own_lse, rows));
+            return Ok(());
+        }
         if let Some(kernel) = strip_kernel {
             let task = strips::QueryBlock {
                 out: o,
@@ -458,13 +485,7 @@ fn tiled_attention_on(
             kernel.forward_block(task);
             return Ok(());
         }
-        let l = match l {
-            Some(l) => l,
-            None => {
-                own_lse.resize(o.len() / d, 0.0);
-                own_lse.as_mut_slice()
-            }
-        };
+        let l = lse_or_scratch(l, own_lse, o.len() / d);
         forward_block(o, l, lane_q, lane_k, lane_v, sink, dims, b, qb * block, visibility, scratch)
     };
     let init = || (Vec::new(), Vec::new());
@@ -704,6 +725,9 @@ fn backward(
         }
         return Ok(grads);
     }
+    if ![q, k, v, g].iter().all(|t| t.all_finite()) {
+        return Ok(plain_backward(dims, vis, (q, k, v, sinks, o), g));
+    }
     // D_i = dO_i · O_i: the softmax adjoint's row constant
     let delta: Vec<f64> = g
         .as_slice()
@@ -762,4 +786,48 @@ fn backward(
         grads.push(Some(Tensor::new(&[h_n], run.sinks(s))?));
     }
     Ok(grads)
+}
+
+/// The backward on the plain loop (module `plain`), for operands holding NaN or ±∞: hidden keys
+/// are skipped, so their values never reach a gradient they take no part in.
+fn plain_backward(
+    dims: Dims,
+    vis: &Visibility,
+    (q, k, v, sinks, o): (&Tensor, &Tensor, &Tensor, Option<&Tensor>, &Tensor),
+    g: &Tensor,
+) -> Vec<Option<Tensor>> {
+    let Dims { b: b_n, h: h_n, t_q, d, .. } = dims;
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let mut dsink = vec![0.0; h_n];
+    let lane_len = t_q * d;
+    for b in 0..b_n {
+        for (h, dsink) in dsink.iter_mut().enumerate() {
+            let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+            let kv = kl..kl + dims.t_k * d;
+            let lane = plain::PlainLane {
+                q: &q.as_slice()[ql..ql + lane_len],
+                k: &k.as_slice()[kv.clone()],
+                v: &v.as_slice()[kv.clone()],
+                sink: sinks.map(|s| s.as_slice()[h]),
+                b,
+            };
+            let upstream = (&o.as_slice()[ql..ql + lane_len], &g.as_slice()[ql..ql + lane_len]);
+            let grads = plain::PlainGradients {
+                dq: &mut dq[ql..ql + lane_len],
+                dk: &mut dk[kv.clone()],
+                dv: &mut dv[kv],
+                dsink,
+            };
+            plain::backward_lane(&lane, upstream, dims, vis, grads);
+        }
+    }
+    let mut grads = vec![
+        Some(Tensor::from_parts(q.shape().to_vec(), dq)),
+        Some(Tensor::from_parts(k.shape().to_vec(), dk)),
+        Some(Tensor::from_parts(v.shape().to_vec(), dv)),
+    ];
+    if sinks.is_some() {
+        grads.push(Some(Tensor::from_parts(vec![h_n], dsink)));
+    }
+    grads
 }

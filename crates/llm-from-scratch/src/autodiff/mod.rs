@@ -7,7 +7,7 @@
 
 mod backward;
 mod gradcheck;
-mod ops;
+pub(crate) mod ops;
 mod value;
 
 pub use backward::{Gradients, Tape};

@@ -5,8 +5,8 @@ use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
 use crate::tensor::{Mask, Tensor, broadcast_shapes};
 
-/// For every element of `shape`, whether the (broadcast) mask covers it.
-pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
+/// Checks that `mask` broadcasts to `shape` (without expanding it).
+pub(crate) fn check_mask(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<()> {
     let out = broadcast_shapes(op, shape, mask.shape())?;
     if out != shape {
         return Err(TensorAutodiffError::ShapeMismatch {
@@ -16,6 +16,12 @@ pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<V
             reason: "the mask must broadcast to the value's shape",
         });
     }
+    Ok(())
+}
+
+/// For every element of `shape`, whether the (broadcast) mask covers it.
+pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
+    check_mask(op, mask, shape)?;
     let mut covered = vec![false; shape.iter().product()];
     let strides = broadcast_strides(mask.shape(), shape);
     let zeros = vec![0; shape.len()];

@@ -17,19 +17,19 @@ use crate::tensor::kernels::{MatRef, matmul as kernel, matmul_new};
 use crate::tensor::{Tensor, broadcast_shapes};
 
 /// Which lhs and rhs matrix every output matrix reads.
-struct Plan {
-    out_shape: Vec<usize>,
-    m: usize,
-    k: usize,
-    n: usize,
-    lhs_count: usize,
-    rhs_count: usize,
+pub(crate) struct Plan {
+    pub(crate) out_shape: Vec<usize>,
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) lhs_count: usize,
+    pub(crate) rhs_count: usize,
     /// `(lhs matrix, rhs matrix)` for each output matrix, in row-major batch order.
-    pairs: Vec<(usize, usize)>,
+    pub(crate) pairs: Vec<(usize, usize)>,
 }
 
 impl Plan {
-    fn new(lhs: &[usize], rhs: &[usize]) -> Result<Self> {
+    pub(crate) fn new(lhs: &[usize], rhs: &[usize]) -> Result<Self> {
         for shape in [lhs, rhs] {
             if shape.len() < 2 {
                 return Err(TensorAutodiffError::RankMismatch {
@@ -78,6 +78,45 @@ impl Plan {
     /// rows of a single large product (`[B·T, d] · [d, e]`), which the kernel runs fastest.
     fn folds_into_rows(&self) -> bool {
         self.rhs_count == 1 && self.lhs_count == self.pairs.len()
+    }
+
+    /// `C[t] = A[l]·B[r]` for every output matrix `t` reading `(l, r)`.
+    pub(crate) fn products(&self, a: &[f64], b: &[f64]) -> Result<Vec<f64>> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        if self.folds_into_rows() {
+            let rows = self.pairs.len() * m;
+            let (lhs, rhs) = (|_| MatRef::row_major(a, rows, k), |_| MatRef::row_major(b, k, n));
+            return grouped_products(1, rows, n, std::iter::once((0, 0, 0)), lhs, rhs);
+        }
+        let jobs = self.pairs.iter().enumerate().map(|(t, &(l, r))| (t, l, r));
+        let lhs = |l: usize| MatRef::row_major(&a[l * m * k..], m, k);
+        grouped_products(self.pairs.len(), m, n, jobs, lhs, |r| MatRef::row_major(&b[r * k * n..], k, n))
+    }
+
+    /// `dA[l] = Σ_t dC[t]·B[r]ᵀ` over the output matrices reading `A[l]` (broadcast lanes add up).
+    pub(crate) fn lhs_adjoint(&self, g: &[f64], b: &[f64]) -> Result<Vec<f64>> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let b_t = |r: usize| Ok(MatRef::row_major(&b[r * k * n..], k, n)?.t());
+        if self.folds_into_rows() {
+            let rows = self.pairs.len() * m;
+            return grouped_products(1, rows, k, std::iter::once((0, 0, 0)), |_| MatRef::row_major(g, rows, n), b_t);
+        }
+        let jobs = self.pairs.iter().enumerate().map(|(t, &(l, r))| (l, t, r));
+        grouped_products(self.lhs_count, m, k, jobs, |t| MatRef::row_major(&g[t * m * n..], m, n), b_t)
+    }
+
+    /// `dB[r] = Σ_t A[l]ᵀ·dC[t]` over the output matrices reading `B[r]`.
+    pub(crate) fn rhs_adjoint(&self, a: &[f64], g: &[f64]) -> Result<Vec<f64>> {
+        let (m, k, n) = (self.m, self.k, self.n);
+        if self.folds_into_rows() {
+            // all rows stacked: one product sums over every row
+            let rows = self.pairs.len() * m;
+            let a_t = |_| Ok(MatRef::row_major(a, rows, k)?.t());
+            return grouped_products(1, k, n, std::iter::once((0, 0, 0)), a_t, |_| MatRef::row_major(g, rows, n));
+        }
+        let jobs = self.pairs.iter().enumerate().map(|(t, &(l, r))| (r, l, t));
+        let a_t = |l: usize| Ok(MatRef::row_major(&a[l * m * k..], m, k)?.t());
+        grouped_products(self.rhs_count, k, n, jobs, a_t, |t| MatRef::row_major(&g[t * m * n..], m, n))
     }
 }
 
@@ -141,87 +180,29 @@ impl TensorValue {
     pub fn matmul(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let plan = Plan::new(self.shape(), rhs.shape())?;
         let (a, b) = (self.read("matmul")?, rhs.read("matmul")?);
-        let (m, k, n) = (plan.m, plan.k, plan.n);
-        let out = if plan.folds_into_rows() {
-            let rows = plan.pairs.len() * m;
-            grouped_products(
-                1,
-                rows,
-                n,
-                std::iter::once((0, 0, 0)),
-                |_| MatRef::row_major(a.as_slice(), rows, k),
-                |_| MatRef::row_major(b.as_slice(), k, n),
-            )?
-        } else {
-            let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (t, l, r));
-            grouped_products(
-                plan.pairs.len(),
-                m,
-                n,
-                jobs,
-                |l| MatRef::row_major(&a.as_slice()[l * m * k..], m, k),
-                |r| MatRef::row_major(&b.as_slice()[r * k * n..], k, n),
-            )?
-        };
-        let out = Tensor::from_parts(plan.out_shape.clone(), out);
+        let out = Tensor::from_parts(plan.out_shape.clone(), plan.products(a.as_slice(), b.as_slice())?);
         Ok(TensorValue::record("matmul", vec![self.clone(), rhs.clone()], out, move |ctx| {
             let (a, b, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
             let (a, b, g) = (a.as_slice(), b.as_slice(), g.as_slice());
             let mut grads = vec![None, None];
-            if plan.folds_into_rows() {
-                let rows = plan.pairs.len() * m;
-                let g_flat = || MatRef::row_major(g, rows, n);
-                if ctx.wants(0) {
-                    // forward: C[r,:] = A[r,:]·B  =>  dA = dC·Bᵀ
-                    let b_t = || Ok(MatRef::row_major(b, k, n)?.t());
-                    grads[0] = Some(match ctx.take_sum(0) {
-                        // A feeds other products too (x into its Q, K and V projections): the
-                        // kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
-                        Some(mut sum) => {
-                            kernel(sum.as_mut_slice(), g_flat()?, b_t()?, true, true)?;
-                            sum
-                        }
-                        None => {
-                            let da = grouped_products(1, rows, k, std::iter::once((0, 0, 0)), |_| g_flat(), |_| b_t())?;
-                            Tensor::from_parts(ctx.input_shape(0).to_vec(), da)
-                        }
-                    });
-                }
-                if ctx.wants(1) {
-                    // forward: C = A·B with all rows stacked  =>  dB = Aᵀ·dC (sums over rows)
-                    let db = grouped_products(
-                        1,
-                        k,
-                        n,
-                        std::iter::once((0, 0, 0)),
-                        |_| Ok(MatRef::row_major(a, rows, k)?.t()),
-                        |_| g_flat(),
-                    )?;
-                    grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
-                }
-                return Ok(grads);
-            }
-            let g_mat = |t: usize| MatRef::row_major(&g[t * m * n..], m, n);
             if ctx.wants(0) {
                 // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
-                let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (l, t, r));
-                let da = grouped_products(plan.lhs_count, m, k, jobs, g_mat, |r| {
-                    Ok(MatRef::row_major(&b[r * k * n..], k, n)?.t())
-                })?;
-                grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), da));
+                // A feeds other products too (x into its Q, K and V projections): with the rows
+                // folded, the kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
+                let sum = if plan.folds_into_rows() { ctx.take_sum(0) } else { None };
+                grads[0] = Some(match sum {
+                    Some(mut sum) => {
+                        let (rows, k, n) = (plan.pairs.len() * plan.m, plan.k, plan.n);
+                        let b_t = MatRef::row_major(b, k, n)?.t();
+                        kernel(sum.as_mut_slice(), MatRef::row_major(g, rows, n)?, b_t, true, true)?;
+                        sum
+                    }
+                    None => Tensor::from_parts(ctx.input_shape(0).to_vec(), plan.lhs_adjoint(g, b)?),
+                });
             }
             if ctx.wants(1) {
                 // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
-                let jobs = plan.pairs.iter().enumerate().map(|(t, &(l, r))| (r, l, t));
-                let db = grouped_products(
-                    plan.rhs_count,
-                    k,
-                    n,
-                    jobs,
-                    |l| Ok(MatRef::row_major(&a[l * m * k..], m, k)?.t()),
-                    g_mat,
-                )?;
-                grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), db));
+                grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), plan.rhs_adjoint(a, g)?));
             }
             Ok(grads)
         }))

@@ -5,11 +5,12 @@ mod dropout;
 mod elementwise;
 mod embedding;
 pub(crate) mod masked_fill;
-mod matmul;
+mod masked_matmul;
+pub(crate) mod matmul;
 mod reduce;
 mod rms_norm;
 mod shape;
-mod softmax;
+pub(crate) mod softmax;
 mod unary;
 
 pub use concat_slice::concat;

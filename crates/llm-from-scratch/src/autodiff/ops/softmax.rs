@@ -54,6 +54,16 @@ pub(crate) fn softmax_row_backward(y: &[f64], dy: &[f64], dx: &mut [f64]) {
     }
 }
 
+/// [`softmax_row_backward`] over the visible entries only: a hidden entry gets `dx_j = 0` and its
+/// `dy_j` (which may be NaN when it paired a hidden key's value) takes no part in the sum.
+fn masked_softmax_row_backward(y: &[f64], dy: &[f64], hidden: &[bool], dx: &mut [f64]) {
+    let visible = |j: &usize| !hidden[*j];
+    let dot: f64 = (0..y.len()).filter(visible).map(|j| y[j] * dy[j]).sum();
+    for (j, d) in dx.iter_mut().enumerate() {
+        *d = if hidden[j] { 0.0 } else { y[j] * (dy[j] - dot) };
+    }
+}
+
 impl TensorValue {
     /// Softmax over the last axis: every row becomes non-negative weights that sum to 1.
     ///
@@ -117,7 +127,7 @@ impl TensorValue {
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {
             // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
-            // (masked entries have y_j = 0, so they receive no adjoint)
+            // (masked entries are skipped: dx_j = 0, and their dy_j takes no part in the sum)
             let (y, g) = (ctx.output()?, ctx.grad());
             let mut dx = vec![0.0; y.len()];
             if width > 0 {
@@ -125,9 +135,16 @@ impl TensorValue {
                 dx.par_chunks_mut(chunk)
                     .zip(y.as_slice().par_chunks(chunk))
                     .zip(g.as_slice().par_chunks(chunk))
-                    .for_each(|((d, ys), gs)| {
-                        for ((drow, yrow), grow) in d.chunks_mut(width).zip(ys.chunks(width)).zip(gs.chunks(width)) {
-                            softmax_row_backward(yrow, grow, drow);
+                    .enumerate()
+                    .for_each(|(c, ((d, ys), gs))| {
+                        for (r, ((drow, yrow), grow)) in
+                            d.chunks_mut(width).zip(ys.chunks(width)).zip(gs.chunks(width)).enumerate()
+                        {
+                            let start = c * chunk + r * width;
+                            match &masked {
+                                None => softmax_row_backward(yrow, grow, drow),
+                                Some(m) => masked_softmax_row_backward(yrow, grow, &m[start..start + width], drow),
+                            }
                         }
                     });
             }
