@@ -1,5 +1,7 @@
-//! Building and running attention layers from raw bytes: the entry point of the cargo-fuzz target
-//! in `fuzz/` and of a property test that feeds it random bytes on every `cargo test`.
+//! Building and running attention layers, and loading checkpoints and configurations, from raw
+//! bytes: the entry points of the cargo-fuzz targets in `fuzz/` and of property tests that feed
+//! them random bytes on every `cargo test` (so the targets' bodies run in CI on stable Rust; a
+//! longer fuzzing run needs nightly, see `docs/reliability.md`).
 //!
 //! Every byte string is a valid request: the bytes pick sizes, options, positions and input values
 //! (including NaN and ±∞). The contract under test is the crate's: each call returns `Ok` or a
@@ -110,6 +112,131 @@ pub fn run_layer_from_bytes(data: &[u8]) -> FuzzOutcome {
     outcome
 }
 
+/// A small valid checkpoint of ours (2 layers, vocabulary 6), made once: the seed that
+/// [`run_checkpoint_from_bytes`] mutates.
+pub fn seed_checkpoint() -> &'static [u8] {
+    static SEED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    SEED.get_or_init(|| {
+        let config = crate::model::DecoderConfig::new(6, 4, 2, 2).with_ffn_width(8).with_rope(8, 100.0);
+        let path = std::env::temp_dir().join(format!("fuzz-seed-{}.safetensors", std::process::id()));
+        let bytes = crate::model::Decoder::new(config, &mut SplitMix64::new(0))
+            .ok()
+            .and_then(|model| crate::model::save_checkpoint(&model, &path).ok())
+            .and_then(|()| std::fs::read(&path).ok())
+            .unwrap_or_default();
+        std::fs::remove_file(&path).ok();
+        bytes
+    })
+}
+
+/// Loads a checkpoint from `data` — as raw bytes, or as the seed checkpoint with bytes of it
+/// (header included) overwritten, its configuration's numbers replaced, or cut short — and, if
+/// it loads, runs a forward pass on two tokens. Every outcome must be `Ok` or a typed error.
+pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
+    let mut bytes = Bytes(data);
+    let mut outcome = FuzzOutcome::default();
+    let file: Vec<u8> = match bytes.small(4) {
+        0 => bytes.0.to_vec(),
+        1 => {
+            // overwrite up to 8 bytes at positions taken from the data
+            let mut file = seed_checkpoint().to_vec();
+            for _ in 0..bytes.small(8) {
+                let at = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
+                let len = file.len().max(1);
+                if let Some(b) = file.get_mut(at % len) {
+                    *b = bytes.byte();
+                }
+            }
+            file
+        }
+        2 => {
+            // a well-formed file whose stored configuration has one number replaced
+            let fields =
+                ["vocab_size", "num_hidden_layers", "hidden_size", "max_position_embeddings", "intermediate_size"];
+            let field = fields[bytes.small(5)];
+            let number = [0u64, 1, 3, 1 << 20, 1 << 40, u64::MAX][bytes.small(6)];
+            with_stored_config(seed_checkpoint(), field, number).unwrap_or_default()
+        }
+        _ => {
+            let seed = seed_checkpoint();
+            let keep = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
+            seed[..keep.min(seed.len())].to_vec()
+        }
+    };
+    match crate::model::checkpoint_from_bytes(&file) {
+        Ok(model) => {
+            outcome.succeeded += 1;
+            let vocab = model.config().vocab_size;
+            let ran = model.forward(&[1 % vocab, 2 % vocab], [1, 2]).and_then(|l| Ok(l.value()?));
+            if ran.is_ok() { outcome.succeeded += 1 } else { outcome.rejected += 1 }
+        }
+        Err(_) => outcome.rejected += 1,
+    }
+    outcome
+}
+
+/// `file` (a valid checkpoint of ours) written again with `field` of its stored configuration set
+/// to `number`; `None` if `file` does not parse.
+fn with_stored_config(file: &[u8], field: &str, number: u64) -> Option<Vec<u8>> {
+    let (_, metadata) = safetensors::SafeTensors::read_metadata(file).ok()?;
+    let mut metadata = metadata.metadata().clone()?;
+    let mut config: serde_json::Value = serde_json::from_str(metadata.get("config")?).ok()?;
+    config.as_object_mut()?.insert(field.to_string(), number.into());
+    metadata.insert("config".to_string(), config.to_string());
+    let tensors = safetensors::SafeTensors::deserialize(file).ok()?;
+    safetensors::serialize(tensors.iter(), Some(metadata)).ok()
+}
+
+/// Reads a Hugging Face `config.json` from `data`: as text, or as a valid configuration with one
+/// count replaced by a number taken from the data (zero, huge, overflowing, negative, a float).
+pub fn run_config_from_text(data: &[u8]) -> FuzzOutcome {
+    let mut bytes = Bytes(data);
+    let mut outcome = FuzzOutcome::default();
+    let text = if bytes.byte() % 2 == 0 {
+        String::from_utf8_lossy(bytes.0).into_owned()
+    } else {
+        let keys = [
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "head_dim",
+            "sliding_window",
+        ];
+        let values =
+            ["0", "1", "3", "1073741824", "1000000000000", "18446744073709551615", "-1", "2.5", "1e400", "null"];
+        let mut fields: Vec<String> = [
+            ("vocab_size", "32"),
+            ("hidden_size", "16"),
+            ("num_hidden_layers", "2"),
+            ("num_attention_heads", "4"),
+            ("num_key_value_heads", "2"),
+            ("intermediate_size", "32"),
+            ("max_position_embeddings", "64"),
+        ]
+        .iter()
+        .map(|(k, v)| format!("\"{k}\": {v}"))
+        .collect();
+        fields.push(format!("\"{}\": {}", keys[bytes.small(9)], values[bytes.small(10)]));
+        format!("{{{}}}", fields.join(", "))
+    };
+    match crate::model::hf_llama_config(&text) {
+        Ok(config) => {
+            outcome.succeeded += 1;
+            // a configuration that validates must also build within its own bounds
+            if config.parameter_count() <= 1 << 16 {
+                let built = crate::model::Decoder::new(config, &mut SplitMix64::new(0));
+                if built.is_ok() { outcome.succeeded += 1 } else { outcome.rejected += 1 }
+            }
+        }
+        Err(_) => outcome.rejected += 1,
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -125,10 +252,37 @@ mod tests {
         assert!(outcome.succeeded >= 4, "{outcome:?}");
     }
 
+    #[test]
+    fn the_seed_checkpoint_loads_and_runs() {
+        assert!(!seed_checkpoint().is_empty());
+        // mode 1 with no overwrites: the seed itself
+        assert_eq!(run_checkpoint_from_bytes(&[1, 0]), FuzzOutcome { succeeded: 2, rejected: 0 });
+        // mode 2: 2^40 layers in the stored configuration of a well-formed file: refused
+        let file = with_stored_config(seed_checkpoint(), "num_hidden_layers", 1 << 40).unwrap();
+        let err = crate::model::checkpoint_from_bytes(&file).err().unwrap();
+        assert!(err.to_string().contains("parameter count"), "{err}");
+        assert_eq!(run_checkpoint_from_bytes(&[2, 1, 4]).rejected, 1);
+        // 3 layers where the file holds 2: the first missing tensor is named
+        let file = with_stored_config(seed_checkpoint(), "num_hidden_layers", 3).unwrap();
+        let err = crate::model::checkpoint_from_bytes(&file).err().unwrap();
+        assert!(err.to_string().contains("model.layers.2"), "{err}");
+        assert_eq!(run_config_from_text(&[1, 2, 4]), FuzzOutcome { succeeded: 0, rejected: 1 });
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..96)) {
             let _ = run_layer_from_bytes(&data);
+        }
+
+        #[test]
+        fn hostile_checkpoints_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = run_checkpoint_from_bytes(&data);
+        }
+
+        #[test]
+        fn hostile_configs_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = run_config_from_text(&data);
         }
     }
 }

@@ -150,17 +150,37 @@ pub fn save_checkpoint(model: &Decoder, path: impl AsRef<Path>) -> Result<(), Ch
 pub fn load_checkpoint(path: impl AsRef<Path>) -> Result<Decoder, CheckpointError> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| io_error("read", path, &e))?;
-    let header_error = |e: SafeTensorError| CheckpointError::Header { path: shown(path), reason: e.to_string() };
-    let (_, metadata) = SafeTensors::read_metadata(&bytes).map_err(header_error)?;
+    checkpoint_from(&bytes, &shown(path))
+}
+
+/// [`load_checkpoint`] on the bytes of a file already in memory (`include_bytes!`, a network
+/// buffer). Messages name the source `checkpoint bytes`.
+///
+/// ```
+/// use llm_from_scratch::model::{CheckpointError, checkpoint_from_bytes};
+/// // eight bytes announcing a 2⁶³-byte header: refused, nothing allocated for it
+/// let err = checkpoint_from_bytes(&u64::MAX.to_le_bytes()).unwrap_err();
+/// assert!(matches!(err, CheckpointError::Header { .. }));
+/// ```
+///
+/// # Errors
+/// As [`load_checkpoint`], without the file errors.
+pub fn checkpoint_from_bytes(bytes: &[u8]) -> Result<Decoder, CheckpointError> {
+    checkpoint_from(bytes, "checkpoint bytes")
+}
+
+fn checkpoint_from(bytes: &[u8], source: &str) -> Result<Decoder, CheckpointError> {
+    let header_error = |e: SafeTensorError| CheckpointError::Header { path: source.to_string(), reason: e.to_string() };
+    let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(header_error)?;
     let text =
         metadata.metadata().as_ref().and_then(|m| m.get(CONFIG_METADATA)).ok_or_else(|| CheckpointError::Config {
-            source_name: shown(path),
+            source_name: source.to_string(),
             field: format!("__metadata__.{CONFIG_METADATA}"),
             reason: "is missing (a Hugging Face checkpoint is read by load_hf_llama)".to_string(),
         })?;
-    let config = config_from_json(text, &shown(path))?;
-    let file = SafeTensors::deserialize(&bytes).map_err(header_error)?;
-    decoder_from(&file, config, &shown(path))
+    let config = config_from_json(text, source)?;
+    let file = SafeTensors::deserialize(bytes).map_err(header_error)?;
+    decoder_from(&file, config, source)
 }
 
 /// Reads a Hugging Face `LlamaForCausalLM` checkpoint from the folder `dir`: `config.json` and the
@@ -173,9 +193,26 @@ pub fn load_hf_llama(dir: impl AsRef<Path>) -> Result<Decoder, CheckpointError> 
     let text = std::fs::read_to_string(&config_path).map_err(|e| io_error("read", &config_path, &e))?;
     let config = config_from_json(&text, &shown(&config_path))?;
     let bytes = std::fs::read(&weights_path).map_err(|e| io_error("read", &weights_path, &e))?;
-    let file = SafeTensors::deserialize(&bytes)
-        .map_err(|e| CheckpointError::Header { path: shown(&weights_path), reason: e.to_string() })?;
-    decoder_from(&file, config, &shown(&config_path))
+    hf_llama_from(config, &bytes, (&shown(&config_path), &shown(&weights_path)))
+}
+
+/// [`load_hf_llama`] on a `config.json` text and the bytes of `model.safetensors` in memory.
+///
+/// # Errors
+/// As [`load_hf_llama`], without the file errors.
+pub fn hf_llama_from_bytes(config_json: &str, weights: &[u8]) -> Result<Decoder, CheckpointError> {
+    let config = config_from_json(config_json, HF_CONFIG)?;
+    hf_llama_from(config, weights, (HF_CONFIG, HF_WEIGHTS))
+}
+
+fn hf_llama_from(
+    config: DecoderConfig,
+    weights: &[u8],
+    (config_source, weights_source): (&str, &str),
+) -> Result<Decoder, CheckpointError> {
+    let file = SafeTensors::deserialize(weights)
+        .map_err(|e| CheckpointError::Header { path: weights_source.to_string(), reason: e.to_string() })?;
+    decoder_from(&file, config, config_source)
 }
 
 /// The decoder configuration of a Hugging Face LLaMA `config.json`.

@@ -45,7 +45,10 @@ mod train;
 pub use adamw::{AdamW, AdamWConfig, decays};
 pub use batch::TokenBatch;
 pub use block::DecoderBlock;
-pub use checkpoint::{CheckpointError, hf_llama_config, load_checkpoint, load_hf_llama, save_checkpoint};
+pub use checkpoint::{
+    CheckpointError, checkpoint_from_bytes, hf_llama_config, hf_llama_from_bytes, load_checkpoint, load_hf_llama,
+    save_checkpoint,
+};
 pub use clip::{clip_global_norm, global_norm};
 pub use config::{DecoderConfig, MAX_PARAMETERS};
 pub use decoder::Decoder;
