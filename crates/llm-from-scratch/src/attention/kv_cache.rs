@@ -29,6 +29,31 @@ use crate::tensor::exp::exp_shifted_sum;
 ///
 /// Storage for every position it may keep (the window's need, or `max_positions`) is reserved at
 /// the first append, so decoding never reallocates — and never copies — what is stored.
+///
+/// # Shapes
+/// Per layer, keys and values `[B, G, len, d_h]` ([`KvCache::key_shape`]); each call of
+/// [`GroupedQueryAttention::forward_cached`] takes `x [B, T, d]` and appends `T` positions.
+///
+/// # Errors
+/// [`GroupedQueryAttention::forward_cached`] returns [`AttentionError::CacheMismatch`] for a cache of
+/// another layer or batch size and [`AttentionError::PositionOutOfRange`] past `max_positions`
+/// (the cache is then unchanged).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention};
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// // 2 query heads over 1 key/value head of width 4
+/// let layer = GroupedQueryAttention::new("attn", AttentionConfig::new(8, 2, 1, 4), &mut SplitMix64::new(0))?;
+/// let x = constant(&[1, 3, 8], &(0..24).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<_>>())?;
+/// let full = layer.forward(&x, 0)?.output.value()?;
+/// let mut cache = layer.new_cache(1);
+/// layer.forward_cached(&x.slice_axis(1, 0, 2)?, &mut cache)?; // prefill two tokens
+/// let last = layer.forward_cached(&x.slice_axis(1, 2, 3)?, &mut cache)?; // decode the third
+/// assert_eq!(cache.key_shape(), [1, 1, 3, 4]); // G = 1 head stored, not H = 2
+/// assert!(last.as_slice().iter().zip(&full.as_slice()[16..]).all(|(a, b)| (a - b).abs() < 1e-12));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct KvCache {
     batch: usize,
