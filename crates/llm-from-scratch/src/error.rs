@@ -1,4 +1,8 @@
 //! The crate's typed errors.
+//! Chapters 27–36 read these messages when a demo explains a wrong shape or setting (chapter 30
+//! prints one). [`TensorAutodiffError`] belongs to tensors and the tape; the layers have their own
+//! ([`crate::nn::NnError`], [`crate::nn::RopeError`], [`crate::attention::AttentionError`],
+//! [`crate::model::ModelError`]), each wrapping the one below.
 //!
 //! Every fallible public function returns one of these enums. A message is lowercase, names the stage
 //! (`op`) that failed and carries the values that went wrong, so that a learner can read it without a
