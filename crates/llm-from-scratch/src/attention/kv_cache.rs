@@ -511,6 +511,25 @@ impl GroupedQueryAttention {
 ///
 /// Returns every output row produced after the prompt.
 ///
+/// # Shapes
+/// `prompt [1, T, d]`; `next` maps an output row of `d` values to the next input row of `d`;
+/// the result holds `steps` rows of `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, generate_with_cache};
+/// use llm_from_scratch::{Tensor, nn::SplitMix64};
+/// // a layer with room for 4 positions generates 6 rows, keeping the last 2 inputs on each reset
+/// let layer =
+///     GroupedQueryAttention::new("attn", AttentionConfig::new(4, 2, 1, 2).with_rope(4, 100.0), &mut SplitMix64::new(0))?;
+/// let prompt = Tensor::new(&[1, 2, 4], vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])?;
+/// let rows = generate_with_cache(&layer, &prompt, 6, 2, |row| row.to_vec())?;
+/// assert_eq!(rows.len(), 6);
+/// assert!(rows.iter().all(|r| r.len() == 4 && r.iter().all(|v| v.is_finite())));
+/// assert!(generate_with_cache(&layer, &prompt, 1, 4, |row| row.to_vec()).is_err()); // keep ≥ capacity
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 /// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`
 /// is 0 and [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
