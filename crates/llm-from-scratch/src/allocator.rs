@@ -1,4 +1,5 @@
 //! One process setting that matters for speed: when the C allocator gives memory back.
+//!
 //! No chapter uses it: it belongs to the benchmarks (`crates/llm-bench`, `docs/performance.md`) and
 //! to programs that train with the crate.
 //!

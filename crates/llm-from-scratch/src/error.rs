@@ -1,6 +1,7 @@
 //! The crate's typed errors.
-//! Chapters 27–36 read these messages when a demo explains a wrong shape or setting (chapter 30
-//! prints one). [`TensorAutodiffError`] belongs to tensors and the tape; the layers have their own
+//!
+//! Every chapter's report (27–36) prints some of these messages, for the wrong shapes and settings
+//! it tries on purpose. [`TensorAutodiffError`] belongs to tensors and the tape; the layers have their own
 //! ([`crate::nn::NnError`], [`crate::nn::RopeError`], [`crate::attention::AttentionError`],
 //! [`crate::model::ModelError`]), each wrapping the one below.
 //!

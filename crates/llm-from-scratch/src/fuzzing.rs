@@ -1,5 +1,6 @@
 //! Building and running attention layers from raw bytes: the entry point of the cargo-fuzz target
 //! in `fuzz/` and of a property test that feeds it random bytes on every `cargo test`.
+//!
 //! No chapter uses it: it tests the promise every chapter relies on, that bad input gives a typed
 //! error ([`crate::attention::AttentionError`]) and never a panic (`docs/reliability.md`).
 //!

@@ -1,4 +1,5 @@
 //! Keeping the thread pool's workers awake through a call made of many short parallel steps.
+//!
 //! No chapter uses it directly: the layers' forwards, the backward sweep and the decoder's passes
 //! (chapter 36) run inside it. Why it exists is measured in `docs/performance.md`.
 //!

@@ -1,5 +1,7 @@
 //! [`GroupedQueryAttention`]: the general attention layer of modern decoders.
 //!
+//! Chapter 32 (`ch32-grouped-query-attention`) teaches it; chapters 33, 34 and 36 build on it.
+//!
 //! `H` query heads share `G` key/value heads (`H % G == 0`): query head `h` reads key/value head
 //! `⌊h / (H/G)⌋`, so consecutive query heads form a group — the *repeat-interleave* order
 //! `[KV0, KV0, …, KV1, KV1, …]`, not the tiled order `[KV0, KV1, …, KV0, KV1, …]`. Loading a

@@ -1,5 +1,7 @@
 //! Splitting the model width into heads and merging them back — both on the tape.
 //!
+//! Chapter 30 (`ch30-multi-head-attention`) uses both for its figure; chapter 32 merges heads by hand.
+//!
 //! # Shapes
 //! `split_heads`: `[B, T, h·d_h] → [B, T, h, d_h]` (reshape) `→ [B, h, T, d_h]` (transpose).
 //! `merge_heads`: the inverse. Split then merge is bitwise the identity: both only move values.

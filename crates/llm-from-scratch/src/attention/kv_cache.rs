@@ -1,5 +1,7 @@
 //! The KV cache: generation without recomputing the past.
 //!
+//! Chapter 33 (`ch33-kv-cache`) teaches it; chapter 36 generates with it.
+//!
 //! A decoder produces one token at a time, and each new query needs the keys and values of every
 //! earlier token. Those never change (causality), so they are computed once and kept:
 //!

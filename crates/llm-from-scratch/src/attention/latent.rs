@@ -1,5 +1,7 @@
 //! Multi-head latent attention (MLA): keys and values rebuilt from one small latent per token.
 //!
+//! Chapter 35 (`ch35-latent-attention`) teaches it.
+//!
 //! Every token is compressed to a latent `c = x·W_DKV` of width `d_c`, shared by all heads. Head
 //! `h` reconstructs its key and value from it: `K_h = C·A_h` and `V_h = C·B_h` (`A = W_UK`,
 //! `B = W_UV`). A KV cache then stores `C` — `d_c` numbers per token instead of `2·H·d_h`.

@@ -1,4 +1,5 @@
 //! The attention family: scaled dot-product attention, heads, and the layers built from them.
+//!
 //! What each part teaches, and the chapters whose demos use it (`demos/chNN-<topic>`):
 //!
 //! | part | idea | chapters |

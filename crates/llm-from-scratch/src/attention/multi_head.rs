@@ -1,6 +1,9 @@
 //! [`MultiHeadAttention`]: `h` heads of causal attention side by side, each on its own slice of
 //! the model width, with rotary positions on queries and keys.
 //!
+//! Chapter 30 (`ch30-multi-head-attention`, the main demo) and chapter 31
+//! (`ch31-pre-norm-residual`) use it.
+//!
 //! ```text
 //! x [B,T,d] ─ W_Q,W_K,W_V ─▶ Q,K,V [B,T,d] ─ split ─▶ [B,h,T,d_h] ─ RoPE(Q,K) ─▶ causal attention
 //!   ─▶ head outputs [B,h,T,d_h] ─ merge ─▶ [B,T,d] ─ W_O ─▶ output [B,T,d]

@@ -1,5 +1,8 @@
 //! Scaled dot-product attention, the explicit path: every score is materialised.
 //!
+//! Chapter 27 (`ch27-scaled-dot-product-attention`) works it by hand; chapter 28
+//! (`ch28-causal-masking`) adds the causal mask and the all-masked row.
+//!
 //! ```text
 //! scores  = q · kᵀ / √d_h                 [..., T_q, T_k]
 //! masked  = scores with hidden keys → −∞

@@ -1,6 +1,9 @@
 //! Tiled ("flash") attention: the same result as the explicit path without ever materialising the
 //! `[T_q, T_k]` score matrix.
 //!
+//! Chapter 34 (`ch34-efficient-attention`) teaches it; the `mha-train` and `long-causal`
+//! benchmarks run it (`docs/performance.md`).
+//!
 //! Queries and keys are processed in square blocks ([`block_size`]: 64 rows, 128 from 2048 keys
 //! on). For each query row the kernel keeps an [`OnlineSoftmax`] state — running maximum `m`,
 //! normaliser `ℓ` and the un-normalised output `n` — and folds in one key block at a time. When a

@@ -1,5 +1,8 @@
 //! Which keys a query may see: causality, a sliding window, and padding — always decided from
 //! *absolute* positions, so the same rule holds in a full pass, in chunked prefill and in decode.
+//!
+//! Chapter 33 (`ch33-kv-cache`) teaches sliding windows with it; chapter 34 builds the tiled
+//! kernel's visibility on it.
 
 use crate::attention::AttentionError;
 use crate::error::Shape;

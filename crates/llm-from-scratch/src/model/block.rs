@@ -1,5 +1,7 @@
 //! [`DecoderBlock`]: one pre-norm transformer block of a LLaMA-family decoder.
 //!
+//! Chapter 36 (`ch36-tiny-decoder`) stacks them; chapter 31 is its attention half.
+//!
 //! ```text
 //! h   = x + Attention(RMSNorm₁(x))        attention half: tokens exchange information
 //! out = h + SwiGLU(RMSNorm₂(h))           feed-forward half: each token on its own

@@ -1,5 +1,7 @@
 //! [`Decoder`]: a decoder-only language model of the LLaMA family.
 //!
+//! Chapter 36 (`ch36-tiny-decoder`) trains one and generates with it.
+//!
 //! ```text
 //! x      = embed_tokens[ids]                           [B, T, d]
 //! x      = block_i(x)       for i = 0..N               [B, T, d]

@@ -1,6 +1,7 @@
 //! A decoder-only language model of the LLaMA family, and what it takes to train it and to
 //! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
 //! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache.
+//!
 //! Chapter 36 (`ch36-tiny-decoder`) trains one to reverse sequences and generates with it; the
 //! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights.
 //!

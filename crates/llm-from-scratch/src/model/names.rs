@@ -1,5 +1,6 @@
 //! Checkpoint names: every tensor of the decoder under the name a Hugging Face
 //! `LlamaForCausalLM` checkpoint gives it, and lookup by name.
+//!
 //! Chapter 36's decoder is built and saved under these names ([`crate::model::save_checkpoint`],
 //! [`crate::model::load_hf_llama`]).
 //!

@@ -1,4 +1,6 @@
 //! [`Linear`]: `y = x · W + b`.
+//!
+//! Chapter 32 (`ch32-grouped-query-attention`) uses it directly; every projection of the crate is one.
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, fmt_shape};

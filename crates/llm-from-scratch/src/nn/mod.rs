@@ -1,5 +1,6 @@
 //! Building blocks with parameters: the generator that initialises them, named parameters, and
 //! the layers the attention chapters stack.
+//!
 //! - [`SplitMix64`] draws every initial weight, so a seed reproduces a run (every chapter).
 //! - [`RotaryEmbedding`]: positions as rotations of coordinate pairs (chapter 29, then every
 //!   attention layer).

@@ -1,4 +1,6 @@
 //! [`QkvProjections`]: the query, key and value projections of one input.
+//!
+//! Chapter 32 (`ch32-grouped-query-attention`) uses them directly; every attention layer holds one.
 
 use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;

@@ -1,4 +1,7 @@
 //! [`RmsNorm`]: the layer around [`TensorValue::rms_norm`].
+//!
+//! Chapter 31 (`ch31-pre-norm-residual`) puts it before attention; chapter 36 before both halves of
+//! a block.
 
 use crate::autodiff::TensorValue;
 use crate::error::Shape;

@@ -1,5 +1,7 @@
 //! Rotary position embedding (RoPE).
 //!
+//! Chapter 29 (`ch29-rotary-position-embedding`) teaches it; every attention layer uses it.
+//!
 //! Each head vector is cut into coordinate pairs; pair `i` of the token at absolute position `p`
 //! is rotated by the angle `p · θ_i` with `θ_i = base^(−2i/d_h)`:
 //!

@@ -1,4 +1,5 @@
 //! A vectorisable `eˣ` for softmax: the inner loop of attention.
+//!
 //! Every softmax of the crate and the loss use it; chapter 34's tiled attention at `T = 4096`
 //! computes tens of millions of exponentials per pass.
 //!

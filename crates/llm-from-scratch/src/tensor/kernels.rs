@@ -1,4 +1,5 @@
 //! Matrix-product kernels: the naive reference and the fast path, side by side.
+//!
 //! Every chapter's products run here (through [`crate::TensorValue::matmul`]); the naive kernel is
 //! what the fast one is tested against.
 //!
