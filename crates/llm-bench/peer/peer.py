@@ -1,6 +1,6 @@
 """The peers of `llm-bench`, measured on this machine in the same minutes as our own binary.
 
-PERF.md sets each target as a ratio against the best of PyTorch and JAX on CPU in f64 with 2
+docs/performance.md sets each target as a ratio against the best of PyTorch and JAX on CPU in f64 with 2
 threads, measured on the same machine in the same run. This script runs the same workloads with
 the same shapes through both and prints lines in `llm-bench`'s format with the peer's name in
 front, so that a run of both can be compared line by line:
@@ -18,7 +18,7 @@ Set-up (not part of the build or the tests; nothing in `.ci/run` needs it):
 A peer that is not installed is skipped. Each figure is the median of at least 5 timed runs after
 warm-ups, with inputs rotating between runs, as in `llm-bench`.
 
-The workloads follow PERF.md:
+The workloads follow docs/performance.md:
 - gemm: 1024×1024 · 1024×1024 in f64.
 - mha-train: a multi-head attention layer, B=4, T=256, d=256, H=8, RoPE base 10000 on queries
   and keys (coordinate pairs (2i, 2i+1), as in our `nn::rope`), causal, no bias; `forward`, and
@@ -26,7 +26,7 @@ The workloads follow PERF.md:
   PyTorch uses `F.scaled_dot_product_attention` with autograd, JAX `jax.nn.dot_product_attention`
   under `jit` with `jax.vjp`.
 - decode: d=512, H=8, one new token against 2047 cached positions: PyTorch with a cache that
-  grows by concatenation (`cached`, PERF.md's peer) and with a preallocated cache written in place
+  grows by concatenation (`cached`, the peer of an earlier target) and with a preallocated cache written in place
   (`cached-inplace`); JAX with a preallocated cache and `dynamic_update_slice` under `jit`.
   `recompute` runs the layer on all 2048 tokens.
 - long-causal: the causal attention kernel alone, B=1, H=8, T=4096, d_h=64.

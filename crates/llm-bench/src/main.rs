@@ -1,4 +1,4 @@
-//! `llm-bench`: the workload benchmarks of `PERF.md`.
+//! `llm-bench`: the workload benchmarks of `docs/performance.md`.
 //!
 //! ```text
 //! cargo run --release --locked -p llm-bench -- <workload> [--threads N]

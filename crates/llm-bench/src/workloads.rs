@@ -1,4 +1,4 @@
-//! The workloads of `PERF.md`, one function each.
+//! The workloads of `docs/performance.md`, one function each.
 //!
 //! Each function's doc comment counts the floating-point work and the bytes that must move, and
 //! the floor they imply on the reference machine: the larger of `flops / 220 GFLOP/s` (the f64
@@ -83,8 +83,8 @@ fn random_values(len: usize, seed: u64) -> Vec<f64> {
 ///   thread: 18.7 ms on one core at 115 GFLOP/s).
 /// - Bytes: A and B read, C written, 8 MiB each: 25.2 MB → 1.0 ms at 25 GB/s; the packed blocks
 ///   are re-read from cache.
-/// - Floor: compute-bound, 9.8 ms (220 GFLOP/s). Target ≥ 200 GFLOP/s (≤ 10.7 ms), set on
-///   `PERF.md`'s AMD reference as 0.9 of its ceiling.
+/// - Floor: compute-bound, 9.8 ms (220 GFLOP/s). Target (`docs/performance.md`): ≥ 0.9 of the
+///   best peer's GFLOP/s on the same machine in the same run.
 /// - On this project's Intel machine the best peer is PyTorch, whose MKL takes its tuned path on
 ///   Intel processors: 162–179 GFLOP/s in the rounds where this product ran 157–165
 ///   (`peer/peer.py`, 2026-11-30); JAX ran 121–142. A loop of independent FMAs peaks at about
@@ -219,7 +219,7 @@ fn tensor(shape: &[usize], seed: u64) -> Result<Tensor, String> {
 /// - Bytes: the K and V caches `2·T·d·8` = 16 MiB (16.8 MB) and the weights `4·d²·8` = 8 MiB
 ///   (8.4 MB) read once: 25.2 MB. Measured here (2026-11-30, 2 threads, 64-value rows as the
 ///   cache stores them): 51 GB/s from L3, 18 GB/s from DRAM.
-/// - Floor: memory-bound, 0.5 ms from L3 (as `PERF.md` says); 1.4 ms when every step must come
+/// - Floor: memory-bound, 0.5 ms from L3; 1.4 ms when every step must come
 ///   from DRAM (a model whose layers do not fit in L3 together; decoding on 16 rotated copies of
 ///   the cache measured 1.8 ms). Appending the token writes 2·d·8 = 8 KiB; a step must not copy
 ///   the 16 MiB cache (that alone would cost 1.3 ms: read + write).
@@ -271,8 +271,8 @@ fn decode() -> Result<Outcome, String> {
 ///
 /// - Flops: `Q·Kᵀ` and `P·V` over the full square, `2 · 2·H·T²·d_h` = 34 359 738 368 (34.4 GFLOP,
 ///   156 ms at 220 GFLOP/s): what `explicit` computes. Over the causal triangle only (T(T+1)/2
-///   pairs): 17.2 GFLOP → 78 ms at 220 GFLOP/s. (`PERF.md`'s "floor about 40 ms" matches counting
-///   a multiply-add as one flop, or one of the two products only.)
+///   pairs): 17.2 GFLOP → 78 ms at 220 GFLOP/s. (An estimate of a "floor about 40 ms" matches
+///   counting a multiply-add as one flop, or one of the two products only.)
 /// - exp: one per kept score, H·T(T+1)/2 = 67.1 M (134 M for the square). Not in the flop floor
 ///   but not free: at about 5 ns per scalar `f64::exp` that is 170 ms on 2 cores, above the
 ///   matrix floor; the tiled kernel needs a vectorised exp (≈ 1–2 ns per value) to approach it.

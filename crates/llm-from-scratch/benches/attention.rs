@@ -4,9 +4,9 @@
 //! Throughput is in elements/s with one element = one floating-point operation (a multiply-add
 //! counts 2, an exponential counts 1), so `Gelem/s` reads as GFLOP/s. Each benchmark's doc comment
 //! gives its flops and bytes; the larger of flops / 220 GFLOP/s and bytes / bandwidth is its floor
-//! (`PERF.md`). Inputs are uniform in [−1, 1) (never zeros), gradients flow to parameter leaves and
+//! (`docs/performance.md`). Inputs are uniform in [−1, 1) (never zeros), gradients flow to parameter leaves and
 //! the backward takes one fixed upstream adjoint. Sizes and times are small so that a full run
-//! takes well under a minute; the workload numbers of `PERF.md` live in `llm-bench`.
+//! takes well under a minute; the workload numbers of `docs/performance.md` live in `llm-bench`.
 
 use std::cell::OnceCell;
 use std::hint::black_box;

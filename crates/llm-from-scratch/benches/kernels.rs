@@ -2,7 +2,7 @@
 //!
 //! Throughput is in elements/s: for the products an element is one floating-point operation (a
 //! multiply-add counts 2), so `Gelem/s` reads as GFLOP/s; for softmax it is one tensor value. The
-//! workload numbers of `PERF.md`
+//! workload numbers of `docs/performance.md`
 //! live in `llm-bench`; these track single kernels. Sizes and times are small so that a full run
 //! takes about half a minute.
 

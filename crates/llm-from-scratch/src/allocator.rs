@@ -1,5 +1,8 @@
 //! One process setting that matters for speed: when the C allocator gives memory back.
 //!
+//! No chapter uses it: it belongs to the benchmarks (`crates/llm-bench`, `docs/performance.md`) and
+//! to programs that train with the crate.
+//!
 //! Every operation allocates its output, and a training step frees dozens of buffers of a few
 //! MiB. glibc's malloc serves buffers above a self-adjusting threshold straight from the operating
 //! system and returns them on `free`, and it trims its heaps whenever their free tail grows. Each

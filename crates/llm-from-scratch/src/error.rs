@@ -1,5 +1,10 @@
 //! The crate's typed errors.
 //!
+//! Every chapter's report (27–36) prints some of these messages, for the wrong shapes and settings
+//! it tries on purpose. [`TensorAutodiffError`] belongs to tensors and the tape; the layers have their own
+//! ([`crate::nn::NnError`], [`crate::nn::RopeError`], [`crate::attention::AttentionError`],
+//! [`crate::model::ModelError`]), each wrapping the one below.
+//!
 //! Every fallible public function returns one of these enums. A message is lowercase, names the stage
 //! (`op`) that failed and carries the values that went wrong, so that a learner can read it without a
 //! debugger. Shapes print as `[1,3,4]`.

@@ -3,6 +3,9 @@
 //! them random bytes on every `cargo test` (so the targets' bodies run in CI on stable Rust; a
 //! longer fuzzing run needs nightly, see `docs/reliability.md`).
 //!
+//! No chapter uses it: it tests the promise every chapter relies on, that bad input gives a typed
+//! error ([`crate::attention::AttentionError`]) and never a panic (`docs/reliability.md`).
+//!
 //! Every byte string is a valid request: the bytes pick sizes, options, positions and input values
 //! (including NaN and ±∞). The contract under test is the crate's: each call returns `Ok` or a
 //! typed error — it never panics, aborts or hangs.

@@ -40,3 +40,9 @@ pub use autodiff::{
 };
 pub use error::{TensorAutodiffError, fmt_shape};
 pub use tensor::{Mask, Tensor};
+
+/// The README's Rust example, compiled and run as a doctest of this crate: `cargo test --doc`
+/// runs exactly the code the README shows, so the two cannot drift. Only built for doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExample;

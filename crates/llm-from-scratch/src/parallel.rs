@@ -1,5 +1,8 @@
 //! Keeping the thread pool's workers awake through a call made of many short parallel steps.
 //!
+//! No chapter uses it directly: the layers' forwards, the backward sweep and the decoder's passes
+//! (chapter 36) run inside it. Why it exists is measured in `docs/performance.md`.
+//!
 //! A training step or a decoding step is dozens of parallel regions (matrix products, copies,
 //! attention lanes) separated by short serial stretches (recording the tape, small tensors). rayon
 //! parks a worker that has found no work for a few tens of microseconds, and waking a parked

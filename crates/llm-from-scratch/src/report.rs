@@ -1,4 +1,8 @@
 //! Formatting used by every chapter report: six decimals, canonical zero, compact shapes.
+//!
+//! Every demo (chapters 27–36) prints its `key=value` lines with these helpers, and the golden files
+//! in `expected/` are compared byte for byte, so one formatting rule keeps every report stable:
+//! [`fmt_f64`] prints six decimals and negative zero as `0.000000`.
 
 use crate::autodiff::GradcheckReport;
 use crate::tensor::{Mask, Tensor};

@@ -146,7 +146,7 @@ fn identity() -> Vec<f64> {
     (0..16).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect()
 }
 
-/// W_O swapping the head groups: rows r0=[0,0,1,0], r1=[0,0,0,1], r2=[1,0,0,0], r3=[0,1,0,0].
+/// W_O swapping the head groups: rows `r0=[0,0,1,0]`, `r1=[0,0,0,1]`, `r2=[1,0,0,0]`, `r3=[0,1,0,0]`.
 pub fn output_map() -> Vec<f64> {
     vec![0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0]
 }

@@ -126,7 +126,7 @@ pub struct OnlineEvidence {
 pub struct PathComparison {
     /// What the case exercises.
     pub description: String,
-    /// Outputs within [`TOLERANCE`].
+    /// Outputs within 1e-12 (relative, `TOLERANCE`).
     pub outputs: bool,
     /// `(input, gradient within TOLERANCE)` for q, k, v (and the sinks).
     pub gradients: Vec<(&'static str, bool)>,

@@ -105,9 +105,9 @@ pub fn deepseek_like_config() -> LatentConfig {
 pub struct Evidence {
     /// `(name, shape)` of the latent, the rotated shared key, the weights and the output.
     pub shapes: Vec<(&'static str, Vec<usize>)>,
-    /// Direct and absorbed outputs within [`TOLERANCE`].
+    /// Direct and absorbed outputs within 1e-12 (relative, `TOLERANCE`).
     pub outputs_match: bool,
-    /// Direct and absorbed weights within [`TOLERANCE`].
+    /// Direct and absorbed weights within 1e-12 (relative, `TOLERANCE`).
     pub weights_match: bool,
     /// `(input or parameter, gradients of both paths within TOLERANCE)`.
     pub gradients_match: Vec<(String, bool)>,

@@ -1,5 +1,7 @@
 //! [`GroupedQueryAttention`]: the general attention layer of modern decoders.
 //!
+//! Chapter 32 (`ch32-grouped-query-attention`) teaches it; chapters 33, 34 and 36 build on it.
+//!
 //! `H` query heads share `G` key/value heads (`H % G == 0`): query head `h` reads key/value head
 //! `⌊h / (H/G)⌋`, so consecutive query heads form a group — the *repeat-interleave* order
 //! `[KV0, KV0, …, KV1, KV1, …]`, not the tiled order `[KV0, KV1, …, KV0, KV1, …]`. Loading a
@@ -265,6 +267,32 @@ pub struct AttentionTrace {
 }
 
 /// Grouped-query attention with RoPE, optional window, padding, biases and dropout.
+///
+/// # Shapes
+/// `x [B, T, d] → output [B, T, d]`; queries `[B, H, T, d_h]`, keys and values `[B, G, T, d_h]`
+/// (every intermediate is in [`AttentionTrace`]).
+///
+/// # Errors
+/// [`GroupedQueryAttention::new`]: the configuration errors of [`AttentionConfig::validate`];
+/// the forwards: the input errors of [`GroupedQueryAttention::check_input`], then
+/// [`AttentionError::Stage`] naming the stage that failed.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, AttentionError, GroupedQueryAttention};
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// // 4 query heads share 2 key/value heads of width 4
+/// let config = AttentionConfig::new(16, 4, 2, 4).with_rope(32, 10_000.0);
+/// let layer = GroupedQueryAttention::new("attn", config, &mut SplitMix64::new(0))?;
+/// let trace = layer.forward(&constant(&[1, 5, 16], &[0.2; 80])?, 0)?;
+/// assert_eq!(trace.rotated_query_heads.shape(), &[1, 4, 5, 4]);
+/// assert_eq!(trace.rotated_key_heads.shape(), &[1, 2, 5, 4]);
+/// assert_eq!(trace.output.shape(), &[1, 5, 16]);
+/// // 3 query heads cannot share 2 key/value heads
+/// let bad = GroupedQueryAttention::new("attn", AttentionConfig::new(12, 3, 2, 4), &mut SplitMix64::new(0));
+/// assert!(matches!(bad, Err(AttentionError::GroupsDoNotDivide { .. })));
+/// # Ok::<(), AttentionError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct GroupedQueryAttention {
     prefix: String,

@@ -1,5 +1,7 @@
 //! Splitting the model width into heads and merging them back — both on the tape.
 //!
+//! Chapter 30 (`ch30-multi-head-attention`) uses both for its figure; chapter 32 merges heads by hand.
+//!
 //! # Shapes
 //! `split_heads`: `[B, T, h·d_h] → [B, T, h, d_h]` (reshape) `→ [B, h, T, d_h]` (transpose).
 //! `merge_heads`: the inverse. Split then merge is bitwise the identity: both only move values.
@@ -8,11 +10,28 @@ use crate::attention::{AttentionError, Branch, Stage};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
 
+/// Cuts the model width into `heads` heads and moves the head axis before the tokens.
+///
+/// # Shapes
 /// `[B, T, h·d_h] → [B, h, T, d_h]`.
 ///
 /// # Errors
 /// [`AttentionError::HeadShape`] if `x` is not rank 3, `heads` is 0 or does not divide the last
-/// axis; a `Stage` error if `x` was released.
+/// axis; an [`AttentionError::Stage`] error if `x` was released.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{merge_heads, split_heads};
+/// use llm_from_scratch::constant;
+/// // 2 tokens of width 4 = 2 heads of width 2: head 0 holds coordinates 0..2 of every token
+/// let x = constant(&[1, 2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])?;
+/// let heads = split_heads(&x, 2)?;
+/// assert_eq!(heads.shape(), &[1, 2, 2, 2]);
+/// assert_eq!(heads.value()?.as_slice(), &[1.0, 2.0, 5.0, 6.0, 3.0, 4.0, 7.0, 8.0]);
+/// assert!(merge_heads(&heads)?.value()?.bitwise_eq(&x.value()?)); // merge undoes split
+/// assert!(split_heads(&x, 3).is_err()); // 3 does not divide 4
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn split_heads(x: &TensorValue, heads: usize) -> Result<TensorValue, AttentionError> {
     split_heads_of(x, heads, None)
 }
@@ -35,10 +54,23 @@ pub(crate) fn split_heads_of(
     run().map_err(AttentionError::at(Stage::SplitHeads(branch)))
 }
 
+/// Puts the heads side by side again: the inverse of [`split_heads`].
+///
+/// # Shapes
 /// `[B, h, T, d_h] → [B, T, h·d_h]`.
 ///
 /// # Errors
-/// [`AttentionError::HeadShape`] if `x` is not rank 4; a `Stage` error if it was released.
+/// [`AttentionError::HeadShape`] if `x` is not rank 4; an [`AttentionError::Stage`] error if it was
+/// released.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::{attention::merge_heads, constant};
+/// let heads = constant(&[1, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0])?; // 2 heads, 1 token
+/// assert_eq!(merge_heads(&heads)?.value()?.as_slice(), &[1.0, 2.0, 3.0, 4.0]);
+/// assert!(merge_heads(&constant(&[2, 2], &[0.0; 4])?).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn merge_heads(x: &TensorValue) -> Result<TensorValue, AttentionError> {
     let shape = x.shape();
     if shape.len() != 4 {

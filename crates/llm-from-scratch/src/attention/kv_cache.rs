@@ -1,5 +1,7 @@
 //! The KV cache: generation without recomputing the past.
 //!
+//! Chapter 33 (`ch33-kv-cache`) teaches it; chapter 36 generates with it.
+//!
 //! A decoder produces one token at a time, and each new query needs the keys and values of every
 //! earlier token. Those never change (causality), so they are computed once and kept:
 //!
@@ -29,6 +31,31 @@ use crate::tensor::exp::exp_shifted_sum;
 ///
 /// Storage for every position it may keep (the window's need, or `max_positions`) is reserved at
 /// the first append, so decoding never reallocates — and never copies — what is stored.
+///
+/// # Shapes
+/// Per layer, keys and values `[B, G, len, d_h]` ([`KvCache::key_shape`]); each call of
+/// [`GroupedQueryAttention::forward_cached`] takes `x [B, T, d]` and appends `T` positions.
+///
+/// # Errors
+/// [`GroupedQueryAttention::forward_cached`] returns [`AttentionError::CacheMismatch`] for a cache of
+/// another layer or batch size and [`AttentionError::PositionOutOfRange`] past `max_positions`
+/// (the cache is then unchanged).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention};
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// // 2 query heads over 1 key/value head of width 4
+/// let layer = GroupedQueryAttention::new("attn", AttentionConfig::new(8, 2, 1, 4), &mut SplitMix64::new(0))?;
+/// let x = constant(&[1, 3, 8], &(0..24).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<_>>())?;
+/// let full = layer.forward(&x, 0)?.output.value()?;
+/// let mut cache = layer.new_cache(1);
+/// layer.forward_cached(&x.slice_axis(1, 0, 2)?, &mut cache)?; // prefill two tokens
+/// let last = layer.forward_cached(&x.slice_axis(1, 2, 3)?, &mut cache)?; // decode the third
+/// assert_eq!(cache.key_shape(), [1, 1, 3, 4]); // G = 1 head stored, not H = 2
+/// assert!(last.as_slice().iter().zip(&full.as_slice()[16..]).all(|(a, b)| (a - b).abs() < 1e-12));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
 pub struct KvCache {
     batch: usize,
@@ -496,6 +523,25 @@ impl GroupedQueryAttention {
 ///
 /// The rows produced are `steps × d` values: more than [`crate::tensor::MAX_ELEMENTS`] is refused
 /// before anything runs, and nothing is reserved up front for them.
+///
+/// # Shapes
+/// `prompt [1, T, d]`; `next` maps an output row of `d` values to the next input row of `d`;
+/// the result holds `steps` rows of `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, generate_with_cache};
+/// use llm_from_scratch::{Tensor, nn::SplitMix64};
+/// // a layer with room for 4 positions generates 6 rows, keeping the last 2 inputs on each reset
+/// let layer =
+///     GroupedQueryAttention::new("attn", AttentionConfig::new(4, 2, 1, 2).with_rope(4, 100.0), &mut SplitMix64::new(0))?;
+/// let prompt = Tensor::new(&[1, 2, 4], vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])?;
+/// let rows = generate_with_cache(&layer, &prompt, 6, 2, |row| row.to_vec())?;
+/// assert_eq!(rows.len(), 6);
+/// assert!(rows.iter().all(|r| r.len() == 4 && r.iter().all(|v| v.is_finite())));
+/// assert!(generate_with_cache(&layer, &prompt, 1, 4, |row| row.to_vec()).is_err()); // keep ≥ capacity
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// # Errors
 /// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`

@@ -1,5 +1,7 @@
 //! Multi-head latent attention (MLA): keys and values rebuilt from one small latent per token.
 //!
+//! Chapter 35 (`ch35-latent-attention`) teaches it.
+//!
 //! Every token is compressed to a latent `c = x·W_DKV` of width `d_c`, shared by all heads. Head
 //! `h` reconstructs its key and value from it: `K_h = C·A_h` and `V_h = C·B_h` (`A = W_UK`,
 //! `B = W_UV`). A KV cache then stores `C` — `d_c` numbers per token instead of `2·H·d_h`.
@@ -150,6 +152,34 @@ pub struct LatentOutput {
 }
 
 /// Multi-head latent attention with a decoupled RoPE branch (causal).
+///
+/// # Shapes
+/// `x [B, T, d] → output [B, T, d]`; the latent `C [B, T, d_c]` and the shared rotated key
+/// `k_R [B, 1, T, d_r]` are what a [`LatentKvCache`] keeps (see [`LatentOutput`]).
+///
+/// # Errors
+/// [`LatentAttention::new`]: [`AttentionError::ZeroSize`], [`AttentionError::OddRopeWidth`] or
+/// [`AttentionError::Rope`]; the forwards: input errors (rank, width, no token, positions past
+/// `max_positions`) and [`AttentionError::CacheMismatch`] for a cache of another layer or batch.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{LatentAttention, LatentConfig};
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// let config = LatentConfig {
+///     model_width: 8, heads: 2, head_width: 4, latent_width: 3, rope_width: 2,
+///     max_positions: 16, rope_base: 10_000.0,
+/// };
+/// let layer = LatentAttention::new(config, &mut SplitMix64::new(0))?;
+/// let x = constant(&[1, 4, 8], &(0..32).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>())?;
+/// let direct = layer.forward(&x, 0)?.output.value()?;
+/// let absorbed = layer.forward_absorbed(&x, 0)?.output.value()?;
+/// assert!(direct.max_abs_diff(&absorbed).unwrap() < 1e-12);
+/// let mut cache = layer.new_cache(1);
+/// layer.forward_cached(&x, &mut cache)?;
+/// assert_eq!(cache.stored_values(), 4 * (3 + 2)); // d_c + d_r per token, not 2·H·d_h = 16
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct LatentAttention {
     config: LatentConfig,

@@ -1,5 +1,7 @@
 //! Memory accounting: what a KV cache and the attention matrix cost, in bytes.
 //!
+//! Chapters 32, 34 and 35 print these sizes.
+//!
 //! A cache holds, per layer, `K` and `V` for `G` heads of width `d_h` at every kept position:
 //! `2·G·d_h·T·B·b` bytes for `T` positions, batch `B`, `b` bytes per number (2 for fp16). A sliding
 //! window keeps at most its visible keys, so local layers stop growing; models that mix global and

@@ -1,4 +1,19 @@
 //! The attention family: scaled dot-product attention, heads, and the layers built from them.
+//!
+//! What each part teaches, and the chapters whose demos use it (`demos/chNN-<topic>`):
+//!
+//! | part | idea | chapters |
+//! |---|---|---|
+//! | [`scaled_dot_product_attention`] | scores `q·kᵀ/√d_h`, softmax over keys, weighted values | 27 |
+//! | [`causal_scaled_dot_product_self_attention`] | hiding the future with −∞; fully masked rows give zeros | 28 |
+//! | [`split_heads`], [`merge_heads`], [`MultiHeadAttention`] | heads side by side; `W_O` is where they mix | 30, 31 |
+//! | [`GroupedQueryAttention`], [`AttentionConfig`] | `H` query heads over `G` key/value heads (multi-query at `G = 1`) | 32, 36 |
+//! | [`KvCache`], [`generate_with_cache`], [`SlidingWindow`], [`visible`] | prefill and decode, windows from absolute positions | 33, 36 |
+//! | [`tiled_attention`], [`OnlineSoftmax`], [`Visibility`], [`kv_cache_bytes`] | flash-style attention, sinks, memory as `T` grows | 34 |
+//! | [`LatentAttention`] | a small latent per token, absorption, decoupled RoPE | 35 |
+//!
+//! Every layer records its forward on the tape ([`crate::autodiff`]), so its backward needs no code
+//! here; the cached paths work on plain tensors, for generation.
 
 mod error;
 mod grouped_query;

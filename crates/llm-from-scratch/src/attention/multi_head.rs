@@ -1,6 +1,9 @@
 //! [`MultiHeadAttention`]: `h` heads of causal attention side by side, each on its own slice of
 //! the model width, with rotary positions on queries and keys.
 //!
+//! Chapter 30 (`ch30-multi-head-attention`, the main demo) and chapter 31
+//! (`ch31-pre-norm-residual`) use it.
+//!
 //! ```text
 //! x [B,T,d] ─ W_Q,W_K,W_V ─▶ Q,K,V [B,T,d] ─ split ─▶ [B,h,T,d_h] ─ RoPE(Q,K) ─▶ causal attention
 //!   ─▶ head outputs [B,h,T,d_h] ─ merge ─▶ [B,T,d] ─ W_O ─▶ output [B,T,d]
@@ -24,6 +27,30 @@ use crate::nn::{Linear, NamedParameters, QkvProjections, RotaryEmbedding, SplitM
 /// It is the `G = H`, `d_h = d_model / h` case of [`GroupedQueryAttention`], whose projections it
 /// uses; its forward keeps the chapter's explicit path (causal attention per head on
 /// `[B, h, T, d_h]`), which the tests tie to the grouped path.
+///
+/// # Shapes
+/// `x [B, T, d] → output [B, T, d]`, with every intermediate in [`MultiHeadAttentionOutput`].
+///
+/// # Errors
+/// [`MultiHeadAttention::new`]: sizes that do not split into heads of even width
+/// ([`AttentionError::HeadsDoNotDivide`], [`AttentionError::OddHeadWidth`], …);
+/// [`MultiHeadAttention::forward`]: an input that is not `[B, T, d]` or that runs past the RoPE
+/// tables ([`AttentionError::InputWidth`], [`AttentionError::PositionOutOfRange`], …).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::MultiHeadAttention;
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// // d = 8 in 2 heads of width 4, RoPE over 16 positions
+/// let mha = MultiHeadAttention::new("attn", 8, 2, 16, 10_000.0, &mut SplitMix64::new(0))?;
+/// let out = mha.forward(&constant(&[1, 3, 8], &[0.1; 24])?, 0)?;
+/// assert_eq!(out.weights.shape(), &[1, 2, 3, 3]);
+/// assert_eq!(out.output.shape(), &[1, 3, 8]);
+/// // causal: the first token sees only itself, so its row of weights is [1, 0, 0]
+/// assert_eq!(&out.weights.value()?.as_slice()[..3], &[1.0, 0.0, 0.0]);
+/// assert!(mha.forward(&constant(&[1, 3, 6], &[0.1; 18])?, 0).is_err()); // width 6, not 8
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct MultiHeadAttention {
     inner: GroupedQueryAttention,

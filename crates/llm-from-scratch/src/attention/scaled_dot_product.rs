@@ -1,5 +1,8 @@
 //! Scaled dot-product attention, the explicit path: every score is materialised.
 //!
+//! Chapter 27 (`ch27-scaled-dot-product-attention`) works it by hand; chapter 28
+//! (`ch28-causal-masking`) adds the causal mask and the all-masked row.
+//!
 //! ```text
 //! scores  = q · kᵀ / √d_h                 [..., T_q, T_k]
 //! masked  = scores with hidden keys → −∞
@@ -72,9 +75,30 @@ fn check_shapes(q: &TensorValue, k: &TensorValue, v: &TensorValue) -> Result<(),
 /// `v [..., T_k, d_v]`, hiding the keys where `mask [T_q, T_k]` (or any shape broadcasting to the
 /// scores) is true.
 ///
+/// # Shapes
+/// `q [..., T_q, d_h]`, `k [..., T_k, d_h]`, `v [..., T_k, d_v]` → scores and weights
+/// `[..., T_q, T_k]`, output `[..., T_q, d_v]` (all three in the [`AttentionOutput`]).
+///
 /// # Errors
-/// [`AttentionError::QkvShapes`] if the shapes do not fit; a `Stage` error naming the scores,
-/// softmax or weighted-values stage (e.g. a mask of the wrong shape, a released input).
+/// [`AttentionError::QkvShapes`] if the shapes do not fit; an [`AttentionError::Stage`] error naming
+/// the scores, softmax or weighted-values stage (e.g. a mask of the wrong shape, a released input).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::{attention::scaled_dot_product_attention, constant};
+/// // one query [1, 0] over keys [1, 0] and [0, 1] with d_h = 2: scores 1/√2 and 0
+/// let q = constant(&[1, 2], &[1.0, 0.0])?;
+/// let k = constant(&[2, 2], &[1.0, 0.0, 0.0, 1.0])?;
+/// let v = constant(&[2, 1], &[10.0, 20.0])?;
+/// let out = scaled_dot_product_attention(&q, &k, &v, None)?;
+/// let w = out.weights().value()?;
+/// let expected = 1.0 / (1.0 + (-(0.5f64).sqrt()).exp()); // softmax of [1/√2, 0]
+/// assert!((w.as_slice()[0] - expected).abs() < 1e-15);
+/// assert!((w.as_slice().iter().sum::<f64>() - 1.0).abs() < 1e-15);
+/// assert_eq!(out.output().shape(), &[1, 1]);
+/// assert!(scaled_dot_product_attention(&q, &k, &constant(&[3, 1], &[0.0; 3])?, None).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn scaled_dot_product_attention(
     q: &TensorValue,
     k: &TensorValue,
@@ -161,6 +185,10 @@ fn softmax_with_sink(
 /// Causal self-attention on `[lanes, T, d_h]` (or any `[..., T, d_h]`): query `i` sees keys
 /// `0..=i`, so no token reads the future.
 ///
+/// # Shapes
+/// `q, k, v [..., T, d_h]` → weights `[..., T, T]` (zero above the diagonal), output `[..., T, d_h]`.
+///
+/// # Example
 /// ```
 /// use llm_from_scratch::{constant, attention::causal_scaled_dot_product_self_attention};
 /// // Two tokens, one lane; the first query can only see itself.
@@ -195,8 +223,24 @@ pub fn causal_scaled_dot_product_self_attention(
 /// Scores and weights `[B,H,T_q,T_k]`, output `[B,H,T_q,d]`.
 ///
 /// # Errors
-/// [`AttentionError::QkvShapes`] if the shapes do not fit; `Stage` errors as in
+/// [`AttentionError::QkvShapes`] if the shapes do not fit; [`AttentionError::Stage`] errors as in
 /// [`scaled_dot_product_attention`].
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{Visibility, grouped_attention};
+/// use llm_from_scratch::constant;
+/// // 2 query heads share 1 key/value head (G = 1: multi-query attention), 3 tokens of width 2
+/// let q = constant(&[1, 2, 3, 2], &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1])?;
+/// let kv = constant(&[1, 1, 3, 2], &[1.0, 0.0, 0.0, 1.0, 1.0, 1.0])?;
+/// let out = grouped_attention(&q, &kv, &kv, None, &Visibility::default())?;
+/// assert_eq!(out.weights().shape(), &[1, 2, 3, 3]);
+/// assert_eq!(out.output().shape(), &[1, 2, 3, 2]);
+/// // causal: the first token of each head sees only itself, and so returns its own value [1, 0]
+/// let o = out.output().value()?;
+/// assert_eq!((&o.as_slice()[..2], &o.as_slice()[6..8]), (&[1.0, 0.0][..], &[1.0, 0.0][..]));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn grouped_attention(
     q: &TensorValue,
     k: &TensorValue,

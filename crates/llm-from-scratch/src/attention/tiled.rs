@@ -1,6 +1,9 @@
 //! Tiled ("flash") attention: the same result as the explicit path without ever materialising the
 //! `[T_q, T_k]` score matrix.
 //!
+//! Chapter 34 (`ch34-efficient-attention`) teaches it; the `mha-train` and `long-causal`
+//! benchmarks run it (`docs/performance.md`).
+//!
 //! Queries and keys are processed in square blocks ([`block_size`]: 64 rows, 128 from 2048 keys
 //! on). For each query row the kernel keeps an [`OnlineSoftmax`] state — running maximum `m`,
 //! normaliser `ℓ` and the un-normalised output `n` — and folds in one key block at a time. When a
@@ -407,9 +410,31 @@ fn lse_or_scratch<'a>(saved: Option<&'a mut [f64]>, scratch: &'a mut Vec<f64>, r
 /// per-head sink logits `[H]`. Returns `[B,H,T_q,d]` on the tape; equal to the explicit path to
 /// rounding, in outputs and gradients.
 ///
+/// # Shapes
+/// `q [B, H, T_q, d]`, `k, v [B, G, T_k, d]`, sinks `[H]` → `[B, H, T_q, d]`; memory beyond the
+/// inputs and output is O(T_q) (one `log Σ eˢ` per query row) plus a few blocks.
+///
 /// # Errors
-/// [`AttentionError::QkvShapes`], `ParameterShape` (sinks), `PaddingShape` (key padding), or a
-/// `Stage` error for a released input.
+/// [`AttentionError::QkvShapes`], [`AttentionError::ParameterShape`] (sinks),
+/// [`AttentionError::PaddingShape`] (key padding), or an [`AttentionError::Stage`] error for a
+/// released input.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{Visibility, grouped_attention, tiled_attention};
+/// use llm_from_scratch::constant;
+/// let values = |n: usize, step: f64| (0..n).map(|i| (i as f64 * step).sin()).collect::<Vec<_>>();
+/// // 70 tokens: more than one block of 64; 2 query heads over 1 key/value head
+/// let q = constant(&[1, 2, 70, 4], &values(560, 0.37))?;
+/// let k = constant(&[1, 1, 70, 4], &values(280, 0.53))?;
+/// let v = constant(&[1, 1, 70, 4], &values(280, 0.71))?;
+/// let causal = Visibility::default();
+/// let tiled = tiled_attention(&q, &k, &v, None, &causal)?.value()?;
+/// let explicit = grouped_attention(&q, &k, &v, None, &causal)?.output().value()?;
+/// assert_eq!(tiled.shape(), &[1, 2, 70, 4]);
+/// assert!(tiled.max_abs_diff(&explicit).unwrap() < 1e-12);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn tiled_attention(
     q: &TensorValue,
     k: &TensorValue,

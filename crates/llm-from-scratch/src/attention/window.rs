@@ -1,5 +1,8 @@
 //! Which keys a query may see: causality, a sliding window, and padding — always decided from
 //! *absolute* positions, so the same rule holds in a full pass, in chunked prefill and in decode.
+//!
+//! Chapter 33 (`ch33-kv-cache`) teaches sliding windows with it; chapter 34 builds the tiled
+//! kernel's visibility on it.
 
 use crate::attention::AttentionError;
 use crate::error::Shape;
@@ -65,6 +68,15 @@ impl std::fmt::Display for SlidingWindow {
 
 /// `true` when a query at absolute position `i` may see a key at `j`: not in the future, and
 /// inside the window if there is one.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{SlidingWindow, visible};
+/// assert!(visible(5, 5, None) && visible(5, 0, None) && !visible(5, 6, None));
+/// // Exclusive(3): the query and the 2 keys before it
+/// let w = Some(SlidingWindow::Exclusive(3));
+/// assert!(visible(5, 3, w) && !visible(5, 2, w));
+/// ```
 pub fn visible(i: usize, j: usize, window: Option<SlidingWindow>) -> bool {
     j <= i && window.is_none_or(|w| w.sees(i, j))
 }
@@ -76,9 +88,23 @@ pub fn visible(i: usize, j: usize, window: Option<SlidingWindow>) -> bool {
 /// row, `[B, 1, 1, T_q, T_k]` for several — broadcasting over the `[B, G, H/G, T_q, T_k]` scores
 /// of grouped attention.
 ///
+/// # Shapes
+/// Positions `rows × T_q` and `rows × T_k`, padding `rows × T_k` → `[T_q, T_k]` for `rows = 1`,
+/// `[B, 1, 1, T_q, T_k]` for `rows = B > 1`.
+///
 /// # Errors
 /// [`AttentionError::PaddingShape`] if `rows` is 0 or does not divide both position lists, or the
 /// padding is not `rows × T_k`; [`AttentionError::Tensor`] if the mask would be too large.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::attention_mask;
+/// // decode: one query at position 3 over keys 0..=3, the first of which is padding
+/// let mask = attention_mask(&[3], &[0, 1, 2, 3], 1, Some(&[true, false, false, false]), None)?;
+/// assert_eq!((mask.shape(), mask.as_slice()), (&[1usize, 4][..], &[true, false, false, false][..]));
+/// assert!(attention_mask(&[3], &[0, 1], 1, Some(&[false]), None).is_err()); // padding of 1 for 2 keys
+/// # Ok::<(), llm_from_scratch::attention::AttentionError>(())
+/// ```
 pub fn attention_mask(
     query_positions: &[usize],
     key_positions: &[usize],

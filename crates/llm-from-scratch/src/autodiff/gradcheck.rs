@@ -1,5 +1,7 @@
 //! Gradient checking by central differences.
 //!
+//! Chapters 27–32, 34 and 35 print a gradient check made with it.
+//!
 //! For every coordinate `x_j` of every checked input, the numerical derivative
 //! `(L(x + δ e_j) − L(x − δ e_j)) / 2δ` of `L = Σ upstream ⊙ f(x)` is compared with the adjoint the
 //! tape computed. A coordinate passes when `|numerical − analytic| ≤ ε · max(1, |analytic|)`:

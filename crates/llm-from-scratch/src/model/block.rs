@@ -1,5 +1,7 @@
 //! [`DecoderBlock`]: one pre-norm transformer block of a LLaMA-family decoder.
 //!
+//! Chapter 36 (`ch36-tiny-decoder`) stacks them; chapter 31 is its attention half.
+//!
 //! ```text
 //! h   = x + Attention(RMSNorm₁(x))        attention half: tokens exchange information
 //! out = h + SwiGLU(RMSNorm₂(h))           feed-forward half: each token on its own
@@ -21,6 +23,24 @@ use crate::tensor::Tensor;
 ///
 /// # Shapes
 /// `x [B, T, d] → [B, T, d]`.
+///
+/// # Errors
+/// [`DecoderBlock::new`]: the configuration errors of [`DecoderConfig::validate`]; the forwards: the
+/// attention layer's input errors ([`ModelError::Attention`]).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::model::{DecoderBlock, DecoderConfig};
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// // V = 10, d = 8, 1 block of 2 heads
+/// let config = DecoderConfig::new(10, 8, 1, 2).with_rope(16, 100.0);
+/// let block = DecoderBlock::new(&config, 0, &mut SplitMix64::new(0))?;
+/// let x = constant(&[1, 3, 8], &[0.25; 24])?;
+/// assert_eq!(block.forward(&x, 0)?.shape(), &[1, 3, 8]);
+/// assert!(block.parameters(0).iter().any(|p| p.name() == "model.layers.0.self_attn.q_proj.weight"));
+/// assert!(block.forward(&x, 15).is_err()); // positions 15..18 pass the 16 of RoPE
+/// # Ok::<(), llm_from_scratch::model::ModelError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct DecoderBlock {
     input_norm: RmsNorm,

@@ -1,5 +1,7 @@
 //! [`Decoder`]: a decoder-only language model of the LLaMA family.
 //!
+//! Chapter 36 (`ch36-tiny-decoder`) trains one and generates with it.
+//!
 //! ```text
 //! x      = embed_tokens[ids]                           [B, T, d]
 //! x      = block_i(x)       for i = 0..N               [B, T, d]
@@ -19,12 +21,23 @@ use crate::tensor::Tensor;
 
 /// Embedding, `N` pre-norm blocks, final RMSNorm and LM head.
 ///
+/// # Shapes
+/// Token ids `[B, T]` (row-major, each `< V`) → logits `[B, T, V]`; the residual stream between
+/// blocks is `[B, T, d]`.
+///
+/// # Errors
+/// [`Decoder::new`]: the settings of [`DecoderConfig::validate`]; the passes:
+/// [`ModelError::BatchShape`], [`ModelError::TokenOutOfRange`], and [`ModelError::Attention`] for
+/// more tokens than `max_positions`.
+///
+/// # Example
 /// ```
 /// use llm_from_scratch::model::{Decoder, DecoderConfig};
 /// use llm_from_scratch::nn::SplitMix64;
 /// let model = Decoder::new(DecoderConfig::new(10, 8, 2, 2).with_rope(16, 100.0), &mut SplitMix64::new(0))?;
 /// let logits = model.forward(&[1, 2, 3, 4, 5, 6], [2, 3])?;
 /// assert_eq!(logits.shape(), &[2, 3, 10]);
+/// assert!(model.forward(&[1, 2, 99], [1, 3]).is_err()); // token 99 ≥ V = 10
 /// assert_eq!(model.parameters().get("model.layers.1.mlp.down_proj.weight").unwrap().value().shape(), &[24, 8]);
 /// # Ok::<(), llm_from_scratch::model::ModelError>(())
 /// ```

@@ -10,6 +10,23 @@ use crate::tensor::Tensor;
 ///
 /// # Shapes
 /// ids `[B, T]` → `[B, T, d]`.
+///
+/// # Errors
+/// [`TokenEmbedding::new`]: [`ModelError::InvalidSetting`] for a zero size or a bad `std`;
+/// [`TokenEmbedding::forward`]: [`ModelError::BatchShape`] and [`ModelError::TokenOutOfRange`].
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::model::TokenEmbedding;
+/// use llm_from_scratch::nn::SplitMix64;
+/// let embed = TokenEmbedding::new("model.embed_tokens", 5, 3, 0.02, &mut SplitMix64::new(0))?;
+/// let x = embed.forward(&[4, 0, 4], [1, 3])?; // one sequence of three tokens
+/// assert_eq!(x.shape(), &[1, 3, 3]);
+/// let rows = x.value()?;
+/// assert_eq!(rows.as_slice()[..3], rows.as_slice()[6..]); // token 4 twice: the same row
+/// assert!(embed.forward(&[5], [1, 1]).is_err()); // id 5 ≥ V = 5
+/// # Ok::<(), llm_from_scratch::model::ModelError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct TokenEmbedding {
     name: String,

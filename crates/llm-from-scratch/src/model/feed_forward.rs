@@ -19,6 +19,23 @@ use crate::nn::{Linear, NamedParameter, SplitMix64};
 ///
 /// # Shapes
 /// `x [..., d] → [..., d]`; `W1, W3 [d, f]`, `W2 [f, d]`.
+///
+/// # Errors
+/// [`SwiGlu::new`] and [`SwiGlu::from_weights`]: zero widths or weights that do not fit together
+/// ([`ModelError::Nn`], [`ModelError::ParameterShape`]); [`SwiGlu::forward`]: [`ModelError::Nn`] when
+/// the last axis of `x` is not `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::model::SwiGlu;
+/// use llm_from_scratch::{constant, nn::SplitMix64};
+/// let mlp = SwiGlu::new("mlp", 4, 8, &mut SplitMix64::new(0))?;
+/// assert_eq!(mlp.forward(&constant(&[2, 3, 4], &[0.5; 24])?)?.shape(), &[2, 3, 4]);
+/// // silu(0) = 0: a zero input gives a zero output
+/// assert!(mlp.forward(&constant(&[1, 4], &[0.0; 4])?)?.value()?.as_slice().iter().all(|&v| v == 0.0));
+/// assert!(mlp.forward(&constant(&[1, 5], &[0.0; 5])?).is_err());
+/// # Ok::<(), llm_from_scratch::model::ModelError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct SwiGlu {
     gate: Linear,

@@ -28,6 +28,11 @@ fn log_sum_exp(row: &[f64], scratch: &mut [f64]) -> (f64, f64) {
 /// The mean cross-entropy of `logits [..., V]` (one row per position) against `targets`, one per
 /// row, `None` for a row that is not scored. A rank-0 value.
 ///
+/// # Shapes
+/// `logits [..., V]` with `R` rows in all (`R = B·T` for `[B, T, V]`), `targets` of length `R` →
+/// `[]` (rank 0).
+///
+/// # Example
 /// ```
 /// use llm_from_scratch::{constant, model::cross_entropy};
 /// // uniform logits over 4 tokens: −ln(1/4) = ln 4 whatever the target; the second row is ignored
@@ -40,7 +45,7 @@ fn log_sum_exp(row: &[f64], scratch: &mut [f64]) -> (f64, f64) {
 /// # Errors
 /// [`TensorAutodiffError::RankMismatch`] for a scalar; [`TensorAutodiffError::LengthMismatch`] if
 /// there is not one target per row; [`TensorAutodiffError::InvalidArgument`] for a target `≥ V`,
-/// for no scored row, or for a non-finite logit in a scored row; `Released`.
+/// for no scored row, or for a non-finite logit in a scored row; [`TensorAutodiffError::Released`].
 pub fn cross_entropy(logits: &TensorValue, targets: &[Option<usize>]) -> Result<TensorValue, TensorAutodiffError> {
     let op = "cross_entropy";
     let vocab = match logits.shape().last() {

@@ -2,6 +2,9 @@
 //! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
 //! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache.
 //!
+//! Chapter 36 (`ch36-tiny-decoder`) trains one to reverse sequences and generates with it; the
+//! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights.
+//!
 //! ```
 //! use llm_from_scratch::model::{
 //!     AdamWConfig, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, TokenBatch, Trainer, TrainingConfig,

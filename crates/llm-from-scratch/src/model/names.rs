@@ -1,6 +1,9 @@
 //! Checkpoint names: every tensor of the decoder under the name a Hugging Face
 //! `LlamaForCausalLM` checkpoint gives it, and lookup by name.
 //!
+//! Chapter 36's decoder is built and saved under these names ([`crate::model::save_checkpoint`],
+//! [`crate::model::load_hf_llama`]).
+//!
 //! ```text
 //! model.embed_tokens.weight                         [V, d]
 //! model.layers.{i}.input_layernorm.weight           [d]

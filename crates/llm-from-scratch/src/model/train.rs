@@ -37,6 +37,27 @@ pub struct StepReport {
 }
 
 /// A model with its optimiser state and schedule.
+///
+/// # Errors
+/// [`Trainer::new`]: the settings of [`AdamWConfig::validate`] and a clip norm that is not finite
+/// and positive; [`Trainer::step`]: the errors of [`Decoder::loss`] for the batch.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::model::{
+///     AdamWConfig, Decoder, DecoderConfig, LrSchedule, TokenBatch, Trainer, TrainingConfig,
+/// };
+/// use llm_from_scratch::nn::SplitMix64;
+/// let model = Decoder::new(DecoderConfig::new(6, 8, 1, 2).with_rope(8, 100.0), &mut SplitMix64::new(0))?;
+/// let config = TrainingConfig { adamw: AdamWConfig::default(), schedule: LrSchedule::constant(1e-2)?, clip_norm: Some(1.0) };
+/// let mut trainer = Trainer::new(model, config)?;
+/// let batch = TokenBatch::next_token(&[vec![0, 1, 2, 3, 4, 5]], 0)?;
+/// let first = trainer.step(&batch)?;
+/// let later = (0..20).map(|_| trainer.step(&batch)).last().unwrap()?;
+/// assert_eq!((first.step, later.step), (0, 20));
+/// assert!(later.loss < first.loss);
+/// # Ok::<(), llm_from_scratch::model::ModelError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Trainer {
     model: Decoder,

@@ -1,4 +1,6 @@
 //! [`Linear`]: `y = x · W + b`.
+//!
+//! Chapter 32 (`ch32-grouped-query-attention`) uses it directly; every projection of the crate is one.
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, fmt_shape};
@@ -10,12 +12,19 @@ use crate::tensor::Tensor;
 /// # Shapes
 /// `x [..., in] → y [..., out]`.
 ///
+/// # Errors
+/// [`Linear::new`] and [`Linear::from_parameters`] refuse empty or mismatched sizes
+/// ([`NnError::InvalidConfig`], [`NnError::ParameterShape`]); [`Linear::forward`] refuses an input
+/// whose last axis is not `in` ([`NnError::InputShape`]).
+///
+/// # Example
 /// ```
 /// use llm_from_scratch::{constant, parameter, nn::Linear};
 /// // W = [[1, 2], [3, 4]], b = [10, 20]: [1, 1] · W + b = [14, 26]
 /// let lin = Linear::from_parameters(parameter(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?, Some(parameter(&[2], &[10.0, 20.0])?))?;
 /// let y = lin.forward(&constant(&[1, 2], &[1.0, 1.0])?)?;
 /// assert_eq!(y.value()?.as_slice(), &[14.0, 26.0]);
+/// assert!(lin.forward(&constant(&[1, 3], &[1.0, 1.0, 1.0])?).is_err()); // last axis 3, not 2
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]

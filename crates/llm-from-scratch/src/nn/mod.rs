@@ -1,5 +1,13 @@
 //! Building blocks with parameters: the generator that initialises them, named parameters, and
 //! the layers the attention chapters stack.
+//!
+//! - [`SplitMix64`] draws every initial weight, so a seed reproduces a run (every chapter).
+//! - [`RotaryEmbedding`]: positions as rotations of coordinate pairs (chapter 29, then every
+//!   attention layer).
+//! - [`RmsNorm`]: the pre-norm of a transformer block (chapter 31, chapter 36).
+//! - [`Linear`] and [`QkvProjections`]: `y = x·W (+ b)`, and the three projections of attention with
+//!   a key/value width that may be narrower than the query's (chapter 32).
+//! - [`NamedParameters`]: a dotted name for every trainable leaf, as checkpoints name them.
 
 mod error;
 pub(crate) mod linear;

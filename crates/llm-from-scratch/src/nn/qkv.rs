@@ -1,4 +1,6 @@
 //! [`QkvProjections`]: the query, key and value projections of one input.
+//!
+//! Chapter 32 (`ch32-grouped-query-attention`) uses them directly; every attention layer holds one.
 
 use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
@@ -15,6 +17,25 @@ use crate::tensor::kernels::{MatRef, row_times_matrices};
 ///
 /// # Shapes
 /// `x [..., d] → Q [..., d_q], K [..., d_kv], V [..., d_kv]`.
+///
+/// # Errors
+/// Construction: [`NnError::InvalidConfig`] for a zero width, [`NnError::ParameterShape`] for
+/// weights that do not fit together; [`QkvProjections::forward`]: [`NnError::InputShape`] when the
+/// last axis of `x` is not `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::constant;
+/// use llm_from_scratch::nn::{QkvProjections, SplitMix64};
+/// // d = 8 → queries of width 8, keys and values of width 4 (two query heads per kv head)
+/// let qkv = QkvProjections::with_widths("attn", 8, 8, 4, false, &mut SplitMix64::new(0))?;
+/// let out = qkv.forward(&constant(&[2, 3, 8], &[0.5; 48])?)?;
+/// assert_eq!(out.query().shape(), &[2, 3, 8]);
+/// assert_eq!(out.key().shape(), &[2, 3, 4]);
+/// assert_eq!(out.value().shape(), &[2, 3, 4]);
+/// assert!(qkv.forward(&constant(&[2, 3, 7], &[0.5; 42])?).is_err()); // width 7, not 8
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct QkvProjections {
     prefix: String,

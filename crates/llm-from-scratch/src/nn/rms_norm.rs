@@ -1,4 +1,7 @@
 //! [`RmsNorm`]: the layer around [`TensorValue::rms_norm`].
+//!
+//! Chapter 31 (`ch31-pre-norm-residual`) puts it before attention; chapter 36 before both halves of
+//! a block.
 
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
@@ -9,6 +12,22 @@ use crate::tensor::Tensor;
 ///
 /// # Shapes
 /// `x [..., d] → [..., d]`.
+///
+/// # Errors
+/// [`RmsNorm::new`]: [`NnError::InvalidConfig`] for a zero width or an `ε` that is negative or not
+/// finite; [`RmsNorm::forward`]: [`NnError::InputShape`] when the last axis is not `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::{constant, nn::RmsNorm};
+/// let norm = RmsNorm::new("norm", 2, 0.0)?;
+/// // [3, 4]: mean of squares (9 + 16) / 2 = 12.5, so y = [3, 4] / √12.5 (gain 1)
+/// let y = norm.forward(&constant(&[1, 2], &[3.0, 4.0])?)?.value()?;
+/// assert!((y.as_slice()[0] - 3.0 / 12.5f64.sqrt()).abs() < 1e-12);
+/// assert!((y.as_slice()[1] - 4.0 / 12.5f64.sqrt()).abs() < 1e-12);
+/// assert!(RmsNorm::new("norm", 0, 1e-6).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct RmsNorm {
     name: String,

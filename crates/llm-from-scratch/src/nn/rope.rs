@@ -1,5 +1,7 @@
 //! Rotary position embedding (RoPE).
 //!
+//! Chapter 29 (`ch29-rotary-position-embedding`) teaches it; every attention layer uses it.
+//!
 //! Each head vector is cut into coordinate pairs; pair `i` of the token at absolute position `p`
 //! is rotated by the angle `p · θ_i` with `θ_i = base^(−2i/d_h)`:
 //!
@@ -108,7 +110,33 @@ struct Tables {
     sin: Vec<f64>,
 }
 
-/// Rotation by position for heads of one width, positions `0..max_positions`.
+/// Rotation by position for heads of one width, positions `0..max_positions` (angles looked up in
+/// tables of at most [`TABLE_VALUES`] values, built on first use, or computed past them).
+///
+/// # Shapes
+/// [`RotaryEmbedding::rotate`]: `x [..., T, d_h] → [..., T, d_h]`, token `t` rotated at absolute
+/// position `offset + t`; [`RotaryEmbedding::rotate_at`] takes one position per token.
+///
+/// # Errors
+/// [`RotaryEmbedding::new`] refuses a zero or odd head width, zero capacity and a base that is not
+/// finite and positive ([`RopeError`]); the rotations refuse a last axis other than `d_h` and
+/// positions past the capacity ([`RopeError::InputShape`], [`RopeError::PositionOutOfRange`]).
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::{constant, nn::RotaryEmbedding};
+/// let rope = RotaryEmbedding::new(4, 16, 10_000.0)?;
+/// let q = constant(&[1, 4], &[0.3, -0.2, 0.5, 0.1])?;
+/// let k = constant(&[1, 4], &[0.1, 0.4, -0.3, 0.2])?;
+/// // q at position m and k at position n: the score depends only on m − n
+/// let score = |m: usize, n: usize| -> Result<f64, Box<dyn std::error::Error>> {
+///     let (q, k) = (rope.rotate(&q, m)?.value()?, rope.rotate(&k, n)?.value()?);
+///     Ok(q.as_slice().iter().zip(k.as_slice()).map(|(a, b)| a * b).sum())
+/// };
+/// assert!((score(5, 3)? - score(9, 7)?).abs() < 1e-12);
+/// assert!(rope.rotate(&q, 16).is_err()); // the capacity is positions 0..16
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct RotaryEmbedding {
     head_width: usize,

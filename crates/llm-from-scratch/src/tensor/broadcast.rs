@@ -9,8 +9,19 @@ use crate::tensor::Tensor;
 
 /// The shape that `lhs` and `rhs` broadcast to.
 ///
+/// # Shapes
+/// Aligned from the right; each output axis is the larger of the two (one of which is 1 or missing).
+///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] naming `op` if some aligned axes differ and neither is 1.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::tensor::broadcast_shapes;
+/// assert_eq!(broadcast_shapes("add", &[4, 1, 3], &[2, 3])?, vec![4, 2, 3]);
+/// assert!(broadcast_shapes("add", &[2, 3], &[2]).is_err()); // 3 against 2
+/// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+/// ```
 pub fn broadcast_shapes(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Result<Vec<usize>> {
     let rank = lhs.len().max(rhs.len());
     let mut out = vec![0; rank];
@@ -87,8 +98,21 @@ pub(crate) fn for_each_broadcast(
 /// Sums `tensor` over the axes on which `target` was broadcast, giving a tensor of shape `target`.
 /// This is the backward of broadcasting: every copy of a value sends its adjoint home.
 ///
+/// # Shapes
+/// `tensor` of the broadcast shape → `target`.
+///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if `target` does not broadcast to the tensor's shape.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::{Tensor, tensor::sum_to_shape};
+/// // a bias [2] was added to 3 rows: its adjoint is the column sums of the [3, 2] adjoint
+/// let adjoint = Tensor::new(&[3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+/// assert_eq!(sum_to_shape(&adjoint, &[2])?.as_slice(), &[9.0, 12.0]);
+/// assert!(sum_to_shape(&adjoint, &[4]).is_err()); // [4] does not broadcast to [3, 2]
+/// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+/// ```
 pub fn sum_to_shape(tensor: &Tensor, target: &[usize]) -> Result<Tensor> {
     if tensor.shape() == target {
         return Ok(tensor.clone());

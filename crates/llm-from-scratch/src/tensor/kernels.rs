@@ -1,5 +1,8 @@
 //! Matrix-product kernels: the naive reference and the fast path, side by side.
 //!
+//! Every chapter's products run here (through [`crate::TensorValue::matmul`]); the naive kernel is
+//! what the fast one is tested against.
+//!
 //! Both compute `dst (+)= lhs · rhs` for a row-major `dst` of `m × n` and strided views of
 //! `lhs` (`m × k`) and `rhs` (`k × n`). Strides make transposes free: `q · kᵀ` reads `k` with its
 //! strides swapped instead of copying it.

@@ -6,6 +6,24 @@ use crate::tensor::dense::element_count;
 /// A row-major boolean tensor; `true` marks an entry to be *masked* (filled, hidden).
 ///
 /// A mask broadcasts like a tensor: a `[T,T]` causal mask applies to every lane of `[B,h,T,T]`.
+///
+/// # Shapes
+/// Any shape that broadcasts to the value it masks; [`Mask::causal`] is `[T_q, T_k]`.
+///
+/// # Errors
+/// [`Mask::new`]: [`TensorAutodiffError::LengthMismatch`] if the flags do not fill the shape.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::Mask;
+/// // three queries over three keys: query i hides keys j > i
+/// let causal = Mask::causal(3, 3, 0)?;
+/// assert_eq!(causal.as_slice(), &[false, true, true, false, false, true, false, false, false]);
+/// // decode: one query at position 2 over keys 0..3 sees all of them
+/// assert_eq!(Mask::causal(1, 3, 2)?.as_slice(), &[false, false, false]);
+/// assert!(Mask::new(&[2, 2], vec![true; 3]).is_err());
+/// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mask {
     shape: Vec<usize>,

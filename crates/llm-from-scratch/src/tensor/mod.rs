@@ -1,5 +1,10 @@
 //! Plain f64 tensors (no tape): a row-major shape and its values, plus the kernels the tape's
 //! operations are built from.
+//!
+//! Every chapter's numbers live in a [`Tensor`]; chapter 28's causal masks are [`Mask`]s. The
+//! module teaches broadcasting ([`broadcast_shapes`], and [`sum_to_shape`] for its backward), a
+//! vectorisable exponential ([`exp`], the inner loop of chapter 34's tiled attention) and matrix
+//! products with a naive reference beside the fast path ([`kernels`]).
 
 pub(crate) mod broadcast;
 pub(crate) mod dense;

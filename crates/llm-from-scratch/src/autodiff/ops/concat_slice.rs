@@ -12,6 +12,9 @@ fn outer_inner(shape: &[usize], axis: usize) -> (usize, usize) {
 
 /// Joins `values` along `axis`; all other axes must agree.
 ///
+/// # Shapes
+/// `[..., n_i, ...]` for each value (`n_i` at `axis`) → `[..., Σ n_i, ...]`.
+///
 /// ```
 /// use llm_from_scratch::{concat, constant};
 /// let a = constant(&[1, 2], &[1.0, 2.0])?;
@@ -85,8 +88,23 @@ pub fn concat(values: &[&TensorValue], axis: usize) -> Result<TensorValue> {
 impl TensorValue {
     /// The positions `start..end` of `axis` (a copy).
     ///
+    /// # Shapes
+    /// `[..., n, ...] → [..., end − start, ...]` (`n` at `axis`).
+    ///
     /// # Errors
     /// [`TensorAutodiffError::AxisOutOfRange`] or [`TensorAutodiffError::RangeOutOfBounds`].
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::parameter;
+    /// // the second half of each row; the backward sends the adjoint to those entries only
+    /// let x = parameter(&[2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])?;
+    /// let half = x.slice_axis(1, 2, 4)?;
+    /// assert_eq!(half.value()?.as_slice(), &[3.0, 4.0, 7.0, 8.0]);
+    /// assert_eq!(half.sum()?.backward()?.get(&x).unwrap().as_slice(), &[0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]);
+    /// assert!(x.slice_axis(1, 3, 5).is_err()); // past the end of the axis
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn slice_axis(&self, axis: usize, start: usize, end: usize) -> Result<TensorValue> {
         let shape = self.shape().to_vec();
         if axis >= shape.len() {

@@ -10,8 +10,25 @@ impl TensorValue {
     /// Dropout with probability `p`, drawing one uniform number per entry from `rng`.
     /// With `p = 0` it returns the same node and draws nothing.
     ///
+    /// # Shapes
+    /// `[...] → [...]` (same shape).
+    ///
     /// # Errors
-    /// [`TensorAutodiffError::InvalidArgument`] unless `0 ≤ p < 1`; `Released`.
+    /// [`TensorAutodiffError::InvalidArgument`] unless `0 ≤ p < 1`;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{constant, nn::SplitMix64};
+    /// let x = constant(&[1, 1000], &[1.0; 1000])?;
+    /// let y = x.dropout(0.5, &mut SplitMix64::new(0))?.value()?;
+    /// // every entry is 0 or 1/(1 − p) = 2, so the expected value stays 1
+    /// assert!(y.as_slice().iter().all(|&v| v == 0.0 || v == 2.0));
+    /// let kept = y.as_slice().iter().filter(|&&v| v == 2.0).count();
+    /// assert!((400..600).contains(&kept));
+    /// assert!(x.dropout(1.0, &mut SplitMix64::new(0)).is_err());
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn dropout(&self, p: f64, rng: &mut SplitMix64) -> Result<TensorValue> {
         if !(0.0..1.0).contains(&p) {
             return Err(TensorAutodiffError::InvalidArgument {

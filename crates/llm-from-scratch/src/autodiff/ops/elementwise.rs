@@ -28,9 +28,25 @@ fn zip_broadcast(op: &'static str, a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) 
 impl TensorValue {
     /// `self + rhs` with broadcasting.
     ///
+    /// # Shapes
+    /// Operands broadcast from the right: `[B, T, d] + [d] → [B, T, d]` (see [`broadcast_shapes`]).
+    ///
     /// # Errors
-    /// [`crate::TensorAutodiffError::ShapeMismatch`] if the shapes do not broadcast; `Released` if
-    /// an operand was freed.
+    /// [`crate::TensorAutodiffError::ShapeMismatch`] if the shapes do not broadcast;
+    /// [`crate::TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{constant, parameter};
+    /// // a bias [2] added to every row of [2, 2]; its gradient sums over the rows
+    /// let x = constant(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+    /// let b = parameter(&[2], &[10.0, 20.0])?;
+    /// let y = x.add(&b)?;
+    /// assert_eq!(y.value()?.as_slice(), &[11.0, 22.0, 13.0, 24.0]);
+    /// assert_eq!(y.sum()?.backward()?.get(&b).unwrap().as_slice(), &[2.0, 2.0]);
+    /// assert!(x.add(&constant(&[3], &[0.0; 3])?).is_err()); // [2, 2] and [3] do not broadcast
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn add(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("add", &self.read("add")?, &rhs.read("add")?, |x, y| x + y)?;
         Ok(TensorValue::record("add", vec![self.clone(), rhs.clone()], out, |ctx| {
@@ -42,8 +58,19 @@ impl TensorValue {
 
     /// `self − rhs` with broadcasting.
     ///
+    /// # Shapes
+    /// As [`TensorValue::add`].
+    ///
     /// # Errors
     /// As [`TensorValue::add`].
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let x = constant(&[2], &[5.0, 7.0])?;
+    /// assert_eq!(x.sub(&constant(&[1], &[1.0])?)?.value()?.as_slice(), &[4.0, 6.0]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn sub(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("sub", &self.read("sub")?, &rhs.read("sub")?, |x, y| x - y)?;
         Ok(TensorValue::record("sub", vec![self.clone(), rhs.clone()], out, |ctx| {
@@ -58,8 +85,22 @@ impl TensorValue {
 
     /// `self ⊙ rhs` (elementwise product) with broadcasting.
     ///
+    /// # Shapes
+    /// As [`TensorValue::add`].
+    ///
     /// # Errors
     /// As [`TensorValue::add`].
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::parameter;
+    /// // ∂(Σ x ⊙ y)/∂x = y
+    /// let x = parameter(&[2], &[2.0, 3.0])?;
+    /// let y = parameter(&[2], &[5.0, 7.0])?;
+    /// let grads = x.mul(&y)?.sum()?.backward()?;
+    /// assert_eq!(grads.get(&x).unwrap().as_slice(), &[5.0, 7.0]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn mul(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let out = zip_broadcast("mul", &self.read("mul")?, &rhs.read("mul")?, |x, y| x * y)?;
         Ok(TensorValue::record("mul", vec![self.clone(), rhs.clone()], out, |ctx| {

@@ -30,7 +30,7 @@ impl TensorValue {
     /// # Errors
     /// [`TensorAutodiffError::RankMismatch`] if the table is not rank 2;
     /// [`TensorAutodiffError::LengthMismatch`] if `ids` does not fill `ids_shape`;
-    /// [`TensorAutodiffError::InvalidArgument`] for an id `≥ V`; `Released`.
+    /// [`TensorAutodiffError::InvalidArgument`] for an id `≥ V`; [`TensorAutodiffError::Released`].
     pub fn embedding(&self, ids: &[usize], ids_shape: &[usize]) -> Result<TensorValue> {
         let table_shape = self.shape();
         if table_shape.len() != 2 {

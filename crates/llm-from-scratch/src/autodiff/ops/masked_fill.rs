@@ -32,9 +32,22 @@ pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<V
 impl TensorValue {
     /// `out = fill` where `mask` is true, `x` elsewhere.
     ///
+    /// # Shapes
+    /// `x [...]`, `mask` broadcasting to `x`'s shape → `x`'s shape.
+    ///
     /// # Errors
     /// [`TensorAutodiffError::ShapeMismatch`] if the mask does not broadcast to the value's
-    /// shape; `Released`.
+    /// shape; [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{Mask, constant};
+    /// // the causal mask of 2 tokens hides key 1 from query 0
+    /// let scores = constant(&[2, 2], &[0.1, 0.2, 0.3, 0.4])?;
+    /// let hidden = scores.masked_fill(&Mask::causal(2, 2, 0)?, f64::NEG_INFINITY)?;
+    /// assert_eq!(hidden.value()?.as_slice(), &[0.1, f64::NEG_INFINITY, 0.3, 0.4]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn masked_fill(&self, mask: &Mask, fill: f64) -> Result<TensorValue> {
         let covered = expand("masked_fill", mask, self.shape())?;
         let x = self.read("masked_fill")?;

@@ -162,8 +162,13 @@ fn grouped_products<'a>(
 }
 
 impl TensorValue {
-    /// Batched matrix product `self · rhs` (see the module docs for shapes and broadcasting).
+    /// Batched matrix product `self · rhs`.
     ///
+    /// # Shapes
+    /// `self [..., m, k] · rhs [..., k, n] → [..., m, n]`; the leading (batch) axes broadcast, so
+    /// `x [B, T, d] · W [d, e]` applies one weight to every row.
+    ///
+    /// # Example
     /// ```
     /// use llm_from_scratch::constant;
     /// // [1 2; 3 4] · [5; 6] = [1·5 + 2·6; 3·5 + 4·6] = [17; 39]
@@ -176,7 +181,7 @@ impl TensorValue {
     /// # Errors
     /// [`TensorAutodiffError::RankMismatch`] for an operand of rank < 2,
     /// [`TensorAutodiffError::ShapeMismatch`] when the inner axes differ or the batch axes do not
-    /// broadcast; `Released` if an operand was freed.
+    /// broadcast; [`TensorAutodiffError::Released`] if an operand was released.
     pub fn matmul(&self, rhs: &TensorValue) -> Result<TensorValue> {
         let plan = Plan::new(self.shape(), rhs.shape())?;
         let (a, b) = (self.read("matmul")?, rhs.read("matmul")?);

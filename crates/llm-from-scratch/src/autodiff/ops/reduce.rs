@@ -8,8 +8,21 @@ use crate::tensor::Tensor;
 impl TensorValue {
     /// `Σ_i x_i` as a rank-0 value.
     ///
+    /// # Shapes
+    /// `[...] → []` (rank 0).
+    ///
     /// # Errors
-    /// `Released` if the operand was freed.
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::parameter;
+    /// let x = parameter(&[2, 2], &[1.0, 2.0, 3.0, 4.0])?;
+    /// let total = x.sum()?;
+    /// assert_eq!((total.shape(), total.value()?.as_slice()), (&[][..], &[10.0][..]));
+    /// assert_eq!(total.backward()?.get(&x).unwrap().as_slice(), &[1.0; 4]); // ∂Σ/∂x_i = 1
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn sum(&self) -> Result<TensorValue> {
         let total: f64 = self.read("sum")?.as_slice().iter().sum();
         Ok(TensorValue::record("sum", vec![self.clone()], Tensor::scalar(total), |ctx| {
@@ -23,8 +36,24 @@ impl TensorValue {
 
     /// `Σ_i w_i · x_i` as a rank-0 value, for fixed weights `w` of the same shape.
     ///
+    /// # Shapes
+    /// `x [...]`, `weights` of the same shape → `[]` (rank 0).
+    ///
     /// # Errors
-    /// [`TensorAutodiffError::ShapeMismatch`] if `weights` has another shape; `Released`.
+    /// [`TensorAutodiffError::ShapeMismatch`] if `weights` has another shape;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{Tensor, parameter};
+    /// // the loss Σ upstream ⊙ y: its gradient with respect to y is the upstream adjoint
+    /// let y = parameter(&[3], &[1.0, 2.0, 3.0])?;
+    /// let upstream = Tensor::new(&[3], vec![0.5, 0.0, -1.0])?;
+    /// let loss = y.weighted_sum(&upstream)?;
+    /// assert_eq!(loss.value()?.as_slice(), &[-2.5]);
+    /// assert_eq!(loss.backward()?.get(&y).unwrap().as_slice(), upstream.as_slice());
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn weighted_sum(&self, weights: &Tensor) -> Result<TensorValue> {
         if weights.shape() != self.shape() {
             return Err(TensorAutodiffError::ShapeMismatch {

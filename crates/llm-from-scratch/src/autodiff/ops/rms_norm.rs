@@ -12,7 +12,20 @@ impl TensorValue {
     ///
     /// # Errors
     /// [`TensorAutodiffError::ShapeMismatch`] if `gain` is not `[d]`,
-    /// [`TensorAutodiffError::InvalidArgument`] if `eps` is negative or not finite; `Released`.
+    /// [`TensorAutodiffError::InvalidArgument`] if `eps` is negative or not finite;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{constant, parameter};
+    /// // [3, 4] has mean square 12.5; a gain of [1, 2] doubles the second coordinate
+    /// let x = constant(&[1, 2], &[3.0, 4.0])?;
+    /// let y = x.rms_norm(&parameter(&[2], &[1.0, 2.0])?, 0.0)?.value()?;
+    /// let r = 12.5f64.sqrt();
+    /// assert!((y.as_slice()[0] - 3.0 / r).abs() < 1e-12 && (y.as_slice()[1] - 8.0 / r).abs() < 1e-12);
+    /// assert!(x.rms_norm(&parameter(&[3], &[1.0; 3])?, 0.0).is_err()); // gain [3] for rows of 2
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn rms_norm(&self, gain: &TensorValue, eps: f64) -> Result<TensorValue> {
         let d = self.shape().last().copied().unwrap_or(0);
         if self.shape().is_empty() || gain.shape() != [d] {

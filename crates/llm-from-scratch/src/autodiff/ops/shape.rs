@@ -108,8 +108,22 @@ fn check_permutation(op: &'static str, shape: &[usize], perm: &[usize]) -> Resul
 impl TensorValue {
     /// The same values under a new shape with the same number of elements (row-major order kept).
     ///
+    /// # Shapes
+    /// `[...] → shape`, with the same product of axes: `[B, T, H·d_h] → [B, T, H, d_h]`.
+    ///
     /// # Errors
-    /// [`TensorAutodiffError::ReshapeMismatch`] if the element counts differ; `Released`.
+    /// [`TensorAutodiffError::ReshapeMismatch`] if the element counts differ;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let x = constant(&[1, 2, 4], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])?;
+    /// let heads = x.reshape(&[1, 2, 2, 2])?; // two heads of width 2 per token
+    /// assert_eq!(heads.value()?.as_slice(), x.value()?.as_slice());
+    /// assert!(x.reshape(&[3, 3]).is_err()); // 9 values asked for, 8 held
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn reshape(&self, shape: &[usize]) -> Result<TensorValue> {
         let out = self.read("reshape")?.reshaped(shape)?;
         Ok(TensorValue::record("reshape", vec![self.clone()], out, |ctx| {
@@ -120,8 +134,22 @@ impl TensorValue {
 
     /// Reorders the axes: output axis `i` is input axis `perm[i]`.
     ///
+    /// # Shapes
+    /// `[a_0, …, a_{r−1}] → [a_perm[0], …, a_perm[r−1]]`: `[B, T, H, d_h]` with `perm = [0, 2, 1, 3]`
+    /// gives `[B, H, T, d_h]`.
+    ///
     /// # Errors
     /// [`TensorAutodiffError::InvalidPermutation`] if `perm` is not a permutation of `0..rank`.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let x = constant(&[1, 2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0])?;
+    /// let y = x.permute(&[0, 2, 1])?;
+    /// assert_eq!((y.shape(), y.value()?.as_slice()), (&[1usize, 3, 2][..], &[0.0, 3.0, 1.0, 4.0, 2.0, 5.0][..]));
+    /// assert!(x.permute(&[0, 0, 1]).is_err());
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn permute(&self, perm: &[usize]) -> Result<TensorValue> {
         check_permutation("permute", self.shape(), perm)?;
         self.permute_unchecked("permute", perm)
@@ -141,8 +169,21 @@ impl TensorValue {
 
     /// Swaps axes `a` and `b` (a permutation with one exchange).
     ///
+    /// # Shapes
+    /// `k [..., T, d_h]` with `(a, b)` the last two axes gives `kᵀ [..., d_h, T]`.
+    ///
     /// # Errors
     /// [`TensorAutodiffError::AxisOutOfRange`] if either axis is not below the rank.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let k = constant(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])?;
+    /// let kt = k.transpose(0, 1)?;
+    /// assert_eq!((kt.shape(), kt.value()?.as_slice()), (&[3usize, 2][..], &[1.0, 4.0, 2.0, 5.0, 3.0, 6.0][..]));
+    /// assert!(k.transpose(0, 2).is_err());
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn transpose(&self, a: usize, b: usize) -> Result<TensorValue> {
         let rank = self.shape().len();
         for axis in [a, b] {

@@ -67,6 +67,10 @@ fn masked_softmax_row_backward(y: &[f64], dy: &[f64], hidden: &[bool], dx: &mut 
 impl TensorValue {
     /// Softmax over the last axis: every row becomes non-negative weights that sum to 1.
     ///
+    /// # Shapes
+    /// `[..., n] → [..., n]`.
+    ///
+    /// # Example
     /// ```
     /// use llm_from_scratch::constant;
     /// // equal scores share the weight equally; a −∞ score gets exactly 0
@@ -76,7 +80,8 @@ impl TensorValue {
     /// ```
     ///
     /// # Errors
-    /// [`TensorAutodiffError::RankMismatch`] for a scalar; `Released`.
+    /// [`TensorAutodiffError::RankMismatch`] for a scalar;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
     pub fn softmax_last_axis(&self) -> Result<TensorValue> {
         self.softmax_with("softmax", None)
     }
@@ -85,9 +90,22 @@ impl TensorValue {
     /// form of `masked_fill(mask, −∞)` followed by [`TensorValue::softmax_last_axis`]. Masked
     /// entries get exactly 0, and no −∞ is ever stored on the tape.
     ///
+    /// # Shapes
+    /// `x [..., T_q, T_k]`, `mask` broadcasting to it → `[..., T_q, T_k]`.
+    ///
     /// # Errors
     /// [`TensorAutodiffError::ShapeMismatch`] if the mask does not broadcast to the value's
     /// shape; as [`TensorValue::softmax_last_axis`] otherwise.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::{Mask, constant};
+    /// // causal over two tokens: query 0 sees only key 0, query 1 shares between equal scores
+    /// let scores = constant(&[2, 2], &[0.3, 0.9, 0.5, 0.5])?;
+    /// let w = scores.masked_softmax_last_axis(&Mask::causal(2, 2, 0)?)?.value()?;
+    /// assert_eq!(w.as_slice(), &[1.0, 0.0, 0.5, 0.5]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn masked_softmax_last_axis(&self, mask: &Mask) -> Result<TensorValue> {
         let covered = expand("masked_softmax", mask, self.shape())?;
         self.softmax_with("masked_softmax", Some(covered))

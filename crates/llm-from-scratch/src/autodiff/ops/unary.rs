@@ -37,8 +37,23 @@ fn unary(
 impl TensorValue {
     /// `factor · self`.
     ///
+    /// # Shapes
+    /// `[...] → [...]` (same shape); so are [`TensorValue::exp`], [`TensorValue::log`] and
+    /// [`TensorValue::silu`].
+    ///
     /// # Errors
-    /// `Released` if the operand was freed.
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::parameter;
+    /// // scores / √d_h with d_h = 4; the gradient is the factor
+    /// let x = parameter(&[2], &[1.0, -2.0])?;
+    /// let y = x.scale(0.5)?;
+    /// assert_eq!(y.value()?.as_slice(), &[0.5, -1.0]);
+    /// assert_eq!(y.sum()?.backward()?.get(&x).unwrap().as_slice(), &[0.5, 0.5]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn scale(&self, factor: f64) -> Result<TensorValue> {
         let out = self.read("scale")?.map(|v| v * factor);
         Ok(TensorValue::record("scale", vec![self.clone()], out, move |ctx| {
@@ -49,8 +64,20 @@ impl TensorValue {
 
     /// `eˣ` elementwise.
     ///
+    /// # Shapes
+    /// `[...] → [...]`.
+    ///
     /// # Errors
-    /// `Released` if the operand was freed.
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let y = constant(&[2], &[0.0, 1.0])?.exp()?.value()?;
+    /// assert_eq!(y.as_slice()[0], 1.0);
+    /// assert!((y.as_slice()[1] - std::f64::consts::E).abs() < 1e-15);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn exp(&self) -> Result<TensorValue> {
         // d/dx eˣ = eˣ = out
         unary(self, "exp", f64::exp, Reads::Output, |y| y)
@@ -58,9 +85,21 @@ impl TensorValue {
 
     /// Natural logarithm elementwise; `log(0) = −∞`.
     ///
+    /// # Shapes
+    /// `[...] → [...]`.
+    ///
     /// # Errors
     /// [`TensorAutodiffError::InvalidArgument`] if a value is negative (or NaN): the logarithm
     /// has no real answer there.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// let y = constant(&[2], &[1.0, 0.0])?.log()?.value()?;
+    /// assert_eq!(y.as_slice(), &[0.0, f64::NEG_INFINITY]);
+    /// assert!(constant(&[1], &[-1.0])?.log().is_err());
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn log(&self) -> Result<TensorValue> {
         let x = self.read("log")?;
         if let Some(&bad) = x.as_slice().iter().find(|v| v.is_nan() || **v < 0.0) {
@@ -77,8 +116,22 @@ impl TensorValue {
 
     /// SiLU (swish): `x · σ(x)` with `σ(x) = 1 / (1 + e^{−x})`.
     ///
+    /// # Shapes
+    /// `[...] → [...]`.
+    ///
     /// # Errors
-    /// `Released` if the operand was freed.
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    ///
+    /// # Example
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// // silu(0) = 0; silu(x) → x for large x; silu is slightly negative below 0
+    /// let y = constant(&[3], &[0.0, 40.0, -1.0])?.silu()?.value()?;
+    /// assert_eq!(y.as_slice()[0], 0.0);
+    /// assert!((y.as_slice()[1] - 40.0).abs() < 1e-12);
+    /// assert!((y.as_slice()[2] + 1.0 / (1.0 + 1f64.exp())).abs() < 1e-15);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
     pub fn silu(&self) -> Result<TensorValue> {
         // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x))
         unary(
