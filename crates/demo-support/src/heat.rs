@@ -100,7 +100,45 @@ pub struct HeatMap {
     pub masked_label: String,
 }
 
+/// `values` cut into rows of `columns`, every cell visible (`Some`).
+///
+/// ```
+/// assert_eq!(demo_support::heat::grid(&[1.0, 2.0, 3.0, 4.0], 2), vec![vec![Some(1.0), Some(2.0)], vec![Some(3.0), Some(4.0)]]);
+/// ```
+pub fn grid(values: &[f64], columns: usize) -> Vec<Vec<Option<f64>>> {
+    values.chunks(columns.max(1)).map(|row| row.iter().copied().map(Some).collect()).collect()
+}
+
+/// `prefix0, prefix1, …`: `n` row or column labels.
+///
+/// ```
+/// assert_eq!(demo_support::heat::labels("k", 2), ["k0", "k1"]);
+/// ```
+pub fn labels(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
 impl HeatMap {
+    /// A map of probabilities at `(x, y)`: `values` in rows of `columns`, rows labelled `q0, q1, …`,
+    /// columns `k0, k1, …`, 60 × 40 cells shaded from 0 (white) to 1, two decimals, hidden cells
+    /// labelled `masked`. Change any field with struct update syntax.
+    pub fn probabilities(x: f64, y: f64, title: &str, values: &[f64], columns: usize) -> Self {
+        let cells = grid(values, columns);
+        HeatMap {
+            x,
+            y,
+            cell_width: 60.0,
+            cell_height: 40.0,
+            title: title.to_string(),
+            row_labels: labels("q", cells.len()),
+            col_labels: labels("k", columns),
+            cells,
+            shading: Shading::Sequential { min: 0.0, max: 1.0 },
+            decimals: 2,
+            masked_label: "masked".to_string(),
+        }
+    }
+
     /// Width of the row labels' column.
     fn label_width(&self) -> f64 {
         self.row_labels.iter().map(|l| text_width(l, 12.0)).fold(0.0, f64::max) + 10.0
