@@ -312,24 +312,30 @@ pub struct BarChart {
 }
 
 impl BarChart {
-    /// Draws axes, bars, their labels, the category names and the legend in `corner`.
+    /// Draws axes, bars (from 0, or from the axis' edge nearest to 0), their labels, the category
+    /// names and the legend in `corner`.
     pub fn draw(&self, svg: &mut Svg, corner: Corner) {
         let area = self.area;
         draw_axes(svg, area, None, &self.y);
         let groups = self.categories.len().max(1) as f64;
         let group_width = area.width / groups;
         let bar_width = group_width * 0.8 / self.series.len().max(1) as f64;
+        // bars start at 0 (or at the axis' edge nearest to it): negative values hang down
+        let baseline = area.bottom() - self.y.fraction(0.0) * area.height;
         for (c, category) in self.categories.iter().enumerate() {
             let left = area.x + c as f64 * group_width + group_width * 0.1;
             svg.text(left + group_width * 0.4, area.bottom() + 19.0, TextStyle::centered().size(12.0), category);
             for (s, series) in self.series.iter().enumerate() {
                 let Some(&value) = series.values.get(c) else { continue };
-                let top = area.bottom() - self.y.fraction(value) * area.height;
+                let end = area.bottom() - self.y.fraction(value) * area.height;
+                let (top, bottom) = (end.min(baseline), end.max(baseline));
                 let x = left + s as f64 * bar_width;
-                svg.rect(x + 1.0, top, bar_width - 2.0, area.bottom() - top, &series.color, None);
+                svg.rect(x + 1.0, top, bar_width - 2.0, bottom - top, &series.color, None);
                 if let Some(label) = series.labels.get(c).filter(|l| !l.is_empty()) {
                     let style = TextStyle { size: 11.0, anchor: Anchor::Middle, ..TextStyle::label() };
-                    svg.text(x + bar_width / 2.0, top - 4.0, style, label);
+                    // above a bar that rises from the baseline, below one that hangs from it
+                    let y = if end <= baseline { end - 4.0 } else { end + 13.0 };
+                    svg.text(x + bar_width / 2.0, y, style, label);
                 }
             }
         }
@@ -409,5 +415,22 @@ mod tests {
         // group width 300, bar width 120: the first bar spans 130..250 and reaches the top
         assert!(out.contains(r##"<rect x="131.0" y="50.0" width="118.0" height="300.0" fill="#0072b2"/>"##), "{out}");
         assert!(out.contains(">MHA</text>") && out.contains(">layout</text>") && out.contains(">10</text>"));
+    }
+
+    #[test]
+    fn negative_bars_hang_from_zero() {
+        let mut svg = Svg::new(800.0, 420.0, "bars");
+        BarChart {
+            area: AREA,
+            categories: vec!["up".into(), "down".into()],
+            x_label: String::new(),
+            y: Axis::linear("dot", -1.0, 1.0, 2, 0),
+            series: vec![BarSeries::new("dot", 0, vec![1.0, -0.5], vec![])],
+        }
+        .draw(&mut svg, Corner::TopRight);
+        let out = svg.finish();
+        // zero is the middle of the area (y = 200); 1 reaches the top, −0.5 goes 75 px down
+        assert!(out.contains(r#"y="50.0" width="238.0" height="150.0""#), "{out}");
+        assert!(out.contains(r#"y="200.0" width="238.0" height="75.0""#), "{out}");
     }
 }
