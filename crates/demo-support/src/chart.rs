@@ -315,6 +315,20 @@ impl BarChart {
     /// Draws axes, bars (from 0, or from the axis' edge nearest to 0), their labels, the category
     /// names and the legend in `corner`.
     pub fn draw(&self, svg: &mut Svg, corner: Corner) {
+        self.draw_without_legend(svg);
+        draw_legend_in(svg, self.area, corner, &self.legend());
+    }
+
+    /// The legend's entries, for a legend drawn elsewhere with [`draw_legend`].
+    pub fn legend(&self) -> Vec<LegendEntry> {
+        self.series
+            .iter()
+            .map(|s| LegendEntry { name: s.name.clone(), color: s.color.clone(), swatch: Swatch::Square })
+            .collect()
+    }
+
+    /// Draws axes, bars, their labels and the category names, but no legend.
+    pub fn draw_without_legend(&self, svg: &mut Svg) {
         let area = self.area;
         draw_axes(svg, area, None, &self.y);
         let groups = self.categories.len().max(1) as f64;
@@ -340,12 +354,6 @@ impl BarChart {
             }
         }
         svg.text(area.x + area.width / 2.0, area.bottom() + 40.0, TextStyle::centered(), &self.x_label);
-        let entries: Vec<LegendEntry> = self
-            .series
-            .iter()
-            .map(|s| LegendEntry { name: s.name.clone(), color: s.color.clone(), swatch: Swatch::Square })
-            .collect();
-        draw_legend_in(svg, area, corner, &entries);
     }
 }
 
