@@ -177,7 +177,9 @@ pub fn draw_legend(svg: &mut Svg, x: f64, y: f64, entries: &[LegendEntry]) {
             Swatch::Line { dashed } => {
                 svg.line(x + 8.0, cy, x + 36.0, cy, Stroke { color: &entry.color, width: 2.5, dashed })
             }
-            Swatch::Square => svg.rect(x + 14.0, cy - 7.0, 14.0, 14.0, &entry.color, None),
+            Swatch::Square => {
+                svg.rect(x + 14.0, cy - 7.0, 14.0, 14.0, &entry.color, Some(Stroke::solid("#777777", 0.5)))
+            }
         }
         svg.text(x + 42.0, cy + 4.5, TextStyle::label(), &entry.name);
     }
