@@ -212,12 +212,26 @@ pub struct Series {
     pub dashed: bool,
     /// A dot on every point.
     pub markers: bool,
+    /// A line through the points (off: dots only, for values that are not a trajectory).
+    pub line: bool,
 }
 
 impl Series {
     /// A solid series with dots, in palette colour `color_index`.
     pub fn new(name: &str, color_index: usize, points: Vec<(f64, f64)>) -> Self {
-        Series { name: name.to_string(), color: color(color_index).to_string(), points, dashed: false, markers: true }
+        Series {
+            name: name.to_string(),
+            color: color(color_index).to_string(),
+            points,
+            dashed: false,
+            markers: true,
+            line: true,
+        }
+    }
+
+    /// The same series as dots without a line.
+    pub fn dots(self) -> Self {
+        Series { line: false, markers: true, ..self }
     }
 
     /// The same series dashed.
@@ -247,6 +261,24 @@ impl LineChart {
 
     /// Draws axes, lines and the legend in `corner` (no legend for a single unnamed series).
     pub fn draw_with_legend(&self, svg: &mut Svg, corner: Corner) {
+        self.draw_without_legend(svg);
+        draw_legend_in(svg, self.area, corner, &self.legend());
+    }
+
+    /// The legend's entries (named series only), for a legend drawn elsewhere with [`draw_legend`].
+    pub fn legend(&self) -> Vec<LegendEntry> {
+        self.series
+            .iter()
+            .filter(|s| !s.name.is_empty())
+            .map(|s| {
+                let swatch = if s.line { Swatch::Line { dashed: s.dashed } } else { Swatch::Square };
+                LegendEntry { name: s.name.clone(), color: s.color.clone(), swatch }
+            })
+            .collect()
+    }
+
+    /// Draws axes and lines, but no legend.
+    pub fn draw_without_legend(&self, svg: &mut Svg) {
         let area = self.area;
         draw_axes(svg, area, Some(&self.x), &self.y);
         for s in &self.series {
@@ -257,24 +289,16 @@ impl LineChart {
                     (area.x + self.x.fraction(x) * area.width, area.bottom() - self.y.fraction(y) * area.height)
                 })
                 .collect();
-            svg.polyline(&points, Stroke { color: &s.color, width: 2.5, dashed: s.dashed });
+            if s.line {
+                svg.polyline(&points, Stroke { color: &s.color, width: 2.5, dashed: s.dashed });
+            }
             if s.markers {
+                let radius = if s.line { 3.5 } else { 5.0 };
                 for &(px, py) in &points {
-                    svg.circle(px, py, 3.5, &s.color);
+                    svg.circle(px, py, radius, &s.color);
                 }
             }
         }
-        let entries: Vec<LegendEntry> = self
-            .series
-            .iter()
-            .filter(|s| !s.name.is_empty())
-            .map(|s| LegendEntry {
-                name: s.name.clone(),
-                color: s.color.clone(),
-                swatch: Swatch::Line { dashed: s.dashed },
-            })
-            .collect();
-        draw_legend_in(svg, area, corner, &entries);
     }
 }
 
