@@ -98,6 +98,8 @@ pub struct HeatMap {
     pub decimals: usize,
     /// The label of a hidden cell (e.g. `−∞` for a score, `masked` for a weight).
     pub masked_label: String,
+    /// Write each cell's value in it (off for maps too dense to read them; the shading remains).
+    pub cell_labels: bool,
 }
 
 /// `values` cut into rows of `columns`, every cell visible (`Some`).
@@ -136,6 +138,7 @@ impl HeatMap {
             shading: Shading::Sequential { min: 0.0, max: 1.0 },
             decimals: 2,
             masked_label: "masked".to_string(),
+            cell_labels: true,
         }
     }
 
@@ -169,8 +172,10 @@ impl HeatMap {
     pub fn draw(&self, svg: &mut Svg) {
         let (gx, gy) = (self.grid_x(), self.grid_y());
         svg.text(self.x, self.y + 14.0, TextStyle::heading(14.0), &self.title);
+        // narrow cells get smaller column labels so that two digits still fit
+        let col_size = (self.cell_width * 0.6).clamp(8.0, 12.0);
         for (j, label) in self.col_labels.iter().enumerate() {
-            svg.text(gx + (j as f64 + 0.5) * self.cell_width, gy - 8.0, TextStyle::centered().size(12.0), label);
+            svg.text(gx + (j as f64 + 0.5) * self.cell_width, gy - 8.0, TextStyle::centered().size(col_size), label);
         }
         let size = (self.cell_height * 0.4).clamp(9.0, 13.0);
         for (i, row) in self.cells.iter().enumerate() {
@@ -185,6 +190,9 @@ impl HeatMap {
                     None => (MASKED.to_string(), "#555555", self.masked_label.clone()),
                 };
                 svg.rect(cx, cy, self.cell_width, self.cell_height, &fill, Some(Stroke::solid("#ffffff", 1.0)));
+                if !self.cell_labels {
+                    continue;
+                }
                 let style = TextStyle::centered().size(size).color(ink);
                 svg.text(cx + self.cell_width / 2.0, cy + self.cell_height / 2.0 + size * 0.35, style, &label);
             }
@@ -227,6 +235,7 @@ mod tests {
             shading: Shading::Sequential { min: 0.0, max: 1.0 },
             decimals: 2,
             masked_label: "masked".into(),
+            cell_labels: true,
         }
     }
 
@@ -242,6 +251,15 @@ mod tests {
         assert!(out.contains("fill=\"#084594\""), "the largest value is darkest");
         assert_eq!(m.height(), 120.0);
         assert!(m.width() > 120.0);
+    }
+
+    #[test]
+    fn cells_can_go_unlabelled() {
+        let mut svg = Svg::new(400.0, 200.0, "t");
+        HeatMap { cell_labels: false, ..map() }.draw(&mut svg);
+        let out = svg.finish();
+        assert!(!out.contains(">0.25</text>") && !out.contains(">masked</text>"));
+        assert!(out.contains(">q1</text>"), "row labels stay");
     }
 
     #[test]
