@@ -4,7 +4,8 @@
 //! The figures are deterministic: the same evidence gives the same bytes on every run and every
 //! machine, because every number is written with a fixed number of decimals ([`fmt::fixed`]) and
 //! nothing depends on hashing, time or the environment. Text is XML-escaped ([`fmt::escape`]), and
-//! [`xml::check_well_formed`] lets each demo's tests check the document it drew.
+//! [`xml::check_well_formed`] lets each demo's tests check the document it drew
+//! ([`check::check_chapter_figure`] runs every check a chapter's figure must pass).
 //!
 //! ```
 //! use demo_support::chart::{Area, Axis, LineChart, Series};
@@ -26,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod chart;
+pub mod check;
 pub mod cli;
 pub mod fmt;
 pub mod heat;

@@ -155,6 +155,15 @@ impl Svg {
         );
     }
 
+    /// One text per line from `(x, y)` down, `spacing` pixels apart (an empty line leaves a gap).
+    pub fn text_lines<S: AsRef<str>>(&mut self, x: f64, y: f64, spacing: f64, style: TextStyle, lines: &[S]) {
+        for (i, line) in lines.iter().enumerate() {
+            if !line.as_ref().is_empty() {
+                self.text(x, y + i as f64 * spacing, style, line.as_ref());
+            }
+        }
+    }
+
     /// `content` written upwards (rotated by −90°) with its middle at `(x, y)`: a y-axis label.
     pub fn vertical_text(&mut self, x: f64, y: f64, style: TextStyle, content: &str) {
         let (x, y) = (coord(x), coord(y));
@@ -277,6 +286,15 @@ mod tests {
         assert!(out.contains(">a &amp; b</text>"));
         assert!(!out.contains("polyline"), "one point draws no polyline");
         check_well_formed(&out).unwrap();
+    }
+
+    #[test]
+    fn text_lines_step_down_and_skip_empty_ones() {
+        let mut svg = Svg::new(100.0, 100.0, "t");
+        svg.text_lines(5.0, 40.0, 20.0, TextStyle::label(), &["a", "", "c"]);
+        let out = svg.finish();
+        assert!(out.contains(r#"<text x="5.0" y="40.0""#) && out.contains(r#"<text x="5.0" y="80.0""#));
+        assert!(!out.contains(r#"y="60.0""#), "the empty line draws nothing");
     }
 
     #[test]

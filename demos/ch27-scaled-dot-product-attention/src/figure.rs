@@ -51,16 +51,17 @@ pub fn render_svg(e: &Evidence) -> String {
     svg.text(20.0, 310.0, TextStyle::heading(15.0), "Without ÷√d_h");
     HeatMap::probabilities(20.0, 325.0, "softmax(Q·Kᵀ), no scale", e.unscaled_weights.as_slice(), n).draw(&mut svg);
     let top_row = |w: &[f64]| fixed(w[n * n - 1], 2);
-    for (i, line) in [
-        format!("at d_h = 2 the effect is small: x2 keeps {}", top_row(e.unscaled_weights.as_slice())),
-        format!("instead of {}. Unscaled q·k spreads like √d_h,", top_row(e.weights.as_slice())),
-        "so wide heads saturate the softmax (right).".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(20.0, 510.0 + i as f64 * 18.0, TextStyle::label(), line);
-    }
+    svg.text_lines(
+        20.0,
+        510.0,
+        18.0,
+        TextStyle::label(),
+        &[
+            format!("at d_h = 2 the effect is small: x2 keeps {}", top_row(e.unscaled_weights.as_slice())),
+            format!("instead of {}. Unscaled q·k spreads like √d_h,", top_row(e.weights.as_slice())),
+            "so wide heads saturate the softmax (right).".to_string(),
+        ],
+    );
     // 3. spread of the scores, and saturation at d_h = 64
     let widths: Vec<String> = SPREAD_WIDTHS.iter().map(|d| format!("d_h = {d}")).collect();
     let labels = |values: &[f64]| values.iter().map(|v| fixed(*v, 2)).collect::<Vec<_>>();
@@ -99,28 +100,11 @@ pub fn render_svg(e: &Evidence) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.top_weight_unscaled = 0.5;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.weights = llm_from_scratch::Tensor::new(&[3, 3], vec![0.5; 9])?;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.top_weight_unscaled = 0.5, |e: &mut Evidence| e.weights = e.unscaled_weights.clone(),]
+    );
 }

@@ -86,21 +86,22 @@ pub fn render_svg(e: &Evidence) -> String {
     output_map(290.0, 350.0, "output P·V", &e.padded_output).draw(&mut svg);
     svg.rect(290.0 + 24.0 - 3.0, 387.0, 126.0, 46.0, "none", Some(Stroke::solid("#d55e00", 3.0)));
     svg.rect(20.0 + 24.0 - 3.0, 387.0, 4.0 * 48.0 + 6.0, 46.0, "none", Some(Stroke::solid("#d55e00", 3.0)));
-    for (i, line) in [
-        "Row q0 has no visible key at all.".to_string(),
-        "The bare formula would give 0/0 = NaN;".to_string(),
-        format!(
-            "the library returns weights {} and output [{}, {}].",
-            fixed(e.padded_weights.as_slice()[..n].iter().sum(), 0),
-            fixed(e.padded_output.as_slice()[0], 0),
-            fixed(e.padded_output.as_slice()[1], 0)
-        ),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(470.0, 400.0 + i as f64 * 20.0, TextStyle::label(), line);
-    }
+    svg.text_lines(
+        470.0,
+        400.0,
+        20.0,
+        TextStyle::label(),
+        &[
+            "Row q0 has no visible key at all.".to_string(),
+            "The bare formula would give 0/0 = NaN;".to_string(),
+            format!(
+                "the library returns weights {} and output [{}, {}].",
+                fixed(e.padded_weights.as_slice()[..n].iter().sum(), 0),
+                fixed(e.padded_output.as_slice()[0], 0),
+                fixed(e.padded_output.as_slice()[1], 0)
+            ),
+        ],
+    );
     // 3. the prefix does not move
     let changed = format!("[{}, {}]", fixed(CHANGED_LAST_TOKEN[0], 0), fixed(CHANGED_LAST_TOKEN[1], 0));
     svg.text(20.0, 580.0, TextStyle::heading(15.0), &format!("Changing the last token x3 to {changed}"));
@@ -109,48 +110,38 @@ pub fn render_svg(e: &Evidence) -> String {
     let unchanged: Vec<String> = e.unchanged_rows.iter().map(|r| format!("t{r}")).collect();
     let (before, after) = &e.unmasked_row0;
     let pair = |v: &[f64]| format!("[{}]", v.iter().map(|x| fixed(*x, 2)).collect::<Vec<_>>().join(", "));
-    for (i, line) in [
-        format!("rows {} are bitwise unchanged:", unchanged.join(", ")),
-        "their hidden weight on x3 is exactly 0.0,".to_string(),
-        "and 0.0 · v adds exactly nothing.".to_string(),
-        String::new(),
-        "Without the mask, row t0 would move".to_string(),
-        format!("from {} to {}.", pair(before), pair(after)),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(400.0, 650.0 + i as f64 * 20.0, TextStyle::label(), line);
-    }
+    svg.text_lines(
+        400.0,
+        650.0,
+        20.0,
+        TextStyle::label(),
+        &[
+            format!("rows {} are bitwise unchanged:", unchanged.join(", ")),
+            "their hidden weight on x3 is exactly 0.0,".to_string(),
+            "and 0.0 · v adds exactly nothing.".to_string(),
+            String::new(),
+            "Without the mask, row t0 would move".to_string(),
+            format!("from {} to {}.", pair(before), pair(after)),
+        ],
+    );
     svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
+
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.padded_output = e.output.clone(), |e: &mut Evidence| e.unchanged_rows = vec![0, 1],]
+    );
 
     #[test]
-    fn the_figure_is_well_formed_titled_and_shows_the_mask() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg.matches(">−∞</text>").count(), 6, "six hidden scores");
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.padded_output = Tensor::new(&[4, 2], vec![0.25; 8])?;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.unchanged_rows = vec![0, 1];
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
+    fn the_figure_shows_six_hidden_scores() -> Result<(), Box<dyn std::error::Error>> {
+        let svg = render_svg(&crate::learner_evidence()?);
+        assert_eq!(svg.matches(">−∞</text>").count(), 6);
         Ok(())
     }
 }

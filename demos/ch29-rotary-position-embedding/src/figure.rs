@@ -112,28 +112,11 @@ pub fn render_svg(e: &Evidence) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.relative_dots[0].2 = 0.5;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.rotated = llm_from_scratch::Tensor::new(&[4, 4], vec![1.0; 16])?;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.relative_dots[0].2 = 0.5, |e: &mut Evidence| e.rotated = e.adjacent.clone(),]
+    );
 }

@@ -210,18 +210,19 @@ pub fn render_svg(e: &Evidence) -> String {
     draw_legend(&mut svg, 30.0, 600.0, &legend);
     let shading = Shading::Diverging { limit: 1.2 };
     draw_colour_scale(&mut svg, 460.0, 620.0, 100.0, shading, 1, "outputs: signed values");
-    for (i, line) in [
-        "weights: white 0 → dark blue 1".to_string(),
-        format!(
-            "changing token 2: rows 0, 1 {}, row 2 {}",
-            if e.prefix_rows_bitwise_equal { "bitwise unchanged" } else { "differ" },
-            if e.last_row_changed { "changed" } else { "unchanged" }
-        ),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(30.0, 720.0 + i as f64 * 20.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        30.0,
+        720.0,
+        20.0,
+        TextStyle::label().size(12.0),
+        &[
+            "weights: white 0 → dark blue 1".to_string(),
+            format!(
+                "changing token 2: rows 0, 1 {}, row 2 {}",
+                if e.prefix_rows_bitwise_equal { "bitwise unchanged" } else { "differ" },
+                if e.last_row_changed { "changed" } else { "unchanged" }
+            ),
+        ],
+    );
     svg.finish()
 }

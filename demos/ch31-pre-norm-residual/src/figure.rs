@@ -55,19 +55,20 @@ pub fn render_svg(e: &Evidence) -> String {
     svg.line(116.0, 230.0, 116.0, 374.0, identity);
     svg.arrow(116.0, 374.0, 552.0, 374.0, identity);
     svg.text(126.0, 364.0, TextStyle::label().color("#00704f"), "identity path: x reaches the output unchanged");
-    for (i, line) in [
-        "∂out/∂x = I + ∂branch/∂x: the upstream adjoint".to_string(),
-        format!(
-            "reaches x along the identity ({}),",
-            if e.identity_path_bitwise { "bitwise upstream + branch gradient" } else { "NOT exact" }
-        ),
-        "whatever the branch does.".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(126.0, 400.0 + i as f64 * 18.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        126.0,
+        400.0,
+        18.0,
+        TextStyle::label().size(12.0),
+        &[
+            "∂out/∂x = I + ∂branch/∂x: the upstream adjoint".to_string(),
+            format!(
+                "reaches x along the identity ({}),",
+                if e.identity_path_bitwise { "bitwise upstream + branch gradient" } else { "NOT exact" }
+            ),
+            "whatever the branch does.".to_string(),
+        ],
+    );
     let decimals = 1;
     draw_colour_scale(&mut svg, 420.0, 250.0, 90.0, shading, decimals, "value");
     // 3. sizes of the tokens
@@ -94,49 +95,33 @@ pub fn render_svg(e: &Evidence) -> String {
         fixed(e.mean_square[0].sqrt(), 2),
         fixed(e.output_rms.first().copied().unwrap_or(0.0), 2)
     );
-    for (i, line) in [
-        "Pre-norm leaves the stream alone:",
-        &grows,
-        "the branch adds to it; only the",
-        "branch's input is normalised.",
-        "",
-        "Post-norm rescales the stream to 1",
-        "after every block, so the identity",
-        "path passes through a norm each time.",
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(525.0, 625.0 + i as f64 * 18.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        525.0,
+        625.0,
+        18.0,
+        TextStyle::label().size(12.0),
+        &[
+            "Pre-norm leaves the stream alone:",
+            &grows,
+            "the branch adds to it; only the",
+            "branch's input is normalised.",
+            "",
+            "Post-norm rescales the stream to 1",
+            "after every block, so the identity",
+            "path passes through a norm each time.",
+        ],
+    );
     svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.output_rms[0] = 0.25;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.branch = Tensor::new(&[1, 3, 4], vec![0.5; 12])?;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.output_rms[0] = 0.25, |e: &mut Evidence| e.branch = e.input.clone(),]
+    );
 }

@@ -69,33 +69,35 @@ pub fn render_svg(e: &Evidence) -> String {
     );
     mapping_diagram(&mut svg, 30.0, 75.0, &e.observed_mapping, KV_HEADS, &[]);
     let interleaved: Vec<String> = interleaved_mapping(QUERY_HEADS, KV_HEADS).iter().map(usize::to_string).collect();
-    for (i, line) in [
-        "each query head's output equals, bit for bit,".to_string(),
-        "attention with exactly one K,V head:".to_string(),
-        format!("[{}] (repeat-interleave)", interleaved.join(",")),
-        format!("recomputing with it: {}", if e.interleaved_bitwise { "bitwise equal" } else { "DIFFERS" }),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(460.0, 95.0 + i as f64 * 19.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        460.0,
+        95.0,
+        19.0,
+        TextStyle::label().size(12.0),
+        &[
+            "each query head's output equals, bit for bit,".to_string(),
+            "attention with exactly one K,V head:".to_string(),
+            format!("[{}] (repeat-interleave)", interleaved.join(",")),
+            format!("recomputing with it: {}", if e.interleaved_bitwise { "bitwise equal" } else { "DIFFERS" }),
+        ],
+    );
     // 2. the trap
     let tiled: Vec<Option<usize>> = tiled_mapping(QUERY_HEADS, KV_HEADS).into_iter().map(Some).collect();
     let wrong: Vec<String> = e.tiled_wrong_heads.iter().map(|h| format!("q{h}")).collect();
     svg.text(20.0, 268.0, TextStyle::heading(15.0), "The trap: tiling K and V gives h mod G instead");
     mapping_diagram(&mut svg, 30.0, 285.0, &tiled, KV_HEADS, &e.tiled_wrong_heads);
-    for (i, line) in [
-        "red outline: heads whose output changes".to_string(),
-        format!("({}), by up to {}", wrong.join(", "), fixed(e.tiled_max_diff, 3)),
-        "G = H is multi-head attention (MHA),".to_string(),
-        "G = 1 multi-query attention (MQA).".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(460.0, 305.0 + i as f64 * 19.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        460.0,
+        305.0,
+        19.0,
+        TextStyle::label().size(12.0),
+        &[
+            "red outline: heads whose output changes".to_string(),
+            format!("({}), by up to {}", wrong.join(", "), fixed(e.tiled_max_diff, 3)),
+            "G = H is multi-head attention (MHA),".to_string(),
+            "G = 1 multi-query attention (MQA).".to_string(),
+        ],
+    );
     // 3. what sharing saves
     svg.text(
         20.0,
@@ -149,28 +151,14 @@ pub fn render_svg(e: &Evidence) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.observed_mapping[0] = Some(1);
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.sharing[0].cache_bytes = Some(1 << 20);
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [
+            |e: &mut Evidence| e.observed_mapping[0] = Some(1),
+            |e: &mut Evidence| e.sharing[0].cache_bytes = Some(1 << 20),
+        ]
+    );
 }

@@ -83,17 +83,18 @@ pub fn render_svg(e: &Evidence) -> String {
     ]
     .map(|(name, color)| LegendEntry { name: name.to_string(), color: color.to_string(), swatch: Swatch::Square });
     draw_legend(&mut svg, 40.0, 230.0, &legend);
-    for (i, line) in [
-        format!("decode equals the full pass within 1e-12: {}", e.decode_within),
-        format!("windowed decode equals the windowed full pass: {}", e.window_decode_within),
-        "the window keeps 2 positions: the query's own key".to_string(),
-        "arrives with it, so 3 keys are visible".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(330.0, 285.0 + i as f64 * 18.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        330.0,
+        285.0,
+        18.0,
+        TextStyle::label().size(12.0),
+        &[
+            format!("decode equals the full pass within 1e-12: {}", e.decode_within),
+            format!("windowed decode equals the windowed full pass: {}", e.window_decode_within),
+            "the window keeps 2 positions: the query's own key".to_string(),
+            "arrives with it, so 3 keys are visible".to_string(),
+        ],
+    );
     cache_grid(
         &mut svg,
         20.0,
@@ -119,28 +120,14 @@ pub fn render_svg(e: &Evidence) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.window_steps[3].positions = vec![0, 3];
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.generation.steps[4].reset = false;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [
+            |e: &mut Evidence| e.window_steps[3].positions = vec![0, 3],
+            |e: &mut Evidence| e.generation.steps[4].reset = false,
+        ]
+    );
 }

@@ -51,29 +51,30 @@ pub fn render_svg(e: &Evidence) -> String {
     let (ra, rb) = o.rescale;
     let out = o.merged.output();
     let pair = |v: &[f64]| format!("[{}]", v.iter().map(|x| fixed(*x, 3)).collect::<Vec<_>>().join(", "));
-    for (i, line) in [
-        format!("A: m = {}, ℓ = {}", fixed(o.block_a.max, 0), fixed(o.block_a.normaliser, 3)),
-        format!("B: m = {}, ℓ = {}", fixed(o.block_b.max, 0), fixed(o.block_b.normaliser, 3)),
-        format!("merge: M = max = {}", fixed(o.merged.max, 0)),
-        format!(
-            "ℓ = {}·{} + {}·{}",
-            fixed(o.block_a.normaliser, 3),
-            fixed(ra, 3),
-            fixed(o.block_b.normaliser, 3),
-            fixed(rb, 3)
-        ),
-        format!("  = {} (rescale by e^(m − M))", fixed(o.merged.normaliser, 3)),
-        format!("output n/ℓ = {}", pair(&out)),
-        format!("one-pass softmax: {}", pair(&o.one_pass_output)),
-        format!("equal within 1e-12: {}", o.merged_equals_one_pass),
-        format!("scores + {}: the bare Σ e^s = {}", fixed(SHIFT, 0), o.naive_shifted_sum),
-        format!("online output bitwise unchanged: {}", o.online_shifted_bitwise),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(505.0, 95.0 + i as f64 * 20.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        505.0,
+        95.0,
+        20.0,
+        TextStyle::label().size(12.0),
+        &[
+            format!("A: m = {}, ℓ = {}", fixed(o.block_a.max, 0), fixed(o.block_a.normaliser, 3)),
+            format!("B: m = {}, ℓ = {}", fixed(o.block_b.max, 0), fixed(o.block_b.normaliser, 3)),
+            format!("merge: M = max = {}", fixed(o.merged.max, 0)),
+            format!(
+                "ℓ = {}·{} + {}·{}",
+                fixed(o.block_a.normaliser, 3),
+                fixed(ra, 3),
+                fixed(o.block_b.normaliser, 3),
+                fixed(rb, 3)
+            ),
+            format!("  = {} (rescale by e^(m − M))", fixed(o.merged.normaliser, 3)),
+            format!("output n/ℓ = {}", pair(&out)),
+            format!("one-pass softmax: {}", pair(&o.one_pass_output)),
+            format!("equal within 1e-12: {}", o.merged_equals_one_pass),
+            format!("scores + {}: the bare Σ e^s = {}", fixed(SHIFT, 0), o.naive_shifted_sum),
+            format!("online output bitwise unchanged: {}", o.online_shifted_bitwise),
+        ],
+    );
     // 2. memory
     svg.text(
         20.0,
@@ -111,40 +112,36 @@ pub fn render_svg(e: &Evidence) -> String {
         let y = area.bottom() - mib_axis.fraction(tiled as f64 / MIB) * area.height;
         svg.text(x, y - 8.0, TextStyle::centered().size(11.0), &bytes(tiled));
     }
-    for (i, line) in [
-        "×4 in T: explicit ×16, tiled ×4.".to_string(),
-        format!(
-            "At T = {}: {} against {}",
-            e.memory.last().map_or(0, |m| m.0),
-            bytes(e.memory.last().map_or(0, |m| m.1)),
-            bytes(e.memory.last().map_or(0, |m| m.2))
-        ),
-        "The tiled kernel never stores the".to_string(),
-        "[T, T] matrix, only (m, ℓ, n) per row.".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(545.0, 480.0 + i as f64 * 20.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        545.0,
+        480.0,
+        20.0,
+        TextStyle::label().size(12.0),
+        &[
+            "×4 in T: explicit ×16, tiled ×4.".to_string(),
+            format!(
+                "At T = {}: {} against {}",
+                e.memory.last().map_or(0, |m| m.0),
+                bytes(e.memory.last().map_or(0, |m| m.1)),
+                bytes(e.memory.last().map_or(0, |m| m.2))
+            ),
+            "The tiled kernel never stores the".to_string(),
+            "[T, T] matrix, only (m, ℓ, n) per row.".to_string(),
+        ],
+    );
     svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.online.running[1].normaliser = 2.5, |e: &mut Evidence| e.memory[0].1 *= 2,]
+    );
 
     #[test]
     fn the_running_state_ends_at_the_merge() -> Result<(), Box<dyn std::error::Error>> {
@@ -152,18 +149,6 @@ mod tests {
         let last = o.running.last().ok_or("no running state")?;
         assert_eq!(last.max, o.merged.max);
         assert!((last.normaliser - o.merged.normaliser).abs() < 1e-12);
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.online.running[1].normaliser = 2.5;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.memory[0].1 *= 2;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
         Ok(())
     }
 }

@@ -52,21 +52,23 @@ pub fn render_svg(e: &Evidence) -> String {
     svg.line(area.x, tolerance_y, area.right(), tolerance_y, Stroke::dashed("#c00000", 1.5));
     svg.text(area.x + 6.0, tolerance_y - 5.0, TextStyle::label().size(11.0).color("#c00000"), "tolerance 1e-12");
     let matched = e.gradients_match.iter().filter(|(_, ok)| *ok).count();
-    for (i, line) in [
-        format!(
-            "outputs within 1e-12: {}; weights: {}; gradients: {matched} of {} inputs match",
-            e.outputs_match,
-            e.weights_match,
-            e.gradients_match.len()
-        ),
-        "RoPE on the rebuilt key cannot be absorbed: (R_m q)·(R_n Aᵀc_n) needs R_(n−m) between q and c,".to_string(),
-        "so MLA rotates a separate shared key k_R and caches it beside the latent c.".to_string(),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(20.0, 400.0 + i as f64 * 19.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(
+        20.0,
+        400.0,
+        19.0,
+        TextStyle::label().size(12.0),
+        &[
+            format!(
+                "outputs within 1e-12: {}; weights: {}; gradients: {matched} of {} inputs match",
+                e.outputs_match,
+                e.weights_match,
+                e.gradients_match.len()
+            ),
+            "RoPE on the rebuilt key cannot be absorbed: (R_m q)·(R_n Aᵀc_n) needs R_(n−m) between q and c,"
+                .to_string(),
+            "so MLA rotates a separate shared key k_R and caches it beside the latent c.".to_string(),
+        ],
+    );
     // 2. cache per token
     svg.text(
         20.0,
@@ -95,37 +97,18 @@ pub fn render_svg(e: &Evidence) -> String {
     lines.push("The small layer of this chapter".to_string());
     lines.push(format!("stores {} numbers for 2×6 tokens;", e.decodes.first().map_or(0, |d| d.3)));
     lines.push(format!("an MHA cache would store {}.", e.mha_stored));
-    for (i, line) in lines.iter().enumerate() {
-        svg.text(545.0, 540.0 + i as f64 * 19.0, TextStyle::label().size(12.0), line);
-    }
+    svg.text_lines(545.0, 540.0, 19.0, TextStyle::label().size(12.0), &lines);
     svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
 
-    #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let svg = render_svg(&evidence);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert_eq!(svg, render_svg(&evidence), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let evidence = crate::learner_evidence()?;
-        let mut changed = evidence.clone();
-        changed.gaps.0 = 1e-3;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        let mut changed = evidence.clone();
-        changed.per_token[0].1 = 1024;
-        assert_ne!(render_svg(&evidence), render_svg(&changed));
-        Ok(())
-    }
+    demo_support::chapter_figure_test!(
+        crate::learner_evidence(),
+        render_svg,
+        TITLE,
+        [|e: &mut Evidence| e.gaps.0 = 1e-3, |e: &mut Evidence| e.per_token[0].1 = 1024,]
+    );
 }

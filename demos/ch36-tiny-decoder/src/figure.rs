@@ -105,7 +105,7 @@ pub fn render_figure(checkpoints: &[Checkpoint], figure: &TrainingFigure) -> Str
             }
         }
     }
-    for (i, line) in [
+    svg.text_lines(20.0, 822.0, 18.0, TextStyle::label().size(12.0), &[
         "Rows: query token; columns: key token (dark = weight near 1). Orange: where the symbol that each query of the"
             .to_string(),
         "reversed half must write next sits (the separator writes the last symbol); after each head's name, its mean"
@@ -114,20 +114,14 @@ pub fn render_figure(checkpoints: &[Checkpoint], figure: &TrainingFigure) -> Str
             "weight on those cells. Final held-out loss {}.",
             checkpoints.last().map_or_else(|| "-".to_string(), |c| fixed(c.held_out.loss, 6))
         ),
-    ]
-    .iter()
-    .enumerate()
-    {
-        svg.text(20.0, 822.0 + i as f64 * 18.0, TextStyle::label().size(12.0), line);
-    }
+    ]);
     svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use demo_support::fmt::escape;
-    use demo_support::xml::check_well_formed;
+    use demo_support::check::check_chapter_figure;
     use llm_from_scratch::Tensor;
     use llm_from_scratch::model::Evaluation;
 
@@ -153,27 +147,18 @@ mod tests {
         Ok((vec![checkpoint(0, 2.8, 1), checkpoint(STEPS, 0.01, 10)], figure))
     }
 
+    /// Well formed, titled, deterministic, and changed by each change of the data it draws.
     #[test]
-    fn the_figure_is_well_formed_titled_and_deterministic() -> Result<(), Box<dyn std::error::Error>> {
-        let (checkpoints, figure) = sample()?;
-        let svg = render_figure(&checkpoints, &figure);
-        check_well_formed(&svg)?;
-        assert!(svg.contains(&format!("<title>{}</title>", escape(TITLE))));
-        assert!(svg.contains(">layer 0, head 1: "));
-        assert_eq!(svg, render_figure(&checkpoints, &figure), "two renderings differ");
-        Ok(())
-    }
-
-    #[test]
-    fn the_figure_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
-        let (checkpoints, figure) = sample()?;
-        let svg = render_figure(&checkpoints, &figure);
-        let mut changed = figure.clone();
-        changed.step_losses[10] = 0.5;
-        assert_ne!(svg, render_figure(&checkpoints, &changed));
-        let mut changed = checkpoints.clone();
-        changed[1].held_out.loss = 0.5;
-        assert_ne!(svg, render_figure(&changed, &figure));
+    fn the_figure_is_well_formed_titled_deterministic_and_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
+        type Data = (Vec<Checkpoint>, TrainingFigure);
+        let render = |(checkpoints, figure): &Data| render_figure(checkpoints, figure);
+        check_chapter_figure(
+            &sample()?,
+            render,
+            TITLE,
+            &[&|d: &mut Data| d.1.step_losses[10] = 0.5, &|d: &mut Data| d.0[1].held_out.loss = 0.5],
+        )?;
+        assert!(render(&sample()?).contains(">layer 0, head 1: "));
         Ok(())
     }
 }
