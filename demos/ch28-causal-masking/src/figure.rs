@@ -95,7 +95,7 @@ pub fn render_svg(e: &Evidence) -> String {
             "Row q0 has no visible key at all.".to_string(),
             "The bare formula would give 0/0 = NaN;".to_string(),
             format!(
-                "the library returns weights {} and output [{}, {}].",
+                "the library gives weights {}, output [{}, {}].",
                 fixed(e.padded_weights.as_slice()[..n].iter().sum(), 0),
                 fixed(e.padded_output.as_slice()[0], 0),
                 fixed(e.padded_output.as_slice()[1], 0)

@@ -120,7 +120,7 @@ pub fn render_svg(e: &Evidence) -> String {
         &[
             "×4 in T: explicit ×16, tiled ×4.".to_string(),
             format!(
-                "At T = {}: {} against {}",
+                "T = {}: {} against {}",
                 e.memory.last().map_or(0, |m| m.0),
                 bytes(e.memory.last().map_or(0, |m| m.1)),
                 bytes(e.memory.last().map_or(0, |m| m.2))
