@@ -89,6 +89,64 @@ pub fn check_binary(binary: &str, demo: &str) -> Result<(), String> {
     check(demo, &stdout)
 }
 
+/// `docs/figures/<demo>.svg` at the workspace root: the committed copy of a demo's figure.
+pub fn figure_path(demo: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("docs").join("figures").join(format!("{demo}.svg"))
+}
+
+/// Compares `actual` with the committed figure of `demo`; the message says how to regenerate.
+///
+/// # Errors
+/// A message naming the file and the first differing line when they differ, or when the file
+/// cannot be read.
+pub fn check_figure(demo: &str, actual: &str) -> Result<(), String> {
+    let path = figure_path(demo);
+    let committed = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e} (run scripts/figures.sh to draw the figures)", path.display()))?;
+    if committed == actual {
+        Ok(())
+    } else {
+        Err(format!(
+            "{demo}: the figure differs from {} — if the change is intended, run scripts/figures.sh and commit \
+             docs/figures\n{}",
+            path.display(),
+            line_diff(&committed, actual, 3)
+        ))
+    }
+}
+
+/// Runs a demo binary with `--figure` into a temporary file: standard output must still be the
+/// golden report, the file a well-formed SVG document, and a bad argument must print the usage
+/// line on standard error and exit with status 2.
+///
+/// # Errors
+/// As [`check`], or what is wrong with the figure or the exit status.
+pub fn check_binary_with_figure(binary: &str, demo: &str) -> Result<(), String> {
+    let path = std::env::temp_dir().join(format!("{demo}-figure-{}.svg", std::process::id()));
+    let out = std::process::Command::new(binary)
+        .arg("--figure")
+        .arg(&path)
+        .output()
+        .map_err(|e| format!("cannot run {binary}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{demo} --figure exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr)));
+    }
+    let stdout = String::from_utf8(out.stdout).map_err(|e| format!("{demo}: stdout is not UTF-8: {e}"))?;
+    check(demo, &stdout)?;
+    let svg = std::fs::read_to_string(&path).map_err(|e| format!("{demo}: no figure at {}: {e}", path.display()))?;
+    std::fs::remove_file(&path).ok();
+    demo_support::xml::check_well_formed(&svg).map_err(|e| format!("{demo}: the figure is not well formed: {e}"))?;
+    let bad = std::process::Command::new(binary)
+        .arg("--no-such-flag")
+        .output()
+        .map_err(|e| format!("cannot run {binary}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    if bad.status.code() != Some(2) || !stderr.starts_with(&format!("usage: {demo} ")) || !bad.stdout.is_empty() {
+        return Err(format!("{demo} --no-such-flag: status {}, stderr {stderr:?}", bad.status));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,61 +1,117 @@
-//! Every demo's report equals its golden file byte for byte (through the library, without
-//! spawning a process; each demo's own test runs its binary). `UPDATE_EXPECTED=1 cargo test -p
-//! golden` rewrites the files on purpose.
+//! Every demo's report equals its golden file byte for byte, and its figure equals the committed
+//! `docs/figures/<demo>.svg` (through the library, without spawning a process; each demo's own
+//! test runs its binary). The evidence of every demo is computed once and shared by the tests
+//! (chapter 36 trains a model). `UPDATE_EXPECTED=1 cargo test -p golden` rewrites the reports on
+//! purpose; `scripts/figures.sh` redraws the figures.
 
-type Render = fn() -> Result<String, String>;
+use std::sync::OnceLock;
 
-fn report<E, F: Fn() -> Result<E, Box<dyn std::error::Error>>>(
+/// A demo's `(report, figure)`.
+type Rendered = Result<(String, String), String>;
+type Render = fn() -> Rendered;
+
+fn render<E, F: Fn() -> Result<E, Box<dyn std::error::Error>>>(
     evidence: F,
-    render: fn(&E) -> String,
-) -> Result<String, String> {
-    evidence().map(|e| render(&e)).map_err(|e| e.to_string())
+    report: fn(&E) -> String,
+    figure: fn(&E) -> String,
+) -> Rendered {
+    evidence().map(|e| (report(&e), figure(&e))).map_err(|e| e.to_string())
 }
 
 const DEMOS: &[(&str, Render)] = &[
     ("ch27-scaled-dot-product-attention", || {
-        report(ch27_scaled_dot_product_attention::learner_evidence, ch27_scaled_dot_product_attention::render_report)
+        use ch27_scaled_dot_product_attention as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
-    ("ch28-causal-masking", || report(ch28_causal_masking::learner_evidence, ch28_causal_masking::render_report)),
+    ("ch28-causal-masking", || {
+        use ch28_causal_masking as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+    }),
     ("ch29-rotary-position-embedding", || {
-        report(ch29_rotary_position_embedding::learner_evidence, ch29_rotary_position_embedding::render_report)
+        use ch29_rotary_position_embedding as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
     ("ch30-multi-head-attention", || {
-        report(ch30_multi_head_attention::learner_evidence, ch30_multi_head_attention::render_report)
+        use ch30_multi_head_attention as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
     ("ch31-pre-norm-residual", || {
-        report(ch31_pre_norm_residual::learner_evidence, ch31_pre_norm_residual::render_report)
+        use ch31_pre_norm_residual as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
     ("ch32-grouped-query-attention", || {
-        report(ch32_grouped_query_attention::learner_evidence, ch32_grouped_query_attention::render_report)
+        use ch32_grouped_query_attention as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
-    ("ch33-kv-cache", || report(ch33_kv_cache::learner_evidence, ch33_kv_cache::render_report)),
+    ("ch33-kv-cache", || {
+        use ch33_kv_cache as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+    }),
     ("ch34-efficient-attention", || {
-        report(ch34_efficient_attention::learner_evidence, ch34_efficient_attention::render_report)
+        use ch34_efficient_attention as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
-    ("ch35-latent-attention", || report(ch35_latent_attention::learner_evidence, ch35_latent_attention::render_report)),
-    ("ch36-tiny-decoder", || report(ch36_tiny_decoder::learner_evidence, ch36_tiny_decoder::render_report)),
+    ("ch35-latent-attention", || {
+        use ch35_latent_attention as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+    }),
+    ("ch36-tiny-decoder", || {
+        use ch36_tiny_decoder as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+    }),
 ];
 
+/// Every demo rendered once per test binary, in the order of [`DEMOS`].
+fn rendered() -> &'static [(&'static str, Rendered)] {
+    static ALL: OnceLock<Vec<(&'static str, Rendered)>> = OnceLock::new();
+    ALL.get_or_init(|| DEMOS.iter().map(|(name, render)| (*name, render())).collect())
+}
+
 #[test]
-fn every_demo_is_registered_and_has_a_golden_file() {
+fn every_demo_is_registered_and_has_a_golden_file_and_a_figure() {
     let registered: Vec<&str> = DEMOS.iter().map(|(name, _)| *name).collect();
     for name in golden::demo_names() {
         assert!(registered.contains(&name.as_str()), "demo {name} is not registered in tests/tests/golden.rs");
         assert!(golden::expected_path(&name).is_file(), "demo {name} has no expected/{name}.txt");
+        assert!(
+            golden::figure_path(&name).is_file(),
+            "demo {name} has no docs/figures/{name}.svg (scripts/figures.sh)"
+        );
     }
 }
 
 #[test]
 fn every_report_matches_its_golden_file() {
-    let failures: Vec<String> =
-        DEMOS.iter().filter_map(|(name, render)| render().and_then(|text| golden::check(name, &text)).err()).collect();
+    let failures: Vec<String> = rendered()
+        .iter()
+        .filter_map(|(name, r)| r.clone().and_then(|(text, _)| golden::check(name, &text)).err())
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
+fn every_figure_matches_its_committed_copy() {
+    let failures: Vec<String> = rendered()
+        .iter()
+        .filter_map(|(name, r)| r.clone().and_then(|(_, svg)| golden::check_figure(name, &svg)).err())
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_figure_is_a_well_formed_svg_document() {
+    for (name, r) in rendered() {
+        let (_, svg) = r.as_ref().unwrap();
+        if let Err(error) = demo_support::xml::check_well_formed(svg) {
+            panic!("{name}: {error}");
+        }
+    }
+}
+
+#[test]
 fn reports_end_with_a_newline_and_print_no_negative_zero() {
-    for (name, render) in DEMOS {
-        let text = render().unwrap();
+    for (name, r) in rendered() {
+        let (text, _) = r.as_ref().unwrap();
         assert!(text.ends_with('\n'), "{name}");
         assert!(!text.contains("-0.000000"), "{name} prints a negative zero");
     }

@@ -33,6 +33,9 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens of the worked example, `[T, d_h] = [3, 2]`: each row is that token's query, key and value.
@@ -62,6 +65,8 @@ pub struct Evidence {
     pub scores: Tensor,
     /// The softmax of each score row, `[3, 3]`.
     pub weights: Tensor,
+    /// The softmax of each *unscaled* score row, `[3, 3]`: what the weights would be without `1/√d_h`.
+    pub unscaled_weights: Tensor,
     /// The sum of each weight row (1 up to rounding).
     pub weight_row_sums: Vec<f64>,
     /// `weights · V`, `[3, 2]`.
@@ -125,6 +130,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         replay_bitwise: replay_weights.bitwise_eq(&weights) && replay_output.bitwise_eq(&output),
         tokens,
         raw_scores: explicit.raw_scores,
+        unscaled_weights: explicit.unscaled_weights,
         scores: explicit.scores,
         weights,
         output,
@@ -148,6 +154,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
 /// The worked example built from primitives, one line per formula.
 struct Explicit {
     raw_scores: Tensor,
+    unscaled_weights: Tensor,
     scores: Tensor,
     weights: Tensor,
     output: Tensor,
@@ -171,6 +178,7 @@ fn explicit_attention(tokens: &Tensor) -> DemoResult<Explicit> {
     let weights = scores.softmax_last_axis()?; // each row sums to 1
     let output = weights.matmul(v)?; // [T, T] · [T, d_h] → [T, d_h]
     Ok(Explicit {
+        unscaled_weights: raw.softmax_last_axis()?.value()?, // for the figure: no 1/√d_h
         raw_scores: raw.value()?,
         scores: scores.value()?,
         weights: weights.value()?,

@@ -40,6 +40,9 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_gradcheck, fmt_mask_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, gradcheck};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens `[T, d_h] = [4, 2]`: chapter 27's three tokens plus `x3 = [−1, 1]`.

@@ -1,5 +1,11 @@
-//! Prints the chapter report (see the library for the evidence it is built from).
+//! Prints the chapter report (see the library for the evidence it is built from);
+//! `--figure out.svg` also writes the chapter's figure to `out.svg`.
 
 fn main() -> std::process::ExitCode {
-    llm_from_scratch::report::print_chapter(ch28_causal_masking::learner_evidence(), ch28_causal_masking::render_report)
+    demo_support::cli::run_chapter(
+        "ch28-causal-masking",
+        ch28_causal_masking::learner_evidence,
+        ch28_causal_masking::render_report,
+        ch28_causal_masking::render_svg,
+    )
 }

@@ -32,6 +32,9 @@ use llm_from_scratch::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// `d_h`.

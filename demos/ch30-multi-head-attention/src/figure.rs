@@ -1,11 +1,13 @@
-//! The chapter's figure: a 34-line text trace of the worked example and an SVG drawn from it.
+//! The chapter's figure: a 34-line text trace of the worked example and an SVG drawn from it
+//! (with the shared primitives of `demo_support`).
 //!
 //! The trace is the figure's data, line by line (`CONFIG|…`, `SHAPE|…`, `PARTITION|…`,
 //! `WEIGHTS|…`, `HEAD_OUTPUT|…`, `MERGED|…`, `OUTPUT_MAP|…`, `OUTPUT|…`, `PREFIX_PROOF|…`), so a
 //! test can check what the picture shows without parsing the picture.
 
-use std::fmt::Write as _;
-
+use demo_support::chart::{LegendEntry, Swatch, draw_legend};
+use demo_support::heat::{HeatMap, MASKED, Shading, draw_colour_scale, labels};
+use demo_support::svg::{Stroke, Svg, TextStyle};
 use llm_from_scratch::fmt_shape;
 use llm_from_scratch::report::{fmt_f64, fmt_values};
 
@@ -74,118 +76,153 @@ pub fn render_diagram_trace(e: &Evidence) -> Vec<String> {
     lines
 }
 
-const HEAD_STYLE: [(&str, &str); 2] = [("#1f5fbf", ""), ("#c0392b", " stroke-dasharray=\"8 4\"")];
+/// The figure's title.
+pub const TITLE: &str = "Chapter 30 — multi-head attention: two heads side by side";
 
-fn text(svg: &mut String, x: f64, y: f64, size: u32, content: &str) {
-    let _ = writeln!(svg, r#"<text x="{x}" y="{y}" font-size="{size}" font-family="monospace">{content}</text>"#);
+/// Colours of the two heads' frames (head 1's frame is also dashed).
+const HEAD_COLORS: [&str; 2] = ["#1f5fbf", "#c0392b"];
+/// Outline of a diagonal cell (a token attending to itself).
+const DIAGONAL: &str = "#e67e22";
+
+/// Head `h`'s frame: solid for head 0, dashed for head 1.
+fn head_stroke(h: usize, width: f64) -> Stroke<'static> {
+    Stroke { color: HEAD_COLORS[h % 2], width, dashed: h % 2 == 1 }
 }
 
-/// A row of numbers in boxes; `color_of(column)` frames each box.
-fn number_row(svg: &mut String, x: f64, y: f64, values: &[f64], color_of: impl Fn(usize) -> usize) {
-    for (j, v) in values.iter().enumerate() {
-        let (stroke, dash) = HEAD_STYLE[color_of(j)];
-        let bx = x + j as f64 * 78.0;
-        let _ =
-            writeln!(svg, r#"<rect x="{bx}" y="{y}" width="74" height="24" fill="white" stroke="{stroke}"{dash}/>"#);
-        text(svg, bx + 4.0, y + 16.0, 12, &fmt_f64(*v));
+/// A signed `[T, width]` table with six decimals, rows `t0‥`, columns numbered from `first`.
+fn values_map(x: f64, y: f64, title: &str, rows: &[Vec<f64>], first: usize) -> HeatMap {
+    let width = rows.first().map_or(0, Vec::len);
+    let flat: Vec<f64> = rows.concat();
+    HeatMap {
+        cell_width: 78.0,
+        cell_height: 30.0,
+        decimals: 6,
+        shading: Shading::Diverging { limit: 1.2 },
+        row_labels: labels("t", rows.len()),
+        col_labels: (first..first + width).map(|c| format!("c{c}")).collect(),
+        ..HeatMap::probabilities(x, y, title, &flat, width)
     }
 }
 
-/// The figure as a standalone SVG document.
+/// The rows of a `[1, T, d]` tensor.
+fn token_rows(t: &llm_from_scratch::Tensor) -> Vec<Vec<f64>> {
+    t.as_slice().chunks(MODEL_WIDTH).map(<[f64]>::to_vec).collect()
+}
+
+/// Frames each group of `d_h` columns of a map's grid in the style of the head
+/// `head_of_group(group)`.
+fn frame_groups(svg: &mut Svg, map: &HeatMap, head_of_group: impl Fn(usize) -> usize) {
+    let d_h = MODEL_WIDTH / HEADS;
+    let columns = map.cells.first().map_or(0, Vec::len);
+    let height = map.cells.len() as f64 * map.cell_height;
+    for group in 0..columns / d_h {
+        let x = map.grid_x() + (group * d_h) as f64 * map.cell_width;
+        let stroke = head_stroke(head_of_group(group), 2.5);
+        svg.rect(x + 1.5, map.grid_y() + 1.5, d_h as f64 * map.cell_width - 3.0, height - 3.0, "none", Some(stroke));
+    }
+}
+
+/// The figure as a standalone SVG document, 800 px wide.
 pub fn render_svg(e: &Evidence) -> String {
     let f = &e.forward;
     let d_h = MODEL_WIDTH / HEADS;
-    let mut svg = String::new();
-    let _ = writeln!(svg, r#"<svg xmlns="http://www.w3.org/2000/svg" width="980" height="700" viewBox="0 0 980 700">"#);
-    let _ = writeln!(svg, r#"<rect width="980" height="700" fill="white"/>"#);
-    text(
-        &mut svg,
+    let mut svg = Svg::new(800.0, 760.0, TITLE);
+    svg.text(
         20.0,
-        30.0,
-        18,
-        "Chapter 30 — multi-head attention (B=1, T=3, d_model=4, h=2, d_h=2, RoPE base 100)",
+        52.0,
+        TextStyle::label(),
+        &format!(
+            "B = 1, T = {TOKENS}, d_model = {MODEL_WIDTH}, h = {HEADS}, d_h = {d_h}, RoPE base {}; causal mask",
+            fmt_f64(ROPE_BASE).trim_end_matches('0').trim_end_matches('.')
+        ),
     );
     // 1. the two causal probability tables
-    for (h, &(stroke, dash)) in HEAD_STYLE.iter().enumerate().take(HEADS) {
-        let (x0, y0) = (40.0 + h as f64 * 470.0, 70.0);
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{}" y="{}" width="420" height="250" fill="none" stroke="{stroke}" stroke-width="3"{dash}/>"#,
-            x0 - 20.0,
-            y0 - 20.0
-        );
-        text(&mut svg, x0, y0, 14, &format!("head {h}: weights (row = query, column = key)"));
-        for k in 0..TOKENS {
-            text(&mut svg, x0 + 100.0 + k as f64 * 100.0, y0 + 24.0, 12, &format!("k{k}"));
-        }
-        let w = head_rows(&f.weights, h);
-        for (q, row) in w.iter().enumerate() {
-            for (k, &p) in row.iter().enumerate() {
-                let (cx, cy) = (x0 + 60.0 + k as f64 * 100.0, y0 + 32.0 + q as f64 * 60.0);
-                if k > q {
-                    let _ = writeln!(
-                        svg,
-                        r##"<rect x="{cx}" y="{cy}" width="96" height="56" fill="#d9d9d9" stroke="#999999"/>"##
-                    );
-                    text(&mut svg, cx + 18.0, cy + 33.0, 12, "masked");
-                } else {
-                    let (border, width) = if k == q { ("#e67e22", 4) } else { ("#555555", 1) };
-                    let _ = writeln!(
-                        svg,
-                        r#"<rect x="{cx}" y="{cy}" width="96" height="56" fill="{stroke}" fill-opacity="{:.3}" stroke="{border}" stroke-width="{width}"/>"#,
-                        0.1 + 0.6 * p
-                    );
-                    text(&mut svg, cx + 12.0, cy + 33.0, 13, &fmt_f64(p));
-                }
-            }
-            text(&mut svg, x0, y0 + 62.0 + q as f64 * 60.0, 12, &format!("q{q}"));
+    for h in 0..HEADS {
+        let (x0, y0) = (30.0 + h as f64 * 390.0, 75.0);
+        let weights = head_rows(&f.weights, h);
+        let cells: Vec<Vec<Option<f64>>> = weights
+            .iter()
+            .enumerate()
+            .map(|(q, row)| row.iter().enumerate().map(|(k, &p)| (k <= q).then_some(p)).collect())
+            .collect();
+        let map = HeatMap {
+            cell_width: 88.0,
+            cell_height: 44.0,
+            decimals: 6,
+            cells,
+            ..HeatMap::probabilities(x0, y0, &format!("head {h}: weights, row = query"), &weights.concat(), TOKENS)
+        };
+        svg.rect(x0 - 12.0, y0 - 8.0, map.width() + 24.0, map.height() + 20.0, "none", Some(head_stroke(h, 3.0)));
+        map.draw(&mut svg);
+        for q in 0..TOKENS {
+            let (cx, cy) = (map.grid_x() + q as f64 * map.cell_width, map.grid_y() + q as f64 * map.cell_height);
+            svg.rect(
+                cx + 2.0,
+                cy + 2.0,
+                map.cell_width - 4.0,
+                map.cell_height - 4.0,
+                "none",
+                Some(Stroke::solid(DIAGONAL, 4.0)),
+            );
         }
     }
     // 2. head outputs
-    let y_heads = 360.0;
     for h in 0..HEADS {
-        let x0 = 40.0 + h as f64 * 470.0;
-        text(
-            &mut svg,
-            x0,
-            y_heads,
-            14,
-            &format!("head {h} outputs = weights · V (columns {}..{})", h * d_h, (h + 1) * d_h),
-        );
-        for (t, row) in head_rows(&f.head_outputs, h).iter().enumerate() {
-            number_row(&mut svg, x0, y_heads + 10.0 + t as f64 * 28.0, row, |_| h);
-        }
+        let rows = head_rows(&f.head_outputs, h);
+        let map =
+            values_map(30.0 + h as f64 * 390.0, 290.0, &format!("head {h} outputs = weights · V"), &rows, h * d_h);
+        map.draw(&mut svg);
+        frame_groups(&mut svg, &map, |_| h);
     }
     // 3. concatenated rows before and after W_O
-    let y_rows = 500.0;
-    text(&mut svg, 40.0, y_rows, 14, "merged = [head 0 | head 1]");
-    text(&mut svg, 510.0, y_rows, 14, "output = merged · W_O  (W_O swaps the head groups)");
-    for t in 0..TOKENS {
-        let merged = &f.merged.as_slice()[t * MODEL_WIDTH..(t + 1) * MODEL_WIDTH];
-        let output = &f.output.as_slice()[t * MODEL_WIDTH..(t + 1) * MODEL_WIDTH];
-        let y = y_rows + 10.0 + t as f64 * 28.0;
-        number_row(&mut svg, 40.0, y, merged, |j| j / d_h);
-        text(&mut svg, 370.0, y + 16.0, 14, "→ · W_O →");
-        number_row(&mut svg, 510.0, y, output, |j| 1 - j / d_h);
-    }
+    let merged = values_map(30.0, 440.0, "merged = [head 0 | head 1]", &token_rows(&f.merged), 0);
+    merged.draw(&mut svg);
+    frame_groups(&mut svg, &merged, |group| group);
+    svg.arrow(30.0 + merged.width() + 8.0, 512.0, 30.0 + merged.width() + 40.0, 512.0, Stroke::solid("#444444", 2.0));
+    svg.text(30.0 + merged.width() + 24.0, 500.0, TextStyle::centered().size(12.0), "· W_O");
+    let output_x = 30.0 + merged.width() + 48.0;
+    let output = values_map(output_x, 440.0, "output = merged · W_O (swaps the groups)", &token_rows(&f.output), 0);
+    output.draw(&mut svg);
+    frame_groups(&mut svg, &output, |group| (group + 1) % HEADS);
     // legend
-    let y_legend = 640.0;
-    let _ =
-        writeln!(svg, r##"<rect x="40" y="{}" width="20" height="14" fill="#d9d9d9" stroke="#999999"/>"##, y_legend);
-    text(&mut svg, 66.0, y_legend + 12.0, 12, "masked key (future token, weight exactly 0)");
-    let _ = writeln!(
-        svg,
-        r##"<rect x="420" y="{}" width="20" height="14" fill="white" stroke="#e67e22" stroke-width="4"/>"##,
-        y_legend
+    let legend = [
+        LegendEntry {
+            name: "masked key (future token, weight exactly 0)".into(),
+            color: MASKED.into(),
+            swatch: Swatch::Square,
+        },
+        LegendEntry {
+            name: "diagonal: a token attending to itself".into(),
+            color: DIAGONAL.into(),
+            swatch: Swatch::Square,
+        },
+        LegendEntry {
+            name: "head 0 (frames, columns)".into(),
+            color: HEAD_COLORS[0].into(),
+            swatch: Swatch::Line { dashed: false },
+        },
+        LegendEntry {
+            name: "head 1 (frames, columns)".into(),
+            color: HEAD_COLORS[1].into(),
+            swatch: Swatch::Line { dashed: true },
+        },
+    ];
+    draw_legend(&mut svg, 30.0, 600.0, &legend);
+    let shading = Shading::Diverging { limit: 1.2 };
+    draw_colour_scale(&mut svg, 460.0, 620.0, 100.0, shading, 1, "outputs: signed values");
+    svg.text_lines(
+        30.0,
+        720.0,
+        20.0,
+        TextStyle::label().size(12.0),
+        &[
+            "weights: white 0 → dark blue 1".to_string(),
+            format!(
+                "changing token 2: rows 0, 1 {}, row 2 {}",
+                if e.prefix_rows_bitwise_equal { "bitwise unchanged" } else { "differ" },
+                if e.last_row_changed { "changed" } else { "unchanged" }
+            ),
+        ],
     );
-    text(&mut svg, 446.0, y_legend + 12.0, 12, "diagonal (a token attending to itself)");
-    text(
-        &mut svg,
-        40.0,
-        y_legend + 40.0,
-        12,
-        "solid blue frame: head 0 · dashed red frame: head 1 · shading: probability of an available key",
-    );
-    svg.push_str("</svg>\n");
-    svg
+    svg.finish()
 }

@@ -37,7 +37,7 @@ use llm_from_scratch::{
 
 mod figure;
 
-pub use figure::{render_diagram_trace, render_svg};
+pub use figure::{TITLE, render_diagram_trace, render_svg};
 
 /// Batch size of the worked example.
 pub const BATCH: usize = 1;

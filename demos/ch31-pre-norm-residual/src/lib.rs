@@ -37,6 +37,9 @@ use llm_from_scratch::nn::RmsNorm;
 use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// ε of the RMSNorm (LLaMA's value).

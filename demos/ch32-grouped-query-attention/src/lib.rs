@@ -60,6 +60,9 @@ use llm_from_scratch::nn::{Linear, QkvProjections, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Batch size of the worked layer.
@@ -137,6 +140,9 @@ pub struct Evidence {
     pub parameters: usize,
     /// Parameter counts and cache sizes of published models.
     pub models: Vec<KnownModel>,
+    /// One 7B-sized layer (`d = 4096`, `H = 32`, `d_h = 128`, 32 layers) as MHA (`G = 32`), GQA
+    /// (`G = 8`) and MQA (`G = 1`): what sharing saves (for the figure).
+    pub sharing: Vec<KnownModel>,
     /// GQA with `G = H` matches `MultiHeadAttention` with the same weights (outputs and weights
     /// within 1e-12).
     pub mha_within_1e12: bool,
@@ -205,15 +211,17 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     }
     let tiled_output = explicit_output(&layer, &trace, &tiled)?;
 
-    let models = known_models()
+    let measure = |(name, config, layers): (&'static str, AttentionConfig, Option<usize>)| KnownModel {
+        name,
+        parameters: config.parameter_count(),
+        cache_bytes: layers.map(|l| config.kv_cache_bytes(l, CACHE_TOKENS, 1, FP16_BYTES)),
+        config,
+        layers,
+    };
+    let models = known_models().into_iter().map(measure).collect();
+    let sharing = [("MHA G=32", 32), ("GQA G=8", 8), ("MQA G=1", 1)]
         .into_iter()
-        .map(|(name, config, layers)| KnownModel {
-            name,
-            parameters: config.parameter_count(),
-            cache_bytes: layers.map(|l| config.kv_cache_bytes(l, CACHE_TOKENS, 1, FP16_BYTES)),
-            config,
-            layers,
-        })
+        .map(|(name, g)| measure((name, AttentionConfig::new(4096, 32, g, 128), Some(32))))
         .collect();
     Ok(Evidence {
         shapes: vec![
@@ -230,6 +238,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         tiled_max_diff: tiled_output.max_abs_diff(&output).ok_or("tiled output has another shape")?,
         parameters: layer.parameter_count(),
         models,
+        sharing,
         mha_within_1e12: mha_equivalence(&x, &mut rng)?,
         mqa: mqa_equivalence(&x, &mut rng)?,
         gradcheck: check_gradients(&mut rng)?,

@@ -59,6 +59,9 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_mask_rows, fmt_thousands, fmt_values};
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens of the worked sequence (batch 1).

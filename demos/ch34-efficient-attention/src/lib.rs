@@ -73,6 +73,9 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
@@ -119,6 +122,9 @@ pub struct OnlineEvidence {
     pub naive_shifted_finite: bool,
     /// The online output on the shifted scores is bitwise the unshifted one.
     pub online_shifted_bitwise: bool,
+    /// The state after each of the four scores when they are merged one at a time (blocks of
+    /// one key), for the figure: the running max and sum it draws.
+    pub running: Vec<OnlineSoftmax>,
 }
 
 /// Tiled against explicit on one case.
@@ -257,10 +263,22 @@ fn online_softmax_by_hand() -> DemoResult<OnlineEvidence> {
         naive_shifted_sum: naive_sum,
         naive_shifted_finite: naive_first.is_finite(),
         online_shifted_bitwise: bits(&online_shifted.output()) == bits(&merged.output()),
+        running: running_states(&BLOCK_A, &BLOCK_B),
         block_a: a,
         block_b: b,
         merged,
     })
+}
+
+/// The online state after each key of the two blocks, merged one key at a time.
+fn running_states(a: &([f64; 2], [[f64; 2]; 2]), b: &([f64; 2], [[f64; 2]; 2])) -> Vec<OnlineSoftmax> {
+    let keys = a.0.iter().zip(&a.1).chain(b.0.iter().zip(&b.1));
+    let mut state = OnlineSoftmax::empty(2);
+    keys.map(|(&s, v)| {
+        state = state.merge(&block(&[s], &[*v]));
+        state.clone()
+    })
+    .collect()
 }
 
 /// Draws a `shape` tensor uniformly in `[−scale, scale)`.

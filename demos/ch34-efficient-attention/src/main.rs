@@ -1,8 +1,11 @@
-//! Prints the chapter report (see the library for the evidence it is built from).
+//! Prints the chapter report (see the library for the evidence it is built from);
+//! `--figure out.svg` also writes the chapter's figure to `out.svg`.
 
 fn main() -> std::process::ExitCode {
-    llm_from_scratch::report::print_chapter(
-        ch34_efficient_attention::learner_evidence(),
+    demo_support::cli::run_chapter(
+        "ch34-efficient-attention",
+        ch34_efficient_attention::learner_evidence,
         ch34_efficient_attention::render_report,
+        ch34_efficient_attention::render_svg,
     )
 }

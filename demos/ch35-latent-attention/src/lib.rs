@@ -57,6 +57,9 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, fmt_shape, gradcheck};
 
+mod figure;
+pub use figure::render_svg;
+
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
@@ -113,6 +116,10 @@ pub struct Evidence {
     pub gradients_match: Vec<(String, bool)>,
     /// Head 0's weights for the last query of batch row 0 (direct path).
     pub last_query_weights: Vec<f64>,
+    /// The direct and the absorbed outputs `[2,6,12]` (for the figure).
+    pub outputs: (Tensor, Tensor),
+    /// The largest `|absorbed − direct|` of the outputs and of the weights.
+    pub gaps: (f64, f64),
     /// `(schedule, equals the full pass, tokens in the cache, numbers stored)`.
     pub decodes: Vec<(String, bool, usize, usize)>,
     /// Numbers an MHA cache of the same small layer would store for the same tokens.
@@ -175,6 +182,11 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         ],
         outputs_match: within(&absorbed.output.value()?, &direct.output.value()?),
         weights_match: within(&absorbed.weights.value()?, &weights),
+        gaps: (
+            absorbed.output.value()?.max_abs_diff(&direct.output.value()?).ok_or("outputs of different shapes")?,
+            absorbed.weights.value()?.max_abs_diff(&weights).ok_or("weights of different shapes")?,
+        ),
+        outputs: (direct.output.value()?, absorbed.output.value()?),
         gradients_match,
         last_query_weights: weights.as_slice()[last_row..last_row + TOKENS].to_vec(),
         decodes: cached_decodes(&layer, &input)?,

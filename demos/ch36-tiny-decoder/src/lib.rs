@@ -44,11 +44,14 @@ use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, LrSchedule, Sampling, StepReport,
     TokenBatch, Trainer, TrainingConfig, parameter_shapes, top_k_distribution,
 };
-use llm_from_scratch::nn::SplitMix64;
+use llm_from_scratch::nn::{RmsNorm, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_values};
-use llm_from_scratch::{TensorValue, fmt_shape};
+use llm_from_scratch::{Tensor, TensorValue, fmt_shape};
 
+mod figure;
 pub mod text;
+
+pub use figure::{render_figure, render_svg};
 
 type DemoResult<T> = Result<T, Box<dyn Error>>;
 
@@ -226,6 +229,19 @@ pub struct Evidence {
     pub errors: Vec<(&'static str, String)>,
     /// Tokens fed to the model during training.
     pub tokens_trained: usize,
+    /// What only the figure draws: every step's loss and the trained model's attention.
+    pub figure: TrainingFigure,
+}
+
+/// The data of the chapter's figure that the report does not print.
+#[derive(Clone, Debug)]
+pub struct TrainingFigure {
+    /// The training loss of every optimiser step, step 1 first.
+    pub step_losses: Vec<f64>,
+    /// The held-out sequence the attention maps are drawn on (symbols, separator, reversal).
+    pub attention_tokens: Vec<usize>,
+    /// Per layer, the trained model's attention weights `[1, H, T, T]` on that sequence.
+    pub attention_maps: Vec<Tensor>,
 }
 
 /// Computes the chapter's evidence (trains the model).
@@ -259,6 +275,7 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
     }];
     let mut example = Vec::new();
     let (mut loss_sum, mut max_norm) = (0.0, 0.0f64);
+    let mut step_losses = Vec::with_capacity(STEPS);
     for step in 1..=STEPS {
         let sequences = data.next_sequences();
         if example.is_empty() {
@@ -266,6 +283,7 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
         }
         let report = trainer.step(&batch_of(&sequences)?)?;
         progress(&report);
+        step_losses.push(report.loss);
         loss_sum += report.loss;
         max_norm = max_norm.max(report.grad_norm);
         if step.is_multiple_of(EVAL_EVERY) {
@@ -311,7 +329,37 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
         sample_first_distribution,
         errors: error_cases(&model)?,
         tokens_trained: STEPS * BATCH * TOKENS,
+        figure: TrainingFigure {
+            step_losses,
+            attention_maps: attention_maps(&model, &held_out_sequences[0])?,
+            attention_tokens: held_out_sequences[0].clone(),
+        },
     })
+}
+
+/// The attention weights `[1, H, T, T]` of every layer of `model` on one sequence, recomputed
+/// block by block from the block's own parts (`DecoderBlock::forward` keeps no trace), and checked
+/// bit for bit against `DecoderBlock::forward` so that the maps are the ones the model used.
+fn attention_maps(model: &Decoder, tokens: &[usize]) -> DemoResult<Vec<Tensor>> {
+    let eps = model.config().rms_eps;
+    let mut x = model.embedding().forward(tokens, [1, tokens.len()])?; // [1, T, d]
+    let mut maps = Vec::with_capacity(model.layers().len());
+    for (index, block) in model.layers().iter().enumerate() {
+        // the block's tensors in checkpoint order: input norm gain first, post-attention gain sixth
+        let params = block.parameters(index);
+        let gain = |i: usize| params.get(i).map(|p| p.value().clone()).ok_or("a block has fewer tensors than nine");
+        let input_norm = RmsNorm::from_gain("input_layernorm", gain(0)?, eps)?;
+        let post_norm = RmsNorm::from_gain("post_attention_layernorm", gain(5)?, eps)?;
+        let trace = block.attention().forward(&input_norm.forward(&x)?, 0)?;
+        maps.push(trace.weights.as_ref().ok_or("the explicit kernel returns its weights")?.value()?);
+        let h = x.add(&trace.output)?; // residual: [1, T, d]
+        let out = h.add(&block.mlp().forward(&post_norm.forward(&h)?)?)?;
+        if !out.value()?.bitwise_eq(&block.forward(&x, 0)?.value()?) {
+            return Err(format!("layer {index}: the recomputed block differs from DecoderBlock::forward").into());
+        }
+        x = out;
+    }
+    Ok(maps)
 }
 
 /// Every input of the chapter's API that must be refused, with the library's message.
