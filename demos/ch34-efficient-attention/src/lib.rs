@@ -263,7 +263,7 @@ fn online_softmax_by_hand() -> DemoResult<OnlineEvidence> {
         naive_shifted_sum: naive_sum,
         naive_shifted_finite: naive_first.is_finite(),
         online_shifted_bitwise: bits(&online_shifted.output()) == bits(&merged.output()),
-        running: running_states(&BLOCK_A, &BLOCK_B),
+        running: running_states(&BLOCK_A, &BLOCK_B)?,
         block_a: a,
         block_b: b,
         merged,
@@ -271,12 +271,12 @@ fn online_softmax_by_hand() -> DemoResult<OnlineEvidence> {
 }
 
 /// The online state after each key of the two blocks, merged one key at a time.
-fn running_states(a: &([f64; 2], [[f64; 2]; 2]), b: &([f64; 2], [[f64; 2]; 2])) -> Vec<OnlineSoftmax> {
+fn running_states(a: &([f64; 2], [[f64; 2]; 2]), b: &([f64; 2], [[f64; 2]; 2])) -> DemoResult<Vec<OnlineSoftmax>> {
     let keys = a.0.iter().zip(&a.1).chain(b.0.iter().zip(&b.1));
     let mut state = OnlineSoftmax::empty(2);
     keys.map(|(&s, v)| {
-        state = state.merge(&block(&[s], &[*v]));
-        state.clone()
+        state = state.merge(&block(&[s], &[*v])?)?;
+        Ok(state.clone())
     })
     .collect()
 }
