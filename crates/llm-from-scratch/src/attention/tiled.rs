@@ -463,10 +463,12 @@ fn tiled_attention_on(
     // kv lanes holding NaN or ±∞ run the plain loop, which skips hidden keys instead of weighting
     // them by 0 (0 · NaN = NaN would reach queries that cannot see them)
     let kv_len = dims.t_k * d;
+    let finite = crate::tensor::dense::all_finite;
     let poisoned: Vec<bool> = (0..dims.b * dims.g)
+        .into_par_iter()
         .map(|l| {
             let (k, v) = (&kt.as_slice()[l * kv_len..(l + 1) * kv_len], &vt.as_slice()[l * kv_len..(l + 1) * kv_len]);
-            !k.iter().chain(v).all(|x| x.is_finite())
+            !(finite(k) && finite(v))
         })
         .collect();
     let mut out = crate::tensor::dense::zeros(b_n * h_n * t_q * d);

@@ -26,15 +26,12 @@ use crate::autodiff::TensorValue;
 use crate::autodiff::ops::masked_fill::expand;
 use crate::autodiff::ops::matmul::Plan;
 use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::dense::all_finite;
 use crate::tensor::{Mask, Tensor};
 
 /// `values` with the hidden entries replaced by 0 (select, never multiply).
 fn select_visible(values: &[f64], hidden: &[bool]) -> Vec<f64> {
     values.iter().zip(hidden).map(|(&x, &h)| if h { 0.0 } else { x }).collect()
-}
-
-fn all_finite(values: &[f64]) -> bool {
-    values.iter().all(|x| x.is_finite())
 }
 
 /// The plan of `lhs · rhs`, refusing a lhs that is broadcast over the output's leading axes
