@@ -34,7 +34,14 @@ const DEMOS: &[(&str, Render)] = &[
     }),
     ("ch35-latent-attention", || report(ch35_latent_attention::learner_evidence, ch35_latent_attention::render_report)),
     ("ch36-tiny-decoder", || report(ch36_tiny_decoder::learner_evidence, ch36_tiny_decoder::render_report)),
+    ("ch37-train-on-text", || report(ch37_train_on_text::learner_evidence, ch37_train_on_text::render_report)),
 ];
+
+/// Every report, computed once for all the tests of this file (chapters 36 and 37 train models).
+fn rendered() -> &'static [(&'static str, Result<String, String>)] {
+    static REPORTS: std::sync::OnceLock<Vec<(&'static str, Result<String, String>)>> = std::sync::OnceLock::new();
+    REPORTS.get_or_init(|| DEMOS.iter().map(|(name, render)| (*name, render())).collect())
+}
 
 #[test]
 fn every_demo_is_registered_and_has_a_golden_file() {
@@ -47,15 +54,17 @@ fn every_demo_is_registered_and_has_a_golden_file() {
 
 #[test]
 fn every_report_matches_its_golden_file() {
-    let failures: Vec<String> =
-        DEMOS.iter().filter_map(|(name, render)| render().and_then(|text| golden::check(name, &text)).err()).collect();
+    let failures: Vec<String> = rendered()
+        .iter()
+        .filter_map(|(name, text)| text.clone().and_then(|text| golden::check(name, &text)).err())
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn reports_end_with_a_newline_and_print_no_negative_zero() {
-    for (name, render) in DEMOS {
-        let text = render().unwrap();
+    for (name, text) in rendered() {
+        let text = text.as_ref().unwrap();
         assert!(text.ends_with('\n'), "{name}");
         assert!(!text.contains("-0.000000"), "{name} prints a negative zero");
     }
