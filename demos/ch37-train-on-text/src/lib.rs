@@ -222,7 +222,8 @@ impl EvalPoint {
 pub struct Run {
     /// The model with its optimiser.
     pub trainer: Trainer,
-    /// Step 0, every [`EVAL_EVERY`] steps, and the last step reached.
+    /// Step 0 and every [`EVAL_EVERY`] steps (the same whether the run stopped and resumed or
+    /// not; [`evidence_of`] adds the step a shorter run stopped at).
     pub history: Vec<EvalPoint>,
 }
 
@@ -253,14 +254,14 @@ impl Run {
             return Err("the saved state was trained on another vocabulary than this corpus".into());
         }
         let history = state.notes.get(HISTORY_NOTE).map(|h| parse_history(h)).transpose()?.unwrap_or_default();
-        if history.last().map(|p| p.step) != Some(state.step) {
-            return Err(format!("the saved history does not end at the saved step {}", state.step).into());
+        if !history.last().is_some_and(|p| p.step <= state.step) {
+            return Err(format!("the saved history does not lead to the saved step {}", state.step).into());
         }
         Ok(Self { trainer: state.into_trainer(training_config()?)?, history })
     }
 
     /// Trains until `until` steps have been taken, calling `progress` after every step and
-    /// evaluating every [`EVAL_EVERY`] steps and at `until`.
+    /// evaluating every [`EVAL_EVERY`] steps and at the end of the schedule.
     ///
     /// # Errors
     /// Library errors (none expected).
@@ -275,7 +276,7 @@ impl Run {
             let report = self.trainer.step(&TokenBatch::next_token(&corpus.windows(step), 0)?)?;
             progress(&report);
             let done = step + 1;
-            if done.is_multiple_of(EVAL_EVERY) || done == until {
+            if done.is_multiple_of(EVAL_EVERY) || done == STEPS {
                 let point = evaluate(&self.trainer, corpus, report.lr)?;
                 self.history.push(point);
             }
@@ -438,6 +439,12 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
 /// Library errors (none expected).
 pub fn evidence_of(run: &Run, corpus: &Corpus) -> DemoResult<Evidence> {
     let tokenizer = &corpus.tokenizer;
+    let mut history = run.history.clone();
+    let step = run.trainer.steps_taken();
+    if history.last().is_some_and(|p| p.step != step) {
+        let lr = training_config()?.schedule.at(step.saturating_sub(1));
+        history.push(evaluate(&run.trainer, corpus, lr)?);
+    }
     let message = |r: Result<String, llm_from_scratch::model::TokenizerError>| match r {
         Ok(_) => "accepted".to_string(),
         Err(e) => e.to_string(),
@@ -450,7 +457,7 @@ pub fn evidence_of(run: &Run, corpus: &Corpus) -> DemoResult<Evidence> {
         parameters: run.trainer.model().parameter_count(),
         config: run.trainer.model().config().clone(),
         unigram: corpus.unigram_loss(),
-        history: run.history.clone(),
+        history,
         sample: sample(run.trainer.model(), corpus)?,
         errors: vec![
             ("unknown_character", message(tokenizer.encode("Jupiter").map(|_| String::new()))),
