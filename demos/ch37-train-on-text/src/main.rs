@@ -55,7 +55,7 @@ fn parse(args: &[String]) -> Result<Option<Options>, String> {
 fn progress_bar(from: usize, steps: usize, quiet: bool) -> ProgressBar {
     let target = if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
     let bar = ProgressBar::with_draw_target(Some(steps as u64), target);
-    let style = ProgressStyle::with_template("{bar:30} step {pos}/{len} {msg} ETA {eta}")
+    let style = ProgressStyle::with_template("{bar:20} step {pos}/{len} {msg} ETA {eta}")
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     bar.set_position(from as u64);
@@ -79,7 +79,7 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     run.train_until(&corpus, until, |r: &StepReport| {
         let tokens = (r.step + 1 - from) * BATCH * CONTEXT;
         let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
-        bar.set_message(format!("loss {:.4} lr {:.5} tokens/s {rate:.0}", r.loss, r.lr));
+        bar.set_message(format!("loss {:.4} tokens/s {rate:.0}", r.loss));
         bar.set_position(r.step as u64 + 1);
     })?;
     bar.finish_and_clear();
