@@ -254,7 +254,7 @@ impl Run {
             return Err("the saved state was trained on another vocabulary than this corpus".into());
         }
         let history = state.notes.get(HISTORY_NOTE).map(|h| parse_history(h)).transpose()?.unwrap_or_default();
-        if !history.last().is_some_and(|p| p.step <= state.step) {
+        if history.last().is_none_or(|p| p.step > state.step) {
             return Err(format!("the saved history does not lead to the saved step {}", state.step).into());
         }
         Ok(Self { trainer: state.into_trainer(training_config()?)?, history })

@@ -407,8 +407,11 @@ mod tests {
         assert!(matches!(state.into_trainer(other), Err(ModelError::ParameterListChanged { .. })));
     }
 
+    /// `(name, dtype, shape, bytes)` of every tensor of a file.
+    type Stored = Vec<(String, Dtype, Vec<usize>, Vec<u8>)>;
+
     /// The saved file of a trainer after 2 steps, its tensors and metadata, for corrupting.
-    fn saved() -> (Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, BTreeMap<String, String>) {
+    fn saved() -> (Stored, BTreeMap<String, String>) {
         let mut trainer = fresh();
         for step in 0..2 {
             trainer.step(&batch(step)).unwrap();
@@ -427,10 +430,7 @@ mod tests {
         (tensors, header.metadata().iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect())
     }
 
-    fn load_modified(
-        name: &str,
-        edit: impl FnOnce(&mut Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, &mut BTreeMap<String, String>),
-    ) -> TrainStateError {
+    fn load_modified(name: &str, edit: impl FnOnce(&mut Stored, &mut BTreeMap<String, String>)) -> TrainStateError {
         let (mut tensors, mut metadata) = saved();
         edit(&mut tensors, &mut metadata);
         let views: Vec<(String, TensorView<'_>)> =
