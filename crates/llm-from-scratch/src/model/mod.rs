@@ -1,6 +1,8 @@
 //! A decoder-only language model of the LLaMA family, and what it takes to train it and to
 //! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
-//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache.
+//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache;
+//! a character tokenizer ([`CharTokenizer`]) and a training state that resumes bitwise
+//! ([`save_train_state`], [`load_train_state`]).
 //!
 //! ```
 //! use llm_from_scratch::model::{
