@@ -172,26 +172,26 @@ impl Corpus {
             .collect()
     }
 
-    /// Cross-entropy (nats per character) of the validation text under the training text's
-    /// character frequencies; `None` if a validation character never occurs in training.
+    /// Cross-entropy (nats per character) of the validation characters the model is scored on
+    /// (the targets of [`Corpus::validation_batch`]) under the training text's character
+    /// frequencies; `None` if one of them never occurs in training.
     pub fn unigram_loss(&self) -> Option<f64> {
         let mut counts = vec![0usize; self.tokenizer.vocab_size()];
         for &id in &self.train {
             counts[id] += 1;
         }
         let n = self.train.len() as f64;
-        let total: f64 = self
-            .validation
-            .iter()
-            .map(|&id| if counts[id] == 0 { f64::INFINITY } else { -(counts[id] as f64 / n).ln() })
-            .sum();
-        let loss = total / self.validation.len() as f64;
+        let targets: Vec<usize> = self.validation_batch.targets().iter().flatten().copied().collect();
+        let total: f64 =
+            targets.iter().map(|&id| if counts[id] == 0 { f64::INFINITY } else { -(counts[id] as f64 / n).ln() }).sum();
+        let loss = total / targets.len().max(1) as f64;
         loss.is_finite().then_some(loss)
     }
 }
 
 /// `ids` cut into consecutive windows of `CONTEXT + 1` ids overlapping by one (the target of a
-/// window's last position is the next window's first input), every position scored once.
+/// window's last position is the next window's first input), every position scored once; a tail
+/// shorter than a window (under 64 characters) is left out.
 fn consecutive_windows(ids: &[usize]) -> DemoResult<TokenBatch> {
     let windows: Vec<Vec<usize>> = ids.windows(CONTEXT + 1).step_by(CONTEXT).map(<[usize]>::to_vec).collect::<Vec<_>>();
     Ok(TokenBatch::next_token(&windows, 0)?)
@@ -518,7 +518,7 @@ pub fn render_report(e: &Evidence) -> String {
             fmt_f64((BATCH * CONTEXT * STEPS) as f64 / e.split.0 as f64)
         ),
         format!(
-            "baselines=uniform:ln({})={} unigram_validation:{unigram} (validation text under the training text's \
+            "baselines=uniform:ln({})={} unigram_validation:{unigram} (the scored validation characters under the training text's \
              character frequencies)",
             e.vocabulary.len(),
             fmt_f64(uniform)
