@@ -1,7 +1,7 @@
 //! Every demo's report equals its golden file byte for byte, and its figure equals the committed
 //! `docs/figures/<demo>.svg` (through the library, without spawning a process; each demo's own
 //! test runs its binary). The evidence of every demo is computed once and shared by the tests
-//! (chapter 36 trains a model). `UPDATE_EXPECTED=1 cargo test -p golden` rewrites the reports on
+//! (chapters 36 and 37 train models). `UPDATE_EXPECTED=1 cargo test -p golden` rewrites the reports on
 //! purpose; `scripts/figures.sh` redraws the figures.
 
 use std::sync::OnceLock;
@@ -57,6 +57,10 @@ const DEMOS: &[(&str, Render)] = &[
     }),
     ("ch36-tiny-decoder", || {
         use ch36_tiny_decoder as demo;
+        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+    }),
+    ("ch37-train-on-text", || {
+        use ch37_train_on_text as demo;
         render(demo::learner_evidence, demo::render_report, demo::render_svg)
     }),
 ];

@@ -30,6 +30,12 @@ The workloads follow docs/performance.md:
   (`cached-inplace`); JAX with a preallocated cache and `dynamic_update_slice` under `jit`.
   `recompute` runs the layer on all 2048 tokens.
 - long-causal: the causal attention kernel alone, B=1, H=8, T=4096, d_h=64.
+- train-text (PyTorch only): one optimiser step of chapter 37's character model, V=57, d=64,
+  2 pre-norm blocks (RMSNorm eps 1e-6; grouped-query attention H=4 over G=2 key/value heads,
+  d_h=16, RoPE base 10000 on pairs (2i, 2i+1), causal; SwiGLU width 176), final RMSNorm, tied
+  head; B=16 windows of T=64 random ids, every position scored. A step: forward, cross-entropy,
+  backward, `clip_grad_norm_(1.0)`, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices
+  only) with the chapter's learning rate; four batches rotate and the model keeps training.
 """
 
 import argparse
@@ -44,6 +50,9 @@ DEC_D, DEC_CACHED = 512, 2047
 LONG_H, LONG_T, LONG_DH = 8, 4096, 64
 # both products over the causal triangle, as `llm-bench long-causal` counts them
 CAUSAL_FLOPS = 2 * 2 * LONG_H * (LONG_T * (LONG_T + 1) // 2) * LONG_DH
+TEXT_V, TEXT_D, TEXT_L, TEXT_H, TEXT_G, TEXT_FFN, TEXT_B, TEXT_T = 57, 64, 2, 4, 2, 176, 16, 64
+# as `llm-bench train-text` counts them: products, attention, AdamW
+TEXT_FLOPS = 690.6e6
 
 
 def median_ms(run, warmups=3, timed=11):
@@ -190,6 +199,75 @@ def torch_peer(workloads, threads):
 
         line(peer, "long-causal", "sdpa", median_ms(kernel, warmups=1, timed=5), CAUSAL_FLOPS)
 
+    if "train-text" in workloads:
+        dh = TEXT_D // TEXT_H
+
+        def matrix(rows, cols):
+            return (torch.rand(rows, cols, dtype=f64) * 2 - 1) / math.sqrt(rows)
+
+        embed = (torch.randn(TEXT_V, TEXT_D, dtype=f64) * 0.02).requires_grad_()
+        blocks = []
+        for _ in range(TEXT_L):
+            blocks.append(
+                {
+                    "norm1": torch.ones(TEXT_D, dtype=f64, requires_grad=True),
+                    "q": matrix(TEXT_D, TEXT_H * dh).requires_grad_(),
+                    "k": matrix(TEXT_D, TEXT_G * dh).requires_grad_(),
+                    "v": matrix(TEXT_D, TEXT_G * dh).requires_grad_(),
+                    "o": matrix(TEXT_H * dh, TEXT_D).requires_grad_(),
+                    "norm2": torch.ones(TEXT_D, dtype=f64, requires_grad=True),
+                    "gate": matrix(TEXT_D, TEXT_FFN).requires_grad_(),
+                    "up": matrix(TEXT_D, TEXT_FFN).requires_grad_(),
+                    "down": matrix(TEXT_FFN, TEXT_D).requires_grad_(),
+                }
+            )
+        final_norm = torch.ones(TEXT_D, dtype=f64, requires_grad=True)
+        params = [embed, final_norm] + [p for b in blocks for p in b.values()]
+        decay = [p for p in params if p.dim() >= 2]
+        keep = [p for p in params if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": 0.1}, {"params": keep, "weight_decay": 0.0}],
+            lr=4e-3,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+        )
+        cos, sin = tables(TEXT_T, dh)
+
+        def rms(x, gain):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gain
+
+        def model_loss(ids):
+            inputs, targets = ids[:, :-1], ids[:, 1:]
+            b, t = inputs.shape
+            x = embed[inputs]
+            for blk in blocks:
+                h = rms(x, blk["norm1"])
+                q = (h @ blk["q"]).view(b, t, TEXT_H, dh).transpose(1, 2)
+                k = (h @ blk["k"]).view(b, t, TEXT_G, dh).transpose(1, 2)
+                v = (h @ blk["v"]).view(b, t, TEXT_G, dh).transpose(1, 2)
+                q, k = rope(q, cos, sin), rope(k, cos, sin)
+                k = k.repeat_interleave(TEXT_H // TEXT_G, dim=1)
+                v = v.repeat_interleave(TEXT_H // TEXT_G, dim=1)
+                ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                x = x + ctx.transpose(1, 2).reshape(b, t, TEXT_H * dh) @ blk["o"]
+                h = rms(x, blk["norm2"])
+                x = x + (F.silu(h @ blk["gate"]) * (h @ blk["up"])) @ blk["down"]
+            logits = rms(x, final_norm) @ embed.T
+            return F.cross_entropy(logits.reshape(-1, TEXT_V), targets.reshape(-1))
+
+        batches = [torch.randint(0, TEXT_V, (TEXT_B, TEXT_T + 1)) for _ in range(4)]
+
+        def step(i):
+            optimizer.zero_grad(set_to_none=True)
+            loss = model_loss(batches[i % 4])
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            if not math.isfinite(loss.item()):
+                raise RuntimeError(f"train-text: loss {loss.item()} at run {i}")
+
+        line(peer, "train-text", "step", median_ms(step, warmups=3, timed=21), TEXT_FLOPS)
+
 
 # --------------------------------------------------------------------------------------------
 # JAX
@@ -290,7 +368,7 @@ def jax_peer(workloads, threads):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    everything = ["gemm", "mha-train", "decode", "long-causal"]
+    everything = ["gemm", "mha-train", "decode", "long-causal", "train-text"]
     parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(everything)} (default: all)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--peer", choices=["torch", "jax", "both"], default="both")

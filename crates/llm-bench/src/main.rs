@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use workloads::{Outcome, Workload};
 
 const USAGE: &str = "usage: llm-bench <workload> [--threads N]
-workloads: gemm, mha-train, decode, long-causal, train-step
+workloads: gemm, mha-train, decode, long-causal, train-step, train-text
   --threads N   run inside a rayon pool of N threads (N >= 1; default: every core)";
 
 /// What the command line asks for.
@@ -126,7 +126,7 @@ mod tests {
             parse(&["--threads=1", "long-causal"]),
             Ok(Command::Run { workload: Workload::LongCausal, threads: 1 })
         );
-        for name in ["gemm", "mha-train", "decode", "long-causal", "train-step"] {
+        for name in ["gemm", "mha-train", "decode", "long-causal", "train-step", "train-text"] {
             let Ok(Command::Run { workload, .. }) = parse(&[name]) else {
                 panic!("{name} does not parse");
             };

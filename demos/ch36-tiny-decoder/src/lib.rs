@@ -41,8 +41,8 @@ use std::collections::BTreeSet;
 use std::error::Error;
 
 use llm_from_scratch::model::{
-    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, LrSchedule, Sampling, StepReport,
-    TokenBatch, Trainer, TrainingConfig, parameter_shapes, top_k_distribution,
+    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, LrSchedule, Overflow, Sampling, StepReport,
+    TokenBatch, Trainer, TrainingConfig, parameter_shapes,
 };
 use llm_from_scratch::nn::{RmsNorm, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_values};
@@ -314,10 +314,7 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
         .map(|s| generate_both(s, LENGTH, Sampling::Greedy, 0))
         .collect::<DemoResult<Vec<_>>>()?;
     let sample = generate_both(&held_out_sequences[GREEDY_SHOWN], SAMPLE_STEPS, SAMPLING, SAMPLE_SEED)?;
-    let sample_first_distribution = match SAMPLING {
-        Sampling::TopK { temperature, k } => top_k_distribution(&sample.cached.logits[0], temperature, k)?,
-        Sampling::Greedy => Vec::new(),
-    };
+    let sample_first_distribution = SAMPLING.distribution(&sample.cached.logits[0])?;
     Ok(Evidence {
         parameter_shapes: parameter_shapes(model.config()),
         parameter_count,
@@ -383,8 +380,21 @@ fn error_cases(model: &Decoder) -> DemoResult<Vec<(&'static str, String)>> {
         ("batch_shape", message(model.forward(&[1, 2, 3], [2, 2]))),
         ("too_long", message(model.forward(&[1; MAX_POSITIONS + 1], [1, MAX_POSITIONS + 1]))),
         (
+            // generate() slides past the capacity; refusing is the explicit option
             "generation_capacity",
-            generation(model.generate(&prompt, MAX_POSITIONS, Sampling::Greedy, Decoding::KvCache, &mut rng)),
+            generation(
+                model
+                    .generate_streaming(
+                        &prompt,
+                        MAX_POSITIONS,
+                        Sampling::Greedy,
+                        Decoding::KvCache,
+                        Overflow::Refuse,
+                        &mut rng,
+                        |_, _| std::ops::ControlFlow::Continue(()),
+                    )
+                    .map(|_| Generation { tokens: Vec::new(), logits: Vec::new() }),
+            ),
         ),
         (
             "top_k_zero",

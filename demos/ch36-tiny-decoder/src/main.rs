@@ -1,40 +1,43 @@
-//! Trains the tiny decoder on the reversal task and prints the chapter report. Progress (step,
-//! loss, tokens/s) goes to standard error, so standard output stays the golden report.
+//! Trains the tiny decoder on the reversal task and prints the chapter report. A progress bar
+//! (step, loss, tokens/s, ETA) is drawn on standard error only when it is a terminal and `--quiet`
+//! is not given, so standard output stays the golden report.
 //!
 //! `--figure out.svg` also writes the chapter's figure (loss curve and attention maps) to `out.svg`.
 //! `--text FILE [--steps N]` trains a character-level model on a text file instead and prints a
 //! continuation of its beginning.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use ch36_tiny_decoder::text::{CONTEXT, TEXT_BATCH, render_text_run, train_on_text};
 use ch36_tiny_decoder::{BATCH, STEPS, TOKENS, learner_evidence_with_progress, render_report, render_svg};
 use demo_support::cli::{Command, parse_args, write_figure};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::StepReport;
 
 /// The command line.
-const USAGE: &str = "usage: ch36-tiny-decoder [--figure out.svg | --text FILE [--steps N]]";
+const USAGE: &str = "usage: ch36-tiny-decoder [--quiet] [--figure out.svg | --text FILE [--steps N]]";
 
-/// Steps between two progress lines.
-const PROGRESS_EVERY: usize = 50;
 /// Steps of a text run unless `--steps` says otherwise.
 const TEXT_STEPS: usize = 500;
 
-/// A progress printer for runs of `steps` steps of `tokens_per_step` tokens.
-fn progress(steps: usize, tokens_per_step: usize) -> impl FnMut(&StepReport) {
+/// A progress bar for runs of `steps` steps of `tokens_per_step` tokens (hidden when `quiet`, and
+/// by indicatif itself when standard error is not a terminal), finished after the last step.
+fn progress(steps: usize, tokens_per_step: usize, quiet: bool) -> impl FnMut(&StepReport) {
+    let target = if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() };
+    let bar = ProgressBar::with_draw_target(Some(steps as u64), target);
+    let style = ProgressStyle::with_template("{bar:20} step {pos}/{len} {msg} ETA {eta}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
     let start = Instant::now();
     move |r: &StepReport| {
         let done = r.step + 1;
-        if done.is_multiple_of(PROGRESS_EVERY) || done == steps {
-            let seconds = start.elapsed().as_secs_f64().max(1e-9);
-            eprintln!(
-                "step {done}/{steps} loss {:.4} lr {:.5} grad_norm {:.3} tokens/s {:.0}",
-                r.loss,
-                r.lr,
-                r.grad_norm,
-                (done * tokens_per_step) as f64 / seconds
-            );
+        let rate = (done * tokens_per_step) as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("loss {:.4} tokens/s {rate:.0}", r.loss));
+        bar.set_position(done as u64);
+        if done >= steps {
+            bar.finish_and_clear();
         }
     }
 }
@@ -45,13 +48,13 @@ fn accepted(args: &[&str]) -> bool {
     parse_args(&owned).is_ok() || matches!(args, ["--text", _] | ["--text", _, "--steps", _])
 }
 
-fn run(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
+fn run(args: &[&str], quiet: bool) -> Result<String, Box<dyn std::error::Error>> {
     match args {
-        [] => Ok(render_report(&learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS))?)),
+        [] => Ok(render_report(&learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, quiet))?)),
         ["--figure", _] => {
             let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
             let Ok(Command::Figure(path)) = parse_args(&owned) else { return Err(USAGE.into()) };
-            let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS))?;
+            let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, quiet))?;
             write_figure(&path, &render_svg(&evidence))?;
             eprintln!("figure written to {}", path.display());
             Ok(render_report(&evidence))
@@ -62,7 +65,7 @@ fn run(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
                 _ => TEXT_STEPS,
             };
             let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-            Ok(render_text_run(&train_on_text(&text, steps, progress(steps, TEXT_BATCH * CONTEXT))?))
+            Ok(render_text_run(&train_on_text(&text, steps, progress(steps, TEXT_BATCH * CONTEXT, quiet))?))
         }
         _ => Err(USAGE.into()),
     }
@@ -71,15 +74,18 @@ fn run(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
 fn main() -> ExitCode {
     let start = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let quiet = args.iter().any(|a| a == "--quiet");
+    let args: Vec<&str> = args.iter().map(String::as_str).filter(|&a| a != "--quiet").collect();
     if !accepted(&args) {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     }
-    match run(&args) {
+    match run(&args, quiet) {
         Ok(report) => {
             print!("{report}");
-            eprintln!("done in {:.1} s", start.elapsed().as_secs_f64());
+            if !quiet && std::io::stderr().is_terminal() {
+                eprintln!("done in {:.1} s", start.elapsed().as_secs_f64());
+            }
             ExitCode::SUCCESS
         }
         Err(error) => {

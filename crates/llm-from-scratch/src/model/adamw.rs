@@ -117,6 +117,56 @@ impl AdamW {
         &self.config
     }
 
+    /// The names of the tensors the state is for, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The first and second moments `(m, v)`, one list of numbers per tensor, in the order of
+    /// [`AdamW::names`].
+    pub fn moments(&self) -> (&[Vec<f64>], &[Vec<f64>]) {
+        (&self.first, &self.second)
+    }
+
+    /// `(β₁ᵗ, β₂ᵗ)` after the steps taken (the bias corrections are `1 − βᵗ`).
+    pub fn beta_powers(&self) -> (f64, f64) {
+        self.beta_powers
+    }
+
+    /// An optimiser in the middle of training: the state [`AdamW::moments`], [`AdamW::steps`] and
+    /// [`AdamW::beta_powers`] reported, for the tensors of `params`. Continuing from it is
+    /// bitwise the same as never having stopped.
+    ///
+    /// # Errors
+    /// The errors of [`AdamWConfig::validate`]; [`ModelError::ParameterListChanged`] if a moment
+    /// list does not fit `params`; [`ModelError::InvalidSetting`] for β powers outside `[0, 1]`.
+    pub fn from_state(
+        config: AdamWConfig,
+        params: &NamedParameters,
+        moments: (Vec<Vec<f64>>, Vec<Vec<f64>>),
+        steps: u64,
+        beta_powers: (f64, f64),
+    ) -> Result<Self, ModelError> {
+        let mut adamw = Self::new(config, params)?;
+        let (first, second) = moments;
+        for (what, list) in [("first", &first), ("second", &second)] {
+            let fits =
+                list.len() == adamw.first.len() && list.iter().zip(&adamw.first).all(|(a, b)| a.len() == b.len());
+            if !fits {
+                return Err(ModelError::ParameterListChanged {
+                    detail: format!("the {what} moments do not fit the {} parameter tensors", adamw.names.len()),
+                });
+            }
+        }
+        for (setting, power) in [("beta1 power", beta_powers.0), ("beta2 power", beta_powers.1)] {
+            if !(0.0..=1.0).contains(&power) {
+                return Err(ModelError::setting("adamw", setting, power, "must be in [0, 1]"));
+            }
+        }
+        (adamw.first, adamw.second, adamw.steps, adamw.beta_powers) = (first, second, steps, beta_powers);
+        Ok(adamw)
+    }
+
     /// One step with learning rate `lr`: `grads[i]` is the gradient of the `i`-th tensor of
     /// `params` (the list the optimiser was made for). Writes the new values into the leaves.
     ///
@@ -253,5 +303,38 @@ mod tests {
         assert!(matches!(err, Err(ModelError::NonFiniteParameterGradient { index: 0, .. })));
         assert_eq!(adamw.steps(), 0);
         assert_eq!(params.iter().next().unwrap().value().value().unwrap().as_slice(), &[1.0, 2.0]);
+    }
+
+    #[test]
+    fn a_restored_state_continues_bitwise() {
+        let grads =
+            |k: f64| [Tensor::new(&[1, 2], vec![0.3 * k, -1.1]).unwrap(), Tensor::new(&[2], vec![k, 0.5]).unwrap()];
+        let start: [(&str, &[usize], &[f64]); 2] = [("w", &[1, 2], &[2.0, -4.0]), ("gain", &[2], &[1.0, 1.0])];
+        let (a, b) = (list(&start), list(&start));
+        let mut straight = AdamW::new(AdamWConfig::default(), &a).unwrap();
+        let mut first_half = AdamW::new(AdamWConfig::default(), &b).unwrap();
+        for k in 0..3 {
+            straight.update(&a, &grads(k as f64), 0.05).unwrap();
+            first_half.update(&b, &grads(k as f64), 0.05).unwrap();
+        }
+        let (m, v) = first_half.moments();
+        let mut resumed =
+            AdamW::from_state(AdamWConfig::default(), &b, (m.to_vec(), v.to_vec()), 3, first_half.beta_powers())
+                .unwrap();
+        assert_eq!((resumed.steps(), resumed.names()), (3, &["w".to_string(), "gain".to_string()][..]));
+        for k in 3..6 {
+            straight.update(&a, &grads(k as f64), 0.05).unwrap();
+            resumed.update(&b, &grads(k as f64), 0.05).unwrap();
+        }
+        let bits = |l: &NamedParameters| -> Vec<u64> {
+            l.iter().flat_map(|p| p.value().value().unwrap().into_vec()).map(f64::to_bits).collect()
+        };
+        assert_eq!(bits(&a), bits(&b));
+        // a state that does not fit is refused
+        let err = AdamW::from_state(AdamWConfig::default(), &b, (vec![vec![0.0; 2]], vec![]), 0, (1.0, 1.0));
+        assert_eq!(err.unwrap_err().to_string(), "adamw: the first moments do not fit the 2 parameter tensors");
+        let zeros = || vec![vec![0.0; 2], vec![0.0; 2]];
+        let err = AdamW::from_state(AdamWConfig::default(), &b, (zeros(), zeros()), 0, (1.5, 1.0)).unwrap_err();
+        assert_eq!(err.to_string(), "adamw: beta1 power = 1.5 is invalid (must be in [0, 1])");
     }
 }

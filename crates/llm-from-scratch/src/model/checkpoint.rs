@@ -377,7 +377,7 @@ fn f16_to_f64(bits: u16) -> f64 {
 }
 
 /// The JSON of `config` stored in our checkpoints: Hugging Face's field names plus ours.
-fn config_to_json(c: &DecoderConfig) -> String {
+pub(crate) fn config_to_json(c: &DecoderConfig) -> String {
     let mut fields = json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -476,7 +476,7 @@ impl<'a> Fields<'a> {
 }
 
 /// The configuration in `text` (a `config.json`, or our metadata); see [`hf_llama_config`].
-fn config_from_json(text: &str, source: &str) -> Result<DecoderConfig, CheckpointError> {
+pub(crate) fn config_from_json(text: &str, source: &str) -> Result<DecoderConfig, CheckpointError> {
     let whole = |reason: String| CheckpointError::Config {
         source_name: source.to_string(),
         field: "the text".to_string(),

@@ -91,7 +91,8 @@ pub enum ModelError {
         /// Caches given.
         actual: usize,
     },
-    /// Generation would need more positions than RoPE covers.
+    /// Generation would need more positions than RoPE covers (only when asked to refuse,
+    /// [`crate::model::Overflow::Refuse`]; by default the context slides).
     #[error("model generation: {needed} positions are needed but the model covers {capacity}")]
     ContextOverflow {
         /// Prompt plus generated tokens that are fed back.

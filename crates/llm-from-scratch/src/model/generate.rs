@@ -7,8 +7,13 @@
 //! Recompute:  repeat: logits = forward(prompt ++ generated); t = choose(last row)  O(p²·d)
 //! ```
 //!
+//! Past `max_positions` the context slides ([`Overflow::Slide`]): the caches are reset and the
+//! last half of the window is prefilled again from position 0, so RoPE's positions stay in range.
+//!
 //! Both paths compute the same numbers up to the order of floating-point sums (agreement to
 //! 1e-12 is checked by tests), so with the same generator they choose the same tokens.
+
+use std::ops::ControlFlow;
 
 use crate::model::{Decoder, ModelError, Sampling};
 use crate::nn::SplitMix64;
@@ -44,15 +49,34 @@ impl Generation {
     }
 }
 
-impl Decoder {
-    /// Generates `steps` tokens after `prompt` (one sequence), choosing each with `sampling`.
+/// What generation does when the text outgrows the model's `max_positions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// Refuse before anything runs ([`ModelError::ContextOverflow`]) if the prompt and the tokens
+    /// fed back need more than `max_positions` positions.
+    Refuse,
+    /// Keep going on a sliding context: when the next token would not fit, the model forgets all
+    /// but the last `⌈max_positions / 2⌉` tokens and reads them again from position 0.
     ///
-    /// The last generated token is never fed back, so the text needs `prompt + steps − 1`
-    /// positions; more than `max_positions` is refused before anything runs.
+    /// RoPE only has angles for positions `0..max_positions`, and the cached keys were rotated at
+    /// the positions they were written at, so the cache cannot simply drop its oldest entry: the
+    /// kept tokens must be *re-encoded* at their new positions. That is a prefill of the kept
+    /// window into fresh caches; halving (rather than dropping one token per step) makes it
+    /// happen once every `max_positions / 2` tokens instead of for every token. The recompute
+    /// path reads exactly the same window, so both paths still agree. A prompt longer than
+    /// `max_positions` is cut to its last `⌈max_positions / 2⌉` tokens the same way.
+    Slide,
+}
+
+impl Decoder {
+    /// Generates `steps` tokens after `prompt` (one sequence), choosing each with `sampling`;
+    /// past `max_positions` the context slides ([`Overflow::Slide`]).
+    ///
+    /// The tokens and logits are collected as they come (nothing is reserved from `steps`). For a
+    /// long or open-ended generation use [`Decoder::generate_streaming`], which keeps nothing.
     ///
     /// # Errors
-    /// [`ModelError::EmptyPrompt`], [`ModelError::TokenOutOfRange`], [`ModelError::ContextOverflow`],
-    /// the setting errors of [`Sampling::validate`]; errors of the forward passes.
+    /// As [`Decoder::generate_streaming`].
     pub fn generate(
         &self,
         prompt: &[usize],
@@ -61,35 +85,81 @@ impl Decoder {
         decoding: Decoding,
         rng: &mut SplitMix64,
     ) -> Result<Generation, ModelError> {
+        let mut generation = Generation { tokens: Vec::new(), logits: Vec::new() };
+        self.generate_streaming(prompt, steps, sampling, decoding, Overflow::Slide, rng, |token, logits| {
+            generation.tokens.push(token);
+            generation.logits.push(logits.to_vec());
+            ControlFlow::Continue(())
+        })?;
+        Ok(generation)
+    }
+
+    /// Generates up to `steps` tokens after `prompt`, handing each to `emit` with the logits `[V]`
+    /// it was chosen from as soon as it is chosen; `emit` returns [`ControlFlow::Break`] to stop
+    /// early. Returns the number of tokens generated. Nothing is stored, so `steps` may be
+    /// `usize::MAX`.
+    ///
+    /// With [`Overflow::Refuse`], the last generated token is never fed back, so the text needs
+    /// `prompt + steps − 1` positions; more than `max_positions` is refused before anything runs.
+    ///
+    /// # Errors
+    /// [`ModelError::EmptyPrompt`], [`ModelError::TokenOutOfRange`], [`ModelError::ContextOverflow`]
+    /// (only with [`Overflow::Refuse`]), the setting errors of [`Sampling::validate`]; errors of
+    /// the forward passes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_streaming(
+        &self,
+        prompt: &[usize],
+        steps: usize,
+        sampling: Sampling,
+        decoding: Decoding,
+        overflow: Overflow,
+        rng: &mut SplitMix64,
+        mut emit: impl FnMut(usize, &[f64]) -> ControlFlow<()>,
+    ) -> Result<usize, ModelError> {
         if prompt.is_empty() {
             return Err(ModelError::EmptyPrompt);
         }
         crate::model::embedding::check_ids("input token", prompt, self.config().vocab_size)?;
         sampling.validate()?;
         let capacity = self.config().max_positions;
-        let needed = prompt.len().saturating_add(steps.saturating_sub(1));
-        if needed > capacity {
-            return Err(ModelError::ContextOverflow { needed, capacity });
+        if overflow == Overflow::Refuse {
+            let needed = prompt.len().saturating_add(steps.saturating_sub(1));
+            if needed > capacity {
+                return Err(ModelError::ContextOverflow { needed, capacity });
+            }
         }
+        let keep = capacity.div_ceil(2).max(1);
         let vocab = self.config().vocab_size;
         let last_row = |logits: &crate::Tensor| logits.as_slice()[logits.len() - vocab..].to_vec();
         let mut text = prompt.to_vec();
-        let mut generation = Generation { tokens: Vec::with_capacity(steps), logits: Vec::with_capacity(steps) };
+        // the model reads text[start..]; the caches hold every token of it but the last
+        let mut start = 0;
         let mut caches = self.new_caches(1);
+        let mut prefilled = false;
         for step in 0..steps {
+            if text.len() - start > capacity {
+                start = text.len() - keep;
+                prefilled = false;
+            }
             let logits = match decoding {
-                // the first call prefills the prompt; later ones decode the token just chosen
-                Decoding::KvCache if step == 0 => self.forward_cached(prompt, [1, prompt.len()], &mut caches)?,
+                Decoding::KvCache if !prefilled => {
+                    caches = self.new_caches(1);
+                    prefilled = true;
+                    let window = &text[start..];
+                    self.forward_cached(window, [1, window.len()], &mut caches)?
+                }
                 Decoding::KvCache => self.forward_cached(&text[text.len() - 1..], [1, 1], &mut caches)?,
-                Decoding::Recompute => self.forward(&text, [1, text.len()])?.value()?,
+                Decoding::Recompute => self.forward(&text[start..], [1, text.len() - start])?.value()?,
             };
             let row = last_row(&logits);
             let token = sampling.choose(&row, rng)?;
             text.push(token);
-            generation.tokens.push(token);
-            generation.logits.push(row);
+            if emit(token, &row).is_break() {
+                return Ok(step + 1);
+            }
         }
-        Ok(generation)
+        Ok(steps)
     }
 }
 
@@ -127,11 +197,63 @@ mod tests {
         assert_eq!(err.to_string(), "model input: input token 12 at index 1 is outside the vocabulary of 12 tokens");
         let err = model.generate(&[], 2, Sampling::Greedy, Decoding::KvCache, &mut rng).unwrap_err();
         assert_eq!(err, ModelError::EmptyPrompt);
-        // 5 prompt tokens + 8 generated, the last never fed back: 12 positions fit, 13 do not
-        assert!(model.generate(&[1; 5], 8, Sampling::Greedy, Decoding::KvCache, &mut rng).is_ok());
-        let err = model.generate(&[1; 5], 9, Sampling::Greedy, Decoding::KvCache, &mut rng).unwrap_err();
+        // refusing: 5 prompt tokens + 8 generated, the last never fed back: 12 positions fit, 13 do not
+        let refuse = |steps, rng: &mut SplitMix64| {
+            let emit = |_, _: &[f64]| ControlFlow::Continue(());
+            model.generate_streaming(&[1; 5], steps, Sampling::Greedy, Decoding::KvCache, Overflow::Refuse, rng, emit)
+        };
+        assert_eq!(refuse(8, &mut rng), Ok(8));
+        let err = refuse(9, &mut rng).unwrap_err();
         assert_eq!(err.to_string(), "model generation: 13 positions are needed but the model covers 12");
+        assert_eq!(refuse(usize::MAX, &mut rng), Err(ModelError::ContextOverflow { needed: usize::MAX, capacity: 12 }));
         let err = model.generate(&[1], 1, Sampling::TopK { temperature: 1.0, k: 0 }, Decoding::Recompute, &mut rng);
         assert!(matches!(err, Err(ModelError::InvalidSetting { module: "sampling", .. })));
+    }
+
+    #[test]
+    fn generation_slides_past_max_positions_and_both_paths_agree() {
+        for window in [None, Some(crate::attention::SlidingWindow::Inclusive(3))] {
+            let model = model(window);
+            let sampling = Sampling::TopP { temperature: 1.0, k: 6, p: 0.9 };
+            // 5 + 40 tokens through a capacity of 12: the context slides several times
+            let run = |decoding| model.generate(&[3, 1, 4, 1, 5], 40, sampling, decoding, &mut SplitMix64::new(4));
+            let (cached, recomputed) = (run(Decoding::KvCache).unwrap(), run(Decoding::Recompute).unwrap());
+            assert_eq!(cached.tokens.len(), 40);
+            assert_eq!(cached.tokens, recomputed.tokens, "{window:?}");
+            assert!(cached.max_logit_diff(&recomputed).unwrap() <= 1e-12, "{window:?}");
+            // the token after a slide is what a fresh model reading the kept window predicts
+            let text: Vec<usize> = [3, 1, 4, 1, 5].into_iter().chain(cached.tokens.iter().copied()).collect();
+            // the text reaches 13 tokens before the 9th generated one: the last 6 are read from 0
+            let fresh = model.forward(&text[7..13], [1, 6]).unwrap().value().unwrap();
+            let row = &fresh.as_slice()[5 * 12..];
+            assert!(row.iter().zip(&cached.logits[8]).all(|(a, b)| (a - b).abs() <= 1e-12));
+        }
+        // a prompt longer than the model's capacity is cut to its last half-window
+        let model = model(None);
+        let long: Vec<usize> = (0..30).map(|i| i % 12).collect();
+        let a = model.generate(&long, 3, Sampling::Greedy, Decoding::KvCache, &mut SplitMix64::new(0)).unwrap();
+        let b = model.generate(&long[24..], 3, Sampling::Greedy, Decoding::KvCache, &mut SplitMix64::new(0)).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn streaming_reserves_nothing_and_stops_when_asked() {
+        let model = model(None);
+        let mut seen = Vec::new();
+        let emit = |token, logits: &[f64]| {
+            assert_eq!(logits.len(), 12);
+            seen.push(token);
+            if seen.len() == 30 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        };
+        // usize::MAX steps: nothing is allocated from the count, the callback ends the run
+        let sampling = Sampling::TopK { temperature: 1.0, k: 4 };
+        let mut rng = SplitMix64::new(1);
+        let n =
+            model.generate_streaming(&[2], usize::MAX, sampling, Decoding::KvCache, Overflow::Slide, &mut rng, emit);
+        assert_eq!(n, Ok(30));
+        let collected = model.generate(&[2], 30, sampling, Decoding::KvCache, &mut SplitMix64::new(1)).unwrap();
+        assert_eq!(collected.tokens, seen);
+        let none = model.generate(&[2], 0, sampling, Decoding::KvCache, &mut SplitMix64::new(1)).unwrap();
+        assert!(none.tokens.is_empty());
     }
 }

@@ -1,6 +1,8 @@
 //! A decoder-only language model of the LLaMA family, and what it takes to train it and to
 //! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
-//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache.
+//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache;
+//! a character tokenizer ([`CharTokenizer`]) and a training state that resumes bitwise
+//! ([`save_train_state`], [`load_train_state`]).
 //!
 //! Chapter 36 (`ch36-tiny-decoder`) trains one to reverse sequences and generates with it; the
 //! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights.
@@ -43,7 +45,9 @@ mod loss;
 pub mod names;
 mod sampling;
 mod schedule;
+mod tokenizer;
 mod train;
+mod train_state;
 
 pub use adamw::{AdamW, AdamWConfig, decays};
 pub use batch::TokenBatch;
@@ -59,9 +63,11 @@ pub use embedding::TokenEmbedding;
 pub use error::ModelError;
 pub use evaluate::Evaluation;
 pub use feed_forward::SwiGlu;
-pub use generate::{Decoding, Generation};
+pub use generate::{Decoding, Generation, Overflow};
 pub use loss::cross_entropy;
 pub use names::parameter_shapes;
-pub use sampling::{Sampling, argmax, top_k_distribution};
+pub use sampling::{Sampling, argmax, top_k_distribution, top_p_distribution};
 pub use schedule::LrSchedule;
+pub use tokenizer::{CharTokenizer, TokenizerError};
 pub use train::{StepReport, Trainer, TrainingConfig};
+pub use train_state::{TrainState, TrainStateError, load_train_state, save_train_state};

@@ -1,10 +1,16 @@
-//! Choosing the next token from a row of logits: greedy, or temperature and top-k sampling.
+//! Choosing the next token from a row of logits: greedy, or temperature, top-k and top-p sampling.
 //!
 //! ```text
 //! greedy:  argmax_j z_j                                   (the first one on a tie)
 //! top-k:   keep the k largest z_j (ties: lower id first), p_j ∝ e^{(z_j − z_max)/τ},
 //!          draw u ∈ [0, 1) and take the first j whose cumulative p exceeds u
+//! top-p:   the top-k candidates, most likely first, cut after the shortest prefix whose
+//!          probability reaches p (the "nucleus"), renormalised, then drawn the same way
 //! ```
+//!
+//! Top-p adapts the number of candidates to the model's confidence: after `qu` the nucleus of
+//! `p = 0.9` may be the single token `i`, after a space it may hold twenty word beginnings, where a
+//! fixed `k` would be too many in the first case and too few in the second.
 //!
 //! A temperature `τ < 1` sharpens the distribution towards greedy, `τ > 1` flattens it; `k = 1` is
 //! greedy whatever `τ`. Sampling draws exactly one number from the generator per token and greedy
@@ -26,6 +32,17 @@ pub enum Sampling {
         /// `k ≥ 1` (more than `V` keeps every token).
         k: usize,
     },
+    /// Nucleus sampling: among the `k` most likely tokens (after dividing the logits by
+    /// `temperature`), keep the fewest, most likely first, whose probabilities add up to at least
+    /// `p`, and sample among them. `k = usize::MAX` is pure top-p; `p = 1` is top-k.
+    TopP {
+        /// `τ > 0`.
+        temperature: f64,
+        /// `k ≥ 1` (more than `V` keeps every token).
+        k: usize,
+        /// `0 < p ≤ 1`.
+        p: f64,
+    },
 }
 
 impl std::fmt::Display for Sampling {
@@ -33,6 +50,8 @@ impl std::fmt::Display for Sampling {
         match self {
             Sampling::Greedy => f.write_str("greedy"),
             Sampling::TopK { temperature, k } => write!(f, "top_k(k:{k},temperature:{temperature})"),
+            Sampling::TopP { temperature, k: usize::MAX, p } => write!(f, "top_p(p:{p},temperature:{temperature})"),
+            Sampling::TopP { temperature, k, p } => write!(f, "top_p(p:{p},k:{k},temperature:{temperature})"),
         }
     }
 }
@@ -80,6 +99,40 @@ pub fn top_k_distribution(logits: &[f64], temperature: f64, k: usize) -> Result<
     Ok(order.into_iter().zip(weights).map(|(i, w)| (i, w / total)).collect())
 }
 
+/// The candidates of nucleus sampling and their renormalised probabilities, most likely first:
+/// the [`top_k_distribution`] cut after the shortest prefix whose probability reaches `p`.
+///
+/// ```
+/// use llm_from_scratch::model::top_p_distribution;
+/// // probabilities [0.5, 0.3, 0.2]: p = 0.7 keeps the first two (0.5 < 0.7 ≤ 0.8), renormalised
+/// let logits = [0.5f64.ln(), 0.3f64.ln(), 0.2f64.ln()];
+/// let d = top_p_distribution(&logits, 1.0, usize::MAX, 0.7)?;
+/// assert_eq!(d.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1]);
+/// assert!((d[0].1 - 0.625).abs() < 1e-12 && (d[1].1 - 0.375).abs() < 1e-12);
+/// # Ok::<(), llm_from_scratch::model::ModelError>(())
+/// ```
+///
+/// # Errors
+/// As [`top_k_distribution`]; [`ModelError::InvalidSetting`] for `p` outside `(0, 1]`.
+pub fn top_p_distribution(logits: &[f64], temperature: f64, k: usize, p: f64) -> Result<Vec<(usize, f64)>, ModelError> {
+    if !(p > 0.0 && p <= 1.0) {
+        return Err(ModelError::setting("sampling", "p", p, "top-p needs 0 < p ≤ 1"));
+    }
+    let mut candidates = top_k_distribution(logits, temperature, k)?;
+    let mut cumulative = 0.0;
+    let mut keep = candidates.len();
+    for (i, &(_, q)) in candidates.iter().enumerate() {
+        cumulative += q;
+        if cumulative >= p {
+            keep = i + 1;
+            break;
+        }
+    }
+    candidates.truncate(keep);
+    let total: f64 = candidates.iter().map(|c| c.1).sum();
+    Ok(candidates.into_iter().map(|(i, q)| (i, q / total)).collect())
+}
+
 fn check_logits(logits: &[f64]) -> Result<(), ModelError> {
     if logits.is_empty() {
         return Err(ModelError::setting("sampling", "logits", "[]", "needs at least one token"));
@@ -94,11 +147,28 @@ impl Sampling {
     /// Checks the settings without drawing anything.
     ///
     /// # Errors
-    /// [`ModelError::InvalidSetting`] for `τ` not finite and positive or `k = 0`.
+    /// [`ModelError::InvalidSetting`] for `τ` not finite and positive, `k = 0` or `p ∉ (0, 1]`.
     pub fn validate(&self) -> Result<(), ModelError> {
         match *self {
             Sampling::Greedy => Ok(()),
             Sampling::TopK { temperature, k } => top_k_distribution(&[0.0], temperature, k).map(|_| ()),
+            Sampling::TopP { temperature, k, p } => top_p_distribution(&[0.0], temperature, k, p).map(|_| ()),
+        }
+    }
+
+    /// The candidates this rule samples from and their probabilities, most likely first (greedy:
+    /// the argmax with probability 1).
+    ///
+    /// # Errors
+    /// As [`top_k_distribution`] and [`top_p_distribution`].
+    pub fn distribution(&self, logits: &[f64]) -> Result<Vec<(usize, f64)>, ModelError> {
+        match *self {
+            Sampling::Greedy => {
+                check_logits(logits)?;
+                Ok(vec![(argmax(logits).unwrap_or(0), 1.0)])
+            }
+            Sampling::TopK { temperature, k } => top_k_distribution(logits, temperature, k),
+            Sampling::TopP { temperature, k, p } => top_p_distribution(logits, temperature, k, p),
         }
     }
 
@@ -112,8 +182,8 @@ impl Sampling {
                 check_logits(logits)?;
                 Ok(argmax(logits).unwrap_or(0))
             }
-            Sampling::TopK { temperature, k } => {
-                let candidates = top_k_distribution(logits, temperature, k)?;
+            Sampling::TopK { .. } | Sampling::TopP { .. } => {
+                let candidates = self.distribution(logits)?;
                 let u = rng.next_f64();
                 let mut cumulative = 0.0;
                 for &(token, p) in &candidates {
@@ -167,5 +237,33 @@ mod tests {
         let cold = top_k_distribution(&[1.0, 0.0], 0.01, 2).unwrap();
         assert!(cold[0].1 == 1.0 && cold[1].1 < 1e-40, "{cold:?}");
         assert_eq!(top_k_distribution(&[0.0, 0.0, 0.0], 1.0, 10).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn top_p_keeps_the_nucleus_and_follows_its_probabilities() {
+        // probabilities ∝ [4, 3, 2, 1]/10: p = 0.6 keeps tokens 0 and 1 (0.4 < 0.6 ≤ 0.7)
+        let logits: Vec<f64> = [4.0f64, 3.0, 2.0, 1.0].iter().map(|w| w.ln()).collect();
+        let sampling = Sampling::TopP { temperature: 1.0, k: usize::MAX, p: 0.6 };
+        let mut rng = SplitMix64::new(11);
+        let draws: Vec<usize> = (0..4000).map(|_| sampling.choose(&logits, &mut rng).unwrap()).collect();
+        assert!(draws.iter().all(|&t| t < 2));
+        let share = draws.iter().filter(|&&t| t == 0).count() as f64 / 4000.0;
+        assert!((share - 4.0 / 7.0).abs() < 0.03, "{share}");
+        // a tiny p is greedy; p = 1 keeps everything; k still caps the candidates
+        assert_eq!(top_p_distribution(&logits, 1.0, usize::MAX, 1e-9).unwrap(), [(0, 1.0)]);
+        assert_eq!(top_p_distribution(&logits, 1.0, usize::MAX, 1.0).unwrap().len(), 4);
+        assert_eq!(top_p_distribution(&logits, 1.0, 3, 1.0).unwrap().len(), 3);
+        assert_eq!(
+            Sampling::TopP { temperature: 1.0, k: 2, p: 1.0 }.distribution(&logits).unwrap(),
+            Sampling::TopK { temperature: 1.0, k: 2 }.distribution(&logits).unwrap()
+        );
+        assert_eq!(Sampling::Greedy.distribution(&logits).unwrap(), [(0, 1.0)]);
+        assert_eq!(sampling.to_string(), "top_p(p:0.6,temperature:1)");
+        assert_eq!(Sampling::TopP { temperature: 0.5, k: 3, p: 0.9 }.to_string(), "top_p(p:0.9,k:3,temperature:0.5)");
+        for p in [0.0, -0.5, 1.5, f64::NAN] {
+            let err = Sampling::TopP { temperature: 1.0, k: 5, p }.validate().unwrap_err();
+            assert!(matches!(err, ModelError::InvalidSetting { setting: "p", .. }), "{p}: {err}");
+        }
+        assert!(Sampling::TopP { temperature: -1.0, k: 5, p: 0.5 }.validate().is_err());
     }
 }

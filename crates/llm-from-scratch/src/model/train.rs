@@ -83,6 +83,48 @@ impl Trainer {
         Ok(Self { model, parameters, optimizer, schedule: config.schedule, clip_norm: config.clip_norm, step: 0 })
     }
 
+    /// Continues training `model` from a saved optimiser state after `step` steps (what
+    /// [`crate::model::load_train_state`] reads). The next [`Trainer::step`] uses the learning rate
+    /// of step `step`, so a run that stops and resumes takes the same steps as one that never
+    /// stopped.
+    ///
+    /// # Errors
+    /// As [`Trainer::new`]; [`ModelError::ParameterListChanged`] if the optimiser's state is not
+    /// for this model's tensors or was made with other settings than `config.adamw`.
+    pub fn resume(model: Decoder, config: TrainingConfig, optimizer: AdamW, step: usize) -> Result<Self, ModelError> {
+        let mut trainer = Self::new(model, config)?;
+        if optimizer.config() != trainer.optimizer.config() {
+            return Err(ModelError::ParameterListChanged {
+                detail: format!(
+                    "the saved state has settings {:?}, not {:?}",
+                    optimizer.config(),
+                    trainer.optimizer.config()
+                ),
+            });
+        }
+        let (m, v) = optimizer.moments();
+        // rebuilt on this model's parameters: names and sizes are checked there
+        if optimizer.names() != trainer.optimizer.names() {
+            return Err(ModelError::ParameterListChanged {
+                detail: format!("the saved state is for {} tensors other than this model's", optimizer.names().len()),
+            });
+        }
+        trainer.optimizer = AdamW::from_state(
+            optimizer.config().clone(),
+            &trainer.parameters,
+            (m.to_vec(), v.to_vec()),
+            optimizer.steps(),
+            optimizer.beta_powers(),
+        )?;
+        trainer.step = step;
+        Ok(trainer)
+    }
+
+    /// The optimiser's state.
+    pub fn optimizer(&self) -> &AdamW {
+        &self.optimizer
+    }
+
     /// The model being trained.
     pub fn model(&self) -> &Decoder {
         &self.model

@@ -1,0 +1,114 @@
+//! The two binaries run as a user runs them: save, resume, generate, and every bad input refused
+//! with one line on standard error and a non-zero exit code (never a panic).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const TRAIN: &str = env!("CARGO_BIN_EXE_ch37-train-on-text");
+const GENERATE: &str = env!("CARGO_BIN_EXE_generate");
+
+fn run(binary: &str, args: &[&str]) -> Output {
+    Command::new(binary).args(args).output().unwrap()
+}
+
+fn temp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("ch37-cli-{name}-{}.safetensors", std::process::id()))
+}
+
+/// Exit code and the single line on stderr; the process must not have panicked.
+fn refused(out: &Output) -> (i32, String) {
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    (out.status.code().unwrap_or(-1), stderr.trim_end().to_string())
+}
+
+#[test]
+fn stopping_saving_and_resuming_prints_what_one_run_prints() {
+    let (half, straight) = (temp("half"), temp("straight"));
+    let half_path = half.to_str().unwrap();
+    let first = run(TRAIN, &["--quiet", "--steps", "6", "--save", half_path]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let resumed = run(TRAIN, &["--quiet", "--steps", "12", "--resume", half_path]);
+    let whole = run(TRAIN, &["--quiet", "--steps", "12", "--save", straight.to_str().unwrap()]);
+    assert!(resumed.status.success() && whole.status.success());
+    assert_eq!(String::from_utf8(resumed.stdout).unwrap(), String::from_utf8(whole.stdout).unwrap());
+    // a state past the requested step is refused
+    let (code, line) = refused(&run(TRAIN, &["--steps", "3", "--resume", half_path]));
+    assert_eq!((code, line.as_str()), (1, "error: the saved run is at step 6, past --steps 3"));
+
+    // generation from the saved state streams the prompt and then the characters
+    let out = run(GENERATE, &[straight.to_str().unwrap(), "--prompt", "Non ", "--chars", "150", "--seed", "3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("Non ") && text.ends_with('\n'));
+    assert_eq!(text.trim_end_matches('\n').chars().count(), 4 + 150, "{text:?}");
+    let again = run(GENERATE, &[straight.to_str().unwrap(), "--prompt", "Non ", "--chars", "150", "--seed", "3"]);
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), text);
+    let greedy = run(GENERATE, &[straight.to_str().unwrap(), "--temperature", "0", "--top-k", "3", "--chars", "5"]);
+    assert!(greedy.status.success());
+
+    // bad inputs of generate
+    let path = straight.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 9] = [
+        (&["--temperature", "-1", path], 2, "error: --temperature -1: must be finite and at least 0"),
+        (&[path, "--top-p", "0"], 2, "error: --top-p 0: must satisfy 0 < p <= 1"),
+        (&[path, "--top-p", "1.5"], 2, "error: --top-p 1.5: must satisfy 0 < p <= 1"),
+        (&[path, "--top-k", "0"], 2, "error: --top-k 0: needs at least one candidate"),
+        (&[path, "--chars", "many"], 2, "error: --chars \"many\": not a valid number"),
+        (&[path, "--verbose"], 2, "error: unknown flag \"--verbose\" (see --help)"),
+        (&[path, "--seed"], 2, "error: --seed needs a value"),
+        (&[], 2, "error: missing the checkpoint path (see --help)"),
+        (&[path, "--prompt", "Jupiter"], 1, "error: tokenizer: character 'J' at index 0 is not in the vocabulary"),
+    ];
+    for (args, code, message) in cases {
+        assert_eq!(refused(&run(GENERATE, args)), (code, message.to_string()), "{args:?}");
+    }
+    // a missing file, and a corrupt one (the state cut in half)
+    let (code, line) = refused(&run(GENERATE, &["/nonexistent/model.safetensors"]));
+    assert!(
+        code == 1 && line.starts_with("error: train state file: cannot read /nonexistent/model.safetensors"),
+        "{line}"
+    );
+    let bytes = std::fs::read(&straight).unwrap();
+    let corrupt = temp("corrupt");
+    std::fs::write(&corrupt, &bytes[..bytes.len() / 2]).unwrap();
+    let (code, line) = refused(&run(GENERATE, &[corrupt.to_str().unwrap()]));
+    assert!(code == 1 && line.starts_with("error: train state header: "), "{line}");
+    // the training binary refuses a corrupt state too
+    let (code, line) = refused(&run(TRAIN, &["--resume", corrupt.to_str().unwrap()]));
+    assert!(code == 1 && line.starts_with("error: train state header: "), "{line}");
+    for file in [half, straight, corrupt] {
+        std::fs::remove_file(file).ok();
+    }
+}
+
+#[test]
+fn bad_command_lines_of_the_trainer_are_refused() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["--steps", "0"], "error: --steps 0: must be between 1 and 800"),
+        (&["--steps", "801"], "error: --steps 801: must be between 1 and 800"),
+        (&["--steps"], "error: --steps needs a value"),
+        (&["--fast"], "error: unknown argument \"--fast\" (see --help)"),
+    ];
+    for (args, message) in cases {
+        assert_eq!(refused(&run(TRAIN, args)), (2, message.to_string()), "{args:?}");
+    }
+    for binary in [TRAIN, GENERATE] {
+        let help = run(binary, &["--help"]);
+        assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).starts_with("usage: "));
+    }
+}
+
+#[test]
+fn the_figure_is_written() {
+    let svg = std::env::temp_dir().join(format!("ch37-cli-loss-{}.svg", std::process::id()));
+    let out = run(TRAIN, &["--quiet", "--steps", "2", "--figure", svg.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_file(&svg).ok();
+    assert!(text.starts_with("<svg ") && text.contains("validation (last 10 %)"));
+    let (code, line) = refused(&run(TRAIN, &["--quiet", "--steps", "1", "--figure", "/nonexistent/dir/loss.svg"]));
+    assert!(code == 1 && line.starts_with("error: cannot write /nonexistent/dir/loss.svg"), "{line}");
+}
