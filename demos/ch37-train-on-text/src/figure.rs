@@ -1,120 +1,73 @@
-//! `--figure loss.svg`: training and validation loss against steps, as a plain SVG document.
-//!
-//! Self-contained on purpose (no plotting crate): a frame, ticks, two polylines, the unigram
-//! baseline as a dashed line, a title, axis labels and a legend. Coordinates are printed with two
-//! decimals, so the same history always gives the same bytes.
+//! `--figure loss.svg`: training and validation loss against steps, beside the unigram baseline
+//! and the uniform guess, drawn with the chapters' shared SVG module.
+
+use demo_support::chart::{Area, Axis, Corner, LineChart, Series};
+use demo_support::svg::{Svg, TextStyle};
 
 use crate::EvalPoint;
 
-const WIDTH: f64 = 640.0;
-const HEIGHT: f64 = 400.0;
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 24.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 52.0;
+/// The figure's title.
+pub const TITLE: &str = "Chapter 37 — a character-level model learns Cicero: loss against steps";
 
-/// The SVG of `history` (and of the `unigram` baseline, if known).
-pub fn loss_svg(history: &[EvalPoint], unigram: Option<f64>) -> String {
-    let max_step = history.iter().map(|p| p.step).max().unwrap_or(0).max(1) as f64;
-    let losses = history.iter().flat_map(|p| [p.train_loss, p.validation_loss]).chain(unigram);
-    let finite: Vec<f64> = losses.filter(|v| v.is_finite()).collect();
-    let top = finite.iter().copied().fold(1.0f64, f64::max).ceil();
-    let bottom = finite.iter().copied().fold(top, f64::min).floor().max(0.0).min(top - 1.0);
-    let x = |step: f64| LEFT + step / max_step * (WIDTH - LEFT - RIGHT);
-    let y = |loss: f64| TOP + (top - loss.clamp(bottom, top)) / (top - bottom) * (HEIGHT - TOP - BOTTOM);
-    let polyline = |value: fn(&EvalPoint) -> f64, colour: &str| {
-        let points: Vec<String> =
-            history.iter().map(|p| format!("{:.2},{:.2}", x(p.step as f64), y(value(p)))).collect();
-        format!(r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#, points.join(" "))
-    };
-    let mut svg = vec![
-        format!(
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-        ),
-        format!(r#"<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#),
-        format!(
-            r#"<text x="{:.2}" y="22" text-anchor="middle" font-size="15">Chapter 37: character-level loss on Cicero, De finibus I</text>"#,
-            WIDTH / 2.0
-        ),
-        format!(
-            r#"<rect x="{LEFT}" y="{TOP}" width="{:.2}" height="{:.2}" fill="none" stroke="black"/>"#,
-            WIDTH - LEFT - RIGHT,
-            HEIGHT - TOP - BOTTOM
-        ),
+/// The SVG of `history` beside the `unigram` baseline (if known) and the uniform guess `ln V`.
+pub fn loss_svg(history: &[EvalPoint], unigram: Option<f64>, vocabulary: usize) -> String {
+    let mut svg = Svg::new(800.0, 470.0, TITLE);
+    let last = history.iter().map(|p| p.step).max().unwrap_or(0).max(1) as f64;
+    let curve = |loss: fn(&EvalPoint) -> f64| history.iter().map(|p| (p.step as f64, loss(p))).collect();
+    let flat = |value: f64| vec![(0.0, value), (last, value)];
+    let uniform = (vocabulary.max(1) as f64).ln();
+    // two nats of headroom above the highest line keep the legend clear of it
+    let highest = history.iter().map(|p| p.train_loss.max(p.validation_loss)).fold(uniform, f64::max);
+    let top = if highest.is_finite() { highest.ceil() + 2.0 } else { 1.0 };
+    let mut series = vec![
+        Series::new("training windows", 0, curve(|p| p.train_loss)),
+        Series::new("validation (last 10 %, never trained on)", 1, curve(|p| p.validation_loss)),
+        Series { markers: false, ..Series::new(&format!("uniform guess ln {vocabulary}"), 7, flat(uniform)).dashed() },
     ];
-    // five step ticks, one loss tick per nat
-    for i in 0..=4 {
-        let step = (max_step * f64::from(i) / 4.0).round();
-        let px = x(step);
-        svg.push(format!(
-            r#"<line x1="{px:.2}" y1="{:.2}" x2="{px:.2}" y2="{:.2}" stroke="black"/><text x="{px:.2}" y="{:.2}" text-anchor="middle">{step}</text>"#,
-            HEIGHT - BOTTOM,
-            HEIGHT - BOTTOM + 5.0,
-            HEIGHT - BOTTOM + 18.0
-        ));
+    if let Some(u) = unigram.filter(|u| u.is_finite()) {
+        series.push(Series {
+            markers: false,
+            ..Series::new("unigram baseline (character frequencies)", 2, flat(u)).dashed()
+        });
     }
-    let mut loss = bottom;
-    while loss <= top {
-        let py = y(loss);
-        svg.push(format!(
-            r##"<line x1="{:.2}" y1="{py:.2}" x2="{LEFT}" y2="{py:.2}" stroke="black"/><line x1="{LEFT}" y1="{py:.2}" x2="{:.2}" y2="{py:.2}" stroke="#dddddd"/><text x="{:.2}" y="{:.2}" text-anchor="end">{loss}</text>"##,
-            LEFT - 5.0,
-            WIDTH - RIGHT,
-            LEFT - 8.0,
-            py + 4.0
-        ));
-        loss += 1.0;
+    LineChart {
+        area: Area { x: 80.0, y: 60.0, width: 690.0, height: 300.0 },
+        x: Axis::linear("optimiser step", 0.0, last, 8, 0),
+        y: Axis::linear("cross-entropy (nats per character)", 0.0, top, top as usize, 0),
+        series,
     }
-    svg.push(format!(
-        r#"<text x="{:.2}" y="{:.2}" text-anchor="middle">optimiser step</text>"#,
-        LEFT + (WIDTH - LEFT - RIGHT) / 2.0,
-        HEIGHT - 12.0
-    ));
-    svg.push(format!(
-        r#"<text x="16" y="{:.2}" text-anchor="middle" transform="rotate(-90 16 {:.2})">cross-entropy (nats per character)</text>"#,
-        TOP + (HEIGHT - TOP - BOTTOM) / 2.0,
-        TOP + (HEIGHT - TOP - BOTTOM) / 2.0
-    ));
-    let mut legend = vec![("#1f77b4", "train (fixed windows)", ""), ("#d62728", "validation (last 10 %)", "")];
-    if let Some(u) = unigram {
-        let py = y(u);
-        svg.push(format!(
-            r##"<line x1="{LEFT}" y1="{py:.2}" x2="{:.2}" y2="{py:.2}" stroke="#7f7f7f" stroke-dasharray="6 4"/>"##,
-            WIDTH - RIGHT
-        ));
-        legend.push(("#7f7f7f", "unigram baseline", r#" stroke-dasharray="6 4""#));
-    }
-    svg.push(polyline(|p| p.train_loss, "#1f77b4"));
-    svg.push(polyline(|p| p.validation_loss, "#d62728"));
-    for (i, (colour, label, dash)) in legend.iter().enumerate() {
-        let (lx, ly) = (WIDTH - RIGHT - 190.0, TOP + 18.0 + 18.0 * i as f64);
-        svg.push(format!(
-            r#"<line x1="{lx:.2}" y1="{ly:.2}" x2="{:.2}" y2="{ly:.2}" stroke="{colour}" stroke-width="2"{dash}/><text x="{:.2}" y="{:.2}">{label}</text>"#,
-            lx + 24.0,
-            lx + 30.0,
-            ly + 4.0
-        ));
-    }
-    svg.push("</svg>".to_string());
-    svg.join("\n") + "\n"
+    .draw_with_legend(&mut svg, Corner::TopRight);
+    let caption = [
+        "Each point is the mean loss over fixed windows of the text; below the unigram line the model",
+        "predicts more than how often each character occurs: it has learnt spelling and short words.",
+    ];
+    svg.text_lines(20.0, 420.0, 18.0, TextStyle::label(), &caption);
+    svg.finish()
 }
 
 #[cfg(test)]
 mod tests {
+    use demo_support::check::check_chapter_figure;
+
     use super::*;
 
+    fn point(step: usize, train_loss: f64, validation_loss: f64) -> EvalPoint {
+        EvalPoint { step, lr: 0.0, train_loss, validation_loss }
+    }
+
+    /// Well formed, titled, deterministic, and changed by each change of the data it draws.
     #[test]
-    fn the_figure_is_deterministic_and_labelled() {
-        let point = |step, train_loss, validation_loss| EvalPoint { step, lr: 0.0, train_loss, validation_loss };
-        let history = [point(0, 4.1, 4.1), point(100, 2.5, 2.6), point(200, 2.0, 2.2)];
-        let svg = loss_svg(&history, Some(2.9));
-        assert_eq!(svg, loss_svg(&history, Some(2.9)));
-        assert!(svg.starts_with("<svg ") && svg.ends_with("</svg>\n"));
-        for label in ["Chapter 37", "optimiser step", "nats per character", "validation (last 10 %)", "unigram"] {
-            assert!(svg.contains(label), "{label}");
-        }
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        // no history, no baseline: still a valid (empty) frame
-        assert!(loss_svg(&[], None).contains("</svg>"));
+    fn the_figure_is_well_formed_titled_deterministic_and_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
+        type Data = (Vec<EvalPoint>, Option<f64>);
+        let data: Data = (vec![point(0, 4.1, 4.1), point(100, 2.5, 2.6), point(200, 2.0, 2.2)], Some(2.9));
+        let render = |(history, unigram): &Data| loss_svg(history, *unigram, 57);
+        check_chapter_figure(
+            &data,
+            render,
+            TITLE,
+            &[&|d: &mut Data| d.0[1].validation_loss = 3.0, &|d: &mut Data| d.1 = Some(3.5)],
+        )?;
+        assert!(render(&data).contains("unigram baseline"));
+        Ok(())
     }
 }

@@ -425,7 +425,7 @@ pub struct Evidence {
 /// The chapter's figure: training and validation loss against steps, beside the unigram baseline
 /// (`--figure loss.svg`; the committed copy is `docs/figures/ch37-train-on-text.svg`).
 pub fn render_svg(e: &Evidence) -> String {
-    figure::loss_svg(&e.history, e.unigram)
+    figure::loss_svg(&e.history, e.unigram, e.vocabulary.len())
 }
 
 /// Trains the whole schedule and gathers the evidence.

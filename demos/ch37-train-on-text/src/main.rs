@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ch37_train_on_text::{BATCH, CONTEXT, Corpus, Run, STEPS, evidence_of, figure, render_report};
+use ch37_train_on_text::{BATCH, CONTEXT, Corpus, Run, STEPS, evidence_of, render_report, render_svg};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::{StepReport, load_train_state};
 
@@ -88,7 +88,7 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
     }
     let evidence = evidence_of(&run, &corpus)?;
     if let Some(path) = &options.figure {
-        let svg = figure::loss_svg(&evidence.history, evidence.unigram);
+        let svg = render_svg(&evidence);
         std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(render_report(&evidence))

@@ -108,7 +108,7 @@ fn the_figure_is_written() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&svg).unwrap();
     std::fs::remove_file(&svg).ok();
-    assert!(text.starts_with("<svg ") && text.contains("validation (last 10 %)"));
+    assert!(text.starts_with("<svg ") && text.contains("validation (last 10 %, never trained on)"));
     let (code, line) = refused(&run(TRAIN, &["--quiet", "--steps", "1", "--figure", "/nonexistent/dir/loss.svg"]));
     assert!(code == 1 && line.starts_with("error: cannot write /nonexistent/dir/loss.svg"), "{line}");
 }
