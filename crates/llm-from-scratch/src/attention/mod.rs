@@ -36,5 +36,5 @@ pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
 pub use scaled_dot_product::{
     AttentionOutput, causal_scaled_dot_product_self_attention, grouped_attention, scaled_dot_product_attention,
 };
-pub use tiled::{LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax, SHORT_BLOCK, Visibility, block_size, tiled_attention};
-pub use window::{SlidingWindow, attention_mask, visible};
+pub use tiled::{LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax, SHORT_BLOCK, block_size, tiled_attention};
+pub use window::{SlidingWindow, Visibility, attention_mask, visible};
