@@ -15,6 +15,8 @@
 //! Every layer records its forward on the tape ([`crate::autodiff`]), so its backward needs no code
 //! here; the cached paths work on plain tensors, for generation.
 
+mod cached_forward;
+mod decode;
 mod error;
 mod grouped_query;
 mod heads;
@@ -26,10 +28,11 @@ mod scaled_dot_product;
 mod tiled;
 mod window;
 
+pub use cached_forward::generate_with_cache;
 pub use error::{AttentionError, Branch, Stage};
 pub use grouped_query::{AttentionConfig, AttentionKernel, AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};
-pub use kv_cache::{KvCache, generate_with_cache};
+pub use kv_cache::KvCache;
 pub use latent::{LatentAttention, LatentConfig, LatentKvCache, LatentOutput, LatentWeights};
 pub use memory::{CacheLayout, explicit_attention_bytes, kv_cache_bytes, receptive_field, tiled_attention_bytes};
 pub use multi_head::{MultiHeadAttention, MultiHeadAttentionOutput};
