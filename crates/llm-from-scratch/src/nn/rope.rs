@@ -18,14 +18,12 @@
 //! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
 //!   checkpoints. Choosing it lets such weights be used without permuting their rows.
 
-use std::mem::MaybeUninit;
-
-use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
+use crate::tensor::rows::{RowTasks, build_rows};
 
 /// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
 /// looked up, later ones computed when used — with the same expression, so the results are the
@@ -153,6 +151,42 @@ pub struct RotaryEmbedding {
 fn angle(p: usize, theta: f64) -> (f64, f64) {
     let angle = p as f64 * theta;
     (angle.cos(), angle.sin())
+}
+
+/// The rotation of one coordinate pair by the angle whose cosine and sine are `c` and `s`:
+/// `(x_a, x_b) ↦ (x_a·c − x_b·s, x_a·s + x_b·c)`.
+#[inline(always)]
+fn rotate_pair((xa, xb): (f64, f64), c: f64, s: f64) -> (f64, f64) {
+    (xa * c - xb * s, xa * s + xb * c)
+}
+
+/// The absolute position of each row `[..., T, d_h]` of an input: `positions[t]` for token `t`,
+/// or, with one row of `T` positions per index of axis 0 (rank ≥ 3, left padding that shifts each
+/// sequence differently), `positions[b·T + t]`.
+struct RowPositions<'a> {
+    positions: &'a [usize],
+    tokens: usize,
+    /// Rows under one index of axis 0 (the lanes of the axes between it and `[T, d_h]`, times
+    /// `T`), when each index has its own positions.
+    rows_per_index: Option<usize>,
+}
+
+impl<'a> RowPositions<'a> {
+    fn new(shape: &[usize], positions: &'a [usize]) -> Self {
+        let rank = shape.len();
+        let tokens = shape[rank - 2];
+        let lanes: usize = shape[1..rank.saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let rows_per_index = (positions.len() > tokens).then_some(lanes * tokens);
+        Self { positions, tokens, rows_per_index }
+    }
+
+    fn position(&self, r: usize) -> usize {
+        let t = r % self.tokens;
+        match self.rows_per_index {
+            Some(rows) => self.positions[(r / rows) * self.tokens + t],
+            None => self.positions[t],
+        }
+    }
 }
 
 impl RotaryEmbedding {
@@ -320,74 +354,34 @@ impl RotaryEmbedding {
     /// computed the same way whatever the thread count. Each output row is written once, from
     /// its input row, into storage that was never filled (no pass of zeros, no copy of the input).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
-        let d = self.head_width; // even and ≥ 2 (checked by `new`)
-        let half = d / 2;
-        let tokens = x.shape()[x.rank() - 2];
-        let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
-        // lanes under one index of axis 0: the axes between it and [T, d_h]
-        let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
+        let rows = RowPositions::new(x.shape(), positions);
         let tables = self.tables();
-        let rotate_block = |(block, (rows, inputs)): (usize, (&mut [MaybeUninit<f64>], &[f64]))| {
-            // angles of positions past the tables, computed per row (empty until needed)
-            let (mut far_cos, mut far_sin): (Vec<f64>, Vec<f64>);
-            for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
-                let r = block * ROWS_PER_TASK + k;
-                let t = r % tokens;
-                let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
-                let (cos, sin) = if p < tables.positions {
-                    (&tables.cos[p * half..(p + 1) * half], &tables.sin[p * half..(p + 1) * half])
-                } else {
-                    (far_cos, far_sin) = self.thetas.iter().map(|&theta| angle(p, theta)).unzip();
-                    (&far_cos[..], &far_sin[..])
-                };
-                let rotate =
-                    |(ya, yb): (&mut MaybeUninit<f64>, &mut MaybeUninit<f64>), (xa, xb): (f64, f64), c: f64, s: f64| {
-                        let s = sign * s;
-                        ya.write(xa * c - xb * s);
-                        yb.write(xa * s + xb * c);
-                    };
-                // one loop per layout, so that each is a straight vectorisable pass over the row;
-                // either writes every value of the row (d is even)
-                match self.layout {
-                    RopeLayout::SplitHalves => {
-                        let (lo, hi) = row.split_at_mut(half);
-                        let (x_lo, x_hi) = input.split_at(half);
-                        for ((((a, b), (&xa, &xb)), &c), &s) in
-                            lo.iter_mut().zip(hi).zip(x_lo.iter().zip(x_hi)).zip(cos).zip(sin)
-                        {
-                            rotate((a, b), (xa, xb), c, s);
-                        }
-                    }
-                    RopeLayout::AdjacentPairs => {
-                        for (((pair, xs), &c), &s) in
-                            row.chunks_exact_mut(2).zip(input.chunks_exact(2)).zip(cos).zip(sin)
-                        {
-                            let (a, b) = pair.split_at_mut(1);
-                            rotate((&mut a[0], &mut b[0]), (xs[0], xs[1]), c, s);
-                        }
-                    }
-                }
+        let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
+        // per task: the angles of a position past the tables, computed when needed
+        let far_angles = || (Vec::new(), Vec::new());
+        let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
+            let (cos, sin) = self.angles(tables, rows.position(r), far);
+            let input = &x.as_slice()[r * d..(r + 1) * d];
+            // one loop per layout, each a straight pass over the row
+            let rotated = |(xa, xb): (f64, f64), i: usize| rotate_pair((xa, xb), cos[i], sign * sin[i]);
+            match self.layout {
+                RopeLayout::SplitHalves => row.pairs_apart(|i| rotated((input[i], input[i + d / 2]), i)),
+                RopeLayout::AdjacentPairs => row.pairs_adjacent(|i| rotated((input[2 * i], input[2 * i + 1]), i)),
             }
-        };
-        let len = x.len();
-        // callers check shapes: the last axis is d, so the values are whole rows (the unfilled
-        // storage below relies on it)
-        assert_eq!(len % d, 0, "rope: {len} values are not whole rows of {d}");
-        let mut out: Vec<f64> = Vec::with_capacity(len);
-        let unfilled = &mut out.spare_capacity_mut()[..len];
-        let rows = ROWS_PER_TASK * d;
-        if len >= PARALLEL_VALUES {
-            unfilled.par_chunks_mut(rows).zip(x.as_slice().par_chunks(rows)).enumerate().for_each(rotate_block);
-        } else {
-            unfilled.chunks_mut(rows).zip(x.as_slice().chunks(rows)).enumerate().for_each(rotate_block);
-        }
-        // SAFETY: the blocks cover the `len` values, whole rows of d each, and every row wrote
-        // all of its values above (both layouts pair up all d coordinates).
-        #[allow(unsafe_code)]
-        unsafe {
-            out.set_len(len)
-        };
+        });
         Tensor::from_parts(x.shape().to_vec(), out)
+    }
+
+    /// `cos(p·θ_i)` and `sin(p·θ_i)` of every pair `i`: looked up in the tables, or computed into
+    /// `far` for a position past them (with the same expression, so the same bits).
+    fn angles<'t>(&self, tables: &'t Tables, p: usize, far: &'t mut (Vec<f64>, Vec<f64>)) -> (&'t [f64], &'t [f64]) {
+        let half = self.head_width / 2;
+        if p < tables.positions {
+            return (&tables.cos[p * half..(p + 1) * half], &tables.sin[p * half..(p + 1) * half]);
+        }
+        *far = self.thetas.iter().map(|&theta| angle(p, theta)).unzip();
+        (&far.0, &far.1)
     }
 
     fn rotate_unchecked(&self, x: &TensorValue, positions: Vec<usize>) -> Result<TensorValue, RopeError> {

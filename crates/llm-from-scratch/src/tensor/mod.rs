@@ -11,6 +11,7 @@ pub(crate) mod dense;
 pub mod exp;
 pub mod kernels;
 mod mask;
+pub(crate) mod rows;
 
 pub use broadcast::{broadcast_shapes, sum_to_shape};
 pub use dense::{MAX_ELEMENTS, Tensor};
