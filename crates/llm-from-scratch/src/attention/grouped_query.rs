@@ -494,52 +494,58 @@ impl GroupedQueryAttention {
         options: AttentionOptions<'_>,
     ) -> Result<AttentionTrace, AttentionError> {
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            self.check_input(x.shape(), &options)?;
-            let t = x.shape()[1];
-            // RoPE uses explicit positions when given (padding), else offset + index (checked above)
-            let positions = match options.positions {
-                Some(p) => p.to_vec(),
-                None => (options.position_offset..options.position_offset + t).collect(),
-            };
-            let projected = self.project(x, &positions)?;
-            // causality and windows count stream positions (tokens as they arrived, padding included);
-            // keys are the same tokens as the queries, so positions relative to the first suffice
-            let visibility = Visibility {
-                query_offset: 0,
-                window: self.config.window,
-                key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
-            };
-            let mut rng = options.training;
-            let at = AttentionError::at;
-            let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
-            let (scores, weights, head_outputs) = match self.config.kernel {
-                AttentionKernel::Explicit => {
-                    let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
-                    let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
-                    let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
-                    (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
-                }
-                AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
-            };
-            let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
-            let mut output =
-                self.output.forward(&merged).map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
-            if let Some(r) = rng {
-                output = output.dropout(self.config.output_dropout, r).map_err(at(Stage::OutputProjection))?;
+        crate::parallel::with_workers_awake(|| self.forward_with_body(x, options))
+    }
+
+    fn forward_with_body(
+        &self,
+        x: &TensorValue,
+        options: AttentionOptions<'_>,
+    ) -> Result<AttentionTrace, AttentionError> {
+        self.check_input(x.shape(), &options)?;
+        let t = x.shape()[1];
+        // RoPE uses explicit positions when given (padding), else offset + index (checked above)
+        let positions = match options.positions {
+            Some(p) => p.to_vec(),
+            None => (options.position_offset..options.position_offset + t).collect(),
+        };
+        let projected = self.project(x, &positions)?;
+        // causality and windows count stream positions (tokens as they arrived, padding included);
+        // keys are the same tokens as the queries, so positions relative to the first suffice
+        let visibility = Visibility {
+            query_offset: 0,
+            window: self.config.window,
+            key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
+        };
+        let mut rng = options.training;
+        let at = AttentionError::at;
+        let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
+        let (scores, weights, head_outputs) = match self.config.kernel {
+            AttentionKernel::Explicit => {
+                let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
+                let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
+                let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
+                (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
             }
-            Ok(AttentionTrace {
-                query_heads: projected.query_heads,
-                key_heads: projected.key_heads,
-                value_heads: projected.value_heads,
-                rotated_query_heads: projected.rotated_query_heads,
-                rotated_key_heads: projected.rotated_key_heads,
-                scores,
-                weights,
-                head_outputs,
-                merged,
-                output,
-            })
+            AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
+        };
+        let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
+        let mut output =
+            self.output.forward(&merged).map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+        if let Some(r) = rng {
+            output = output.dropout(self.config.output_dropout, r).map_err(at(Stage::OutputProjection))?;
+        }
+        Ok(AttentionTrace {
+            query_heads: projected.query_heads,
+            key_heads: projected.key_heads,
+            value_heads: projected.value_heads,
+            rotated_query_heads: projected.rotated_query_heads,
+            rotated_key_heads: projected.rotated_key_heads,
+            scores,
+            weights,
+            head_outputs,
+            merged,
+            output,
         })
     }
 
