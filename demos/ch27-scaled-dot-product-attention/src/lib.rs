@@ -277,10 +277,7 @@ fn attend(inputs: &[TensorValue]) -> DemoResult<TensorValue> {
 /// Central differences (δ = 1e-6, ε = 8e-6) on every coordinate of random q, k, v; two queries
 /// over four keys so that no shape coincidence can hide a transposed gradient.
 fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let mut draw = |shape: &[usize]| {
-        let n = shape.iter().product();
-        Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())
-    };
+    let mut draw = |shape: &[usize]| Tensor::uniform(shape, -1.0, 1.0, rng);
     let inputs = [("q", draw(&[2, 3])?), ("k", draw(&[4, 3])?), ("v", draw(&[4, 2])?)];
     let config = GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() };
     gradcheck(&inputs, &config, attend)

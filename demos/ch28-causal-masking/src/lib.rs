@@ -218,12 +218,6 @@ fn left_padding_mask(tokens: usize, pads: usize) -> DemoResult<Mask> {
     Ok(Mask::new(&[tokens, tokens], flags)?)
 }
 
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
-}
-
 /// δ = 1e-6, ε = 8e-6, as in chapter 30.
 fn gradcheck_config() -> GradcheckConfig {
     GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() }
@@ -231,7 +225,11 @@ fn gradcheck_config() -> GradcheckConfig {
 
 /// Central differences through the library's causal attention: two lanes of four tokens.
 fn check_causal(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let inputs = [("q", draw(rng, &[2, 4, 3])?), ("k", draw(rng, &[2, 4, 3])?), ("v", draw(rng, &[2, 4, 2])?)];
+    let inputs = [
+        ("q", Tensor::uniform(&[2, 4, 3], -1.0, 1.0, rng)?),
+        ("k", Tensor::uniform(&[2, 4, 3], -1.0, 1.0, rng)?),
+        ("v", Tensor::uniform(&[2, 4, 2], -1.0, 1.0, rng)?),
+    ];
     gradcheck(&inputs, &gradcheck_config(), |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(causal_scaled_dot_product_self_attention(&v[0], &v[1], &v[2])?.output().clone())
     })

@@ -203,7 +203,7 @@ fn shift_sweep(rope: &RotaryEmbedding, rng: &mut SplitMix64) -> DemoResult<(usiz
 /// Central differences (δ = 1e-6, ε = 8e-6) of `rotate` at offset 2 on a random `x [2, 3, 4]`
 /// (both layouts are checked on the same draw).
 fn check_rotate(rope: &RotaryEmbedding, rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let x = Tensor::new(&[2, 3, HEAD_WIDTH], (0..2 * 3 * HEAD_WIDTH).map(|_| rng.uniform(-1.0, 1.0)).collect())?;
+    let x = Tensor::uniform(&[2, 3, HEAD_WIDTH], -1.0, 1.0, rng)?;
     let config = GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() };
     let rotate = |v: &[TensorValue]| -> Result<TensorValue, RopeError> { rope.rotate(&v[0], 2) };
     Ok(gradcheck(&[("x", x)], &config, rotate)?)

@@ -187,7 +187,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     let config =
         AttentionConfig::new(MODEL_WIDTH, QUERY_HEADS, KV_HEADS, HEAD_WIDTH).with_rope(MAX_POSITIONS, ROPE_BASE);
     let layer = GroupedQueryAttention::new("attention", config, &mut rng)?;
-    let input = draw(&mut rng, &[BATCH, TOKENS, MODEL_WIDTH])?;
+    let input = Tensor::uniform(&[BATCH, TOKENS, MODEL_WIDTH], -1.0, 1.0, &mut rng)?;
     let x = TensorValue::leaf(input.clone(), false);
     let trace = layer.forward(&x, 0)?;
     let output = trace.output.value()?;
@@ -281,7 +281,7 @@ fn explicit_output(layer: &GroupedQueryAttention, trace: &AttentionTrace, mappin
 /// agree on outputs and weights within 1e-12 (the two paths group their products differently).
 fn mha_equivalence(x: &TensorValue, rng: &mut SplitMix64) -> DemoResult<bool> {
     let w = (0..4)
-        .map(|_| Ok(TensorValue::leaf(draw(rng, &[MODEL_WIDTH, MODEL_WIDTH])?, false)))
+        .map(|_| Ok(TensorValue::leaf(Tensor::uniform(&[MODEL_WIDTH, MODEL_WIDTH], -1.0, 1.0, rng)?, false)))
         .collect::<DemoResult<Vec<_>>>()?;
     let mha = MultiHeadAttention::from_parameters(
         w[0].clone(),
@@ -335,7 +335,7 @@ fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     let [bq, bk, bv] = layer.qkv().biases().ok_or("the gradient-check layer has biases")?;
     let wo = layer.output_projection().weight();
     let bo = layer.output_projection().bias().ok_or("the gradient-check layer has an output bias")?;
-    let mut inputs = vec![("input", draw(rng, &[1, 3, MODEL_WIDTH])?)];
+    let mut inputs = vec![("input", Tensor::uniform(&[1, 3, MODEL_WIDTH], -1.0, 1.0, rng)?)];
     let named = [
         ("query_weight", wq),
         ("key_weight", wk),
@@ -378,12 +378,6 @@ fn config_errors() -> DemoResult<Vec<(&'static str, String)>> {
     .into_iter()
     .map(|(case, config)| rejection(case, GroupedQueryAttention::new("attention", config, &mut rng)))
     .collect()
-}
-
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
 }
 
 /// `[0,0,1]`.

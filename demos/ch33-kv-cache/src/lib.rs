@@ -164,7 +164,7 @@ pub struct Generation {
 pub fn learner_evidence() -> DemoResult<Evidence> {
     let mut rng = SplitMix64::new(SEED);
     let layer = GroupedQueryAttention::new("attention", base_config(MAX_POSITIONS), &mut rng)?;
-    let x = draw(&mut rng, &[1, TOKENS, MODEL_WIDTH])?;
+    let x = Tensor::uniform(&[1, TOKENS, MODEL_WIDTH], -1.0, 1.0, &mut rng)?;
     let trace = layer.forward(&rows(&x, 0, TOKENS)?, 0)?;
     let full = trace.output.value()?;
 
@@ -370,12 +370,6 @@ fn generation(x: &Tensor, rng: &mut SplitMix64) -> DemoResult<Generation> {
         steps,
         rows: library,
     })
-}
-
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
 }
 
 /// `[0,1,2]`.

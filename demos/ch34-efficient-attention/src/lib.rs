@@ -281,12 +281,6 @@ fn running_states(a: &([f64; 2], [[f64; 2]; 2]), b: &([f64; 2], [[f64; 2]; 2])) 
     .collect()
 }
 
-/// Draws a `shape` tensor uniformly in `[−scale, scale)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize], scale: f64) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-scale, scale)).collect())?)
-}
-
 /// Runs the tiled and the explicit path on the same random `q [B,H,T,d]`, `k, v [B,G,T,d]`
 /// (and sink logits `[H]`) with the same upstream adjoint, and compares outputs and gradients.
 fn compare_paths(
@@ -297,11 +291,11 @@ fn compare_paths(
     rng: &mut SplitMix64,
 ) -> DemoResult<PathComparison> {
     // scores of order ±4 so that the softmax is far from uniform
-    let q = TensorValue::leaf(draw(rng, &[b, h, t, d], 2.0)?, true);
-    let k = TensorValue::leaf(draw(rng, &[b, g, t, d], 2.0)?, true);
-    let v = TensorValue::leaf(draw(rng, &[b, g, t, d], 1.0)?, true);
-    let sinks = if with_sinks { Some(TensorValue::leaf(draw(rng, &[h], 1.0)?, true)) } else { None };
-    let upstream = draw(rng, &[b, h, t, d], 1.0)?;
+    let q = TensorValue::leaf(Tensor::uniform(&[b, h, t, d], -2.0, 2.0, rng)?, true);
+    let k = TensorValue::leaf(Tensor::uniform(&[b, g, t, d], -2.0, 2.0, rng)?, true);
+    let v = TensorValue::leaf(Tensor::uniform(&[b, g, t, d], -1.0, 1.0, rng)?, true);
+    let sinks = if with_sinks { Some(TensorValue::leaf(Tensor::uniform(&[h], -1.0, 1.0, rng)?, true)) } else { None };
+    let upstream = Tensor::uniform(&[b, h, t, d], -1.0, 1.0, rng)?;
     let tiled = tiled_attention(&q, &k, &v, sinks.as_ref(), visibility)?;
     let explicit = grouped_attention(&q, &k, &v, sinks.as_ref(), visibility)?.output().clone();
     let outputs = within(tiled.value()?.as_slice(), explicit.value()?.as_slice());
@@ -387,10 +381,10 @@ fn mixed_caches() -> Vec<(&'static str, &'static str, u128)> {
 /// Central differences through the tiled kernel: MQA, sinks, window inclusive(2), key 0 padded.
 fn check_tiled(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     let inputs = [
-        ("q", draw(rng, &[1, 2, 5, 4], 1.0)?),
-        ("k", draw(rng, &[1, 1, 5, 4], 1.0)?),
-        ("v", draw(rng, &[1, 1, 5, 4], 1.0)?),
-        ("sinks", draw(rng, &[2], 1.0)?),
+        ("q", Tensor::uniform(&[1, 2, 5, 4], -1.0, 1.0, rng)?),
+        ("k", Tensor::uniform(&[1, 1, 5, 4], -1.0, 1.0, rng)?),
+        ("v", Tensor::uniform(&[1, 1, 5, 4], -1.0, 1.0, rng)?),
+        ("sinks", Tensor::uniform(&[2], -1.0, 1.0, rng)?),
     ];
     let vis = Visibility {
         query_offset: 0,

@@ -25,7 +25,6 @@ use crate::attention::grouped_query::check_sequence;
 use crate::attention::{AttentionError, Branch, Stage, merge_heads};
 use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
-use crate::nn::linear::uniform_tensor;
 use crate::nn::{NamedParameter, NamedParameters, RotaryEmbedding, SplitMix64};
 use crate::tensor::{Mask, Tensor};
 
@@ -227,16 +226,18 @@ impl LatentAttention {
             (config.model_width, config.heads, config.head_width, config.latent_width, config.rope_width);
         let mut trial = rng.clone();
         let mut draw = |rows: usize, cols: usize| {
-            TensorValue::leaf(uniform_tensor(&[rows, cols], 1.0 / (rows as f64).sqrt(), &mut trial), true)
+            let bound = 1.0 / (rows as f64).sqrt();
+            let values = Tensor::uniform(&[rows, cols], -bound, bound, &mut trial);
+            Ok::<_, AttentionError>(TensorValue::leaf(values.map_err(AttentionError::at(Stage::Projection))?, true))
         };
         let weights = LatentWeights {
-            query: draw(d, h * dh),
-            query_rope: draw(d, h * dr),
-            down: draw(d, dc),
-            key_rope: draw(d, dr),
-            up_key: draw(dc, h * dh),
-            up_value: draw(dc, h * dh),
-            output: draw(h * dh, d),
+            query: draw(d, h * dh)?,
+            query_rope: draw(d, h * dr)?,
+            down: draw(d, dc)?,
+            key_rope: draw(d, dr)?,
+            up_key: draw(dc, h * dh)?,
+            up_value: draw(dc, h * dh)?,
+            output: draw(h * dh, d)?,
         };
         *rng = trial;
         Self::from_weights(config, weights)
