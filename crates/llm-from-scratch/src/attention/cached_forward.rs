@@ -9,7 +9,8 @@
 use rayon::prelude::*;
 
 use crate::attention::decode::{RowQuery, Run, attend_row};
-use crate::attention::grouped_query::check_sequence;
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::check_sequence;
 use crate::attention::{AttentionError, GroupedQueryAttention, KvCache, Stage};
 use crate::autodiff::{TensorValue, constant};
 use crate::tensor::Tensor;
@@ -41,21 +42,15 @@ impl GroupedQueryAttention {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         cache.check_matches(self, b)?;
         let first = cache.next_position();
-        self.rope()
-            .check_interval(first, t)
-            .map_err(|e| AttentionError::from_rope(crate::attention::Branch::Query, e))?;
+        self.rope().check_interval(first, t).on(crate::attention::Branch::Query)?;
         let (q, k, v) = self.rotated_heads(x, first..first + t)?;
         let heads = self.attend_cached(cache, (&q, &k, &v), first)?; // [B,H,T,d_h]
         cache.append(&k, &v, first);
         // [B,H,T,d_h] → [B,T,H·d_h] → W_O
-        let heads =
-            constant(&[b, c.query_heads, t, c.head_width], &heads).map_err(AttentionError::at(Stage::MergeHeads))?;
+        let heads = constant(&[b, c.query_heads, t, c.head_width], &heads).at(Stage::MergeHeads)?;
         let merged = crate::attention::merge_heads(&heads)?;
-        let out = self
-            .output_projection()
-            .forward(&merged)
-            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
-        out.value().map_err(AttentionError::at(Stage::OutputProjection))
+        let out = self.output_projection().forward(&merged).at(Stage::OutputProjection)?;
+        out.value().at(Stage::OutputProjection)
     }
 
     /// The new tokens' rotated queries `[B,H,T,d_h]`, rotated keys and values `[B,G,T,d_h]`.
@@ -67,12 +62,12 @@ impl GroupedQueryAttention {
         let positions: Vec<usize> = positions.collect();
         let projected = if x.shape()[0] * x.shape()[1] == 1 {
             // one token: the three projections share one pass over the weights
-            let token = x.read("forward_cached").map_err(AttentionError::at(Stage::Projection))?;
+            let token = x.read("forward_cached").at(Stage::Projection)?;
             self.project_token(&token, &positions)?
         } else {
             self.project(x, &positions)?
         };
-        let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
+        let read = |v: &TensorValue| v.value().at(Stage::Scores);
         Ok((read(&projected.rotated_query_heads)?, read(&projected.rotated_key_heads)?, read(&projected.value_heads)?))
     }
 
@@ -87,7 +82,7 @@ impl GroupedQueryAttention {
         let c = self.config();
         let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
         let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
-        let sinks = self.sink_logits().map(|s| s.value().map_err(AttentionError::at(Stage::Softmax))).transpose()?;
+        let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
         let mut heads = vec![0.0; q.len()];
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
             let (bi, hi) = (lane / h, lane % h);
@@ -166,9 +161,7 @@ pub fn generate_with_cache(
     crate::tensor::dense::element_count("generated rows", &[steps, d])?;
     let mut cache = layer.new_cache(1);
     let mut history: Vec<Vec<f64>> = prompt.as_slice().chunks(d.max(1)).map(<[f64]>::to_vec).collect();
-    let as_input = |rows: &[Vec<f64>]| {
-        constant(&[1, rows.len(), d], &rows.concat()).map_err(AttentionError::at(Stage::Projection))
-    };
+    let as_input = |rows: &[Vec<f64>]| constant(&[1, rows.len(), d], &rows.concat()).at(Stage::Projection);
     let out = layer.forward_cached(&as_input(&history)?, &mut cache)?;
     let mut last = out.as_slice()[out.len() - d..].to_vec();
     let mut produced = Vec::new();

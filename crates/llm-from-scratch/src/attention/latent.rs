@@ -21,7 +21,8 @@
 //! score_h(m, n) = (q_h(m)·k_h(n) + q_R,h(m)·k_R(n)) / √(d_h + d_r)
 //! ```
 
-use crate::attention::grouped_query::check_sequence;
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::check_sequence;
 use crate::attention::{AttentionError, Branch, Stage, merge_heads};
 use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
@@ -228,7 +229,7 @@ impl LatentAttention {
         let mut draw = |rows: usize, cols: usize| {
             let bound = 1.0 / (rows as f64).sqrt();
             let values = Tensor::uniform(&[rows, cols], -bound, bound, &mut trial);
-            Ok::<_, AttentionError>(TensorValue::leaf(values.map_err(AttentionError::at(Stage::Projection))?, true))
+            Ok::<_, AttentionError>(TensorValue::leaf(values.at(Stage::Projection)?, true))
         };
         let weights = LatentWeights {
             query: draw(d, h * dh)?,
@@ -328,18 +329,16 @@ impl LatentAttention {
         let c = &self.config;
         check_sequence(x.shape(), c.model_width)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        self.rope.check_interval(offset, t).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
-        let at = AttentionError::at;
+        self.rope.check_interval(offset, t).on(Branch::Query)?;
         let w = &self.weights;
-        let latent = x.matmul(&w.down).map_err(at(Stage::Projection))?; // [B,T,d_c]
+        let latent = x.matmul(&w.down).at(Stage::Projection)?; // [B,T,d_c]
         let split = |v: TensorValue, heads: usize, width: usize| -> Result<TensorValue, AttentionError> {
-            v.reshape(&[b, t, heads, width]).and_then(|v| v.transpose(1, 2)).map_err(at(Stage::SplitHeads(None)))
+            v.reshape(&[b, t, heads, width]).and_then(|v| v.transpose(1, 2)).at(Stage::SplitHeads(None))
         };
-        let q = split(x.matmul(&w.query).map_err(at(Stage::Projection))?, c.heads, c.head_width)?;
-        let q_rope = split(x.matmul(&w.query_rope).map_err(at(Stage::Projection))?, c.heads, c.rope_width)?;
-        let k_rope = split(x.matmul(&w.key_rope).map_err(at(Stage::Projection))?, 1, c.rope_width)?;
-        let rotate =
-            |v: &TensorValue, branch| self.rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(branch, e));
+        let q = split(x.matmul(&w.query).at(Stage::Projection)?, c.heads, c.head_width)?;
+        let q_rope = split(x.matmul(&w.query_rope).at(Stage::Projection)?, c.heads, c.rope_width)?;
+        let k_rope = split(x.matmul(&w.key_rope).at(Stage::Projection)?, 1, c.rope_width)?;
+        let rotate = |v: &TensorValue, branch| self.rope.rotate(v, offset).on(branch);
         Ok([latent, q, rotate(&q_rope, Branch::Query)?, rotate(&k_rope, Branch::Key)?])
     }
 
@@ -355,24 +354,23 @@ impl LatentAttention {
         let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
         let c = &self.config;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let at = AttentionError::at;
         let heads = |v: TensorValue| v.reshape(&[b, t, c.heads, c.head_width]).and_then(|v| v.transpose(1, 2));
-        let k = heads(latent.matmul(&self.weights.up_key).map_err(at(Stage::Projection))?)
-            .map_err(at(Stage::SplitHeads(Some(Branch::Key))))?;
-        let v = heads(latent.matmul(&self.weights.up_value).map_err(at(Stage::Projection))?)
-            .map_err(at(Stage::SplitHeads(Some(Branch::Value))))?;
+        let k = heads(latent.matmul(&self.weights.up_key).at(Stage::Projection)?)
+            .at(Stage::SplitHeads(Some(Branch::Key)))?;
+        let v = heads(latent.matmul(&self.weights.up_value).at(Stage::Projection)?)
+            .at(Stage::SplitHeads(Some(Branch::Value)))?;
         let scores = (|| {
             let content = q.matmul(&k.transpose(2, 3)?)?; // [B,H,T,T]
             let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?; // k_R broadcast over heads
             content.add(&position)?.scale(self.scale())
         })()
-        .map_err(at(Stage::Scores))?;
-        let mask = Mask::causal(t, t, 0).map_err(at(Stage::Softmax))?;
-        let weights = scores.masked_softmax_last_axis(&mask).map_err(at(Stage::Softmax))?;
+        .at(Stage::Scores)?;
+        let mask = Mask::causal(t, t, 0).at(Stage::Softmax)?;
+        let weights = scores.masked_softmax_last_axis(&mask).at(Stage::Softmax)?;
         // hidden (future) tokens are skipped, not weighted by 0: 0 · NaN would leak backwards
-        let heads_out = weights.matmul_visible(&v, &mask).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
+        let heads_out = weights.matmul_visible(&v, &mask).at(Stage::WeightedValues)?; // [B,H,T,d_h]
         let merged = merge_heads(&heads_out)?;
-        let output = merged.matmul(&self.weights.output).map_err(at(Stage::OutputProjection))?;
+        let output = merged.matmul(&self.weights.output).at(Stage::OutputProjection)?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
     }
 
@@ -384,9 +382,8 @@ impl LatentAttention {
     pub fn forward_absorbed(&self, x: &TensorValue, offset: usize) -> Result<LatentOutput, AttentionError> {
         let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let latent4 =
-            latent.reshape(&[b, 1, t, self.config.latent_width]).map_err(AttentionError::at(Stage::Scores))?;
-        let mask = Mask::causal(t, t, 0).map_err(AttentionError::at(Stage::Softmax))?;
+        let latent4 = latent.reshape(&[b, 1, t, self.config.latent_width]).at(Stage::Scores)?;
+        let mask = Mask::causal(t, t, 0).at(Stage::Softmax)?;
         let (weights, output) = self.attend_absorbed(&q, &q_rope, &latent4, &k_rope, &mask)?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
     }
@@ -413,23 +410,22 @@ impl LatentAttention {
         k_rope: &TensorValue,
         mask: &Mask,
     ) -> Result<(TensorValue, TensorValue), AttentionError> {
-        let at = AttentionError::at;
         let (b, t_q) = (q.shape()[0], q.shape()[2]);
         let (h, dc) = (self.config.heads, self.config.latent_width);
-        let (a_t, merged_out) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
+        let (a_t, merged_out) = self.absorbed_matrices().at(Stage::Projection)?;
         let scores = (|| {
             let q_latent = q.matmul(&a_t)?; // (q·Aᵀ): [B,H,T_q,d_c]
             let content = q_latent.matmul(&latent.transpose(2, 3)?)?; // ·Cᵀ: [B,H,T_q,T_k]
             let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?;
             content.add(&position)?.scale(self.scale())
         })()
-        .map_err(at(Stage::Scores))?;
-        let weights = scores.masked_softmax_last_axis(mask).map_err(at(Stage::Softmax))?;
+        .at(Stage::Scores)?;
+        let weights = scores.masked_softmax_last_axis(mask).at(Stage::Softmax)?;
         let output = (|| {
             let pc = weights.matmul_visible(latent, mask)?; // (P·C) over visible tokens: [B,H,T_q,d_c]
             pc.transpose(1, 2)?.reshape(&[b, t_q, h * dc])?.matmul(&merged_out) // Σ_h (P_h·C)·(B_h·W_O,h)
         })()
-        .map_err(at(Stage::OutputProjection))?;
+        .at(Stage::OutputProjection)?;
         Ok((weights, output))
     }
 
@@ -455,7 +451,7 @@ impl LatentAttention {
         let first = cache.next_position;
         let [latent, q, q_rope, k_rope] = self.pieces(x, first)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
+        let read = |v: &TensorValue| v.value().at(Stage::Scores);
         let (new_c, new_kr) = (read(&latent)?, read(&k_rope)?);
         let (dc, dr) = (c.latent_width, c.rope_width);
         for bi in 0..b {
@@ -464,13 +460,11 @@ impl LatentAttention {
         }
         cache.next_position = first + t;
         let total = cache.next_position;
-        let all = |lanes: &[Vec<f64>], w: usize| {
-            constant(&[b, 1, total, w], &lanes.concat()).map_err(AttentionError::at(Stage::Scores))
-        };
+        let all = |lanes: &[Vec<f64>], w: usize| constant(&[b, 1, total, w], &lanes.concat()).at(Stage::Scores);
         let (latent_all, rope_all) = (all(&cache.latent, dc)?, all(&cache.rope_key, dr)?);
-        let mask = Mask::causal(t, total, first).map_err(AttentionError::at(Stage::Softmax))?;
+        let mask = Mask::causal(t, total, first).at(Stage::Softmax)?;
         let (_, output) = self.attend_absorbed(&q, &q_rope, &latent_all, &rope_all, &mask)?;
-        output.value().map_err(AttentionError::at(Stage::OutputProjection))
+        output.value().at(Stage::OutputProjection)
     }
 
     /// The counterexample of the chapter: RoPE applied to the *reconstructed* content key
@@ -487,24 +481,22 @@ impl LatentAttention {
         let [latent, q, _, _] = self.pieces(x, offset)?;
         let c = &self.config;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let at = AttentionError::at;
         let rope = RotaryEmbedding::new(c.head_width, c.max_positions, c.rope_base).map_err(AttentionError::Rope)?;
-        let rot = |v: &TensorValue| rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(Branch::Key, e));
+        let rot = |v: &TensorValue| rope.rotate(v, offset).on(Branch::Key);
         let k = latent
             .matmul(&self.weights.up_key)
             .and_then(|k| k.reshape(&[b, t, c.heads, c.head_width]))
             .and_then(|k| k.transpose(1, 2))
-            .map_err(at(Stage::Projection))?;
+            .at(Stage::Projection)?;
         let q_rot = rot(&q)?;
-        let direct = q_rot.matmul(&rot(&k)?.transpose(2, 3).map_err(at(Stage::Scores))?).map_err(at(Stage::Scores))?;
-        let (a_t, _) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
-        let latent4 = latent.reshape(&[b, 1, t, c.latent_width]).map_err(at(Stage::Scores))?;
-        let absorbed =
-            q_rot.matmul(&a_t).and_then(|ql| ql.matmul(&latent4.transpose(2, 3)?)).map_err(at(Stage::Scores))?;
+        let direct = q_rot.matmul(&rot(&k)?.transpose(2, 3).at(Stage::Scores)?).at(Stage::Scores)?;
+        let (a_t, _) = self.absorbed_matrices().at(Stage::Projection)?;
+        let latent4 = latent.reshape(&[b, 1, t, c.latent_width]).at(Stage::Scores)?;
+        let absorbed = q_rot.matmul(&a_t).and_then(|ql| ql.matmul(&latent4.transpose(2, 3)?)).at(Stage::Scores)?;
         Ok((read_value(&direct)?, read_value(&absorbed)?))
     }
 }
 
 fn read_value(v: &TensorValue) -> Result<Tensor, AttentionError> {
-    v.value().map_err(AttentionError::at(Stage::Scores))
+    v.value().at(Stage::Scores)
 }

@@ -16,10 +16,12 @@
 //! here; the cached paths work on plain tensors, for generation.
 
 mod cached_forward;
+mod config;
 mod decode;
 mod error;
 mod grouped_query;
 mod heads;
+mod input;
 mod kv_cache;
 mod latent;
 pub(crate) mod memory;
@@ -29,8 +31,9 @@ mod tiled;
 mod window;
 
 pub use cached_forward::generate_with_cache;
+pub use config::{AttentionConfig, AttentionKernel};
 pub use error::{AttentionError, Branch, Stage};
-pub use grouped_query::{AttentionConfig, AttentionKernel, AttentionOptions, AttentionTrace, GroupedQueryAttention};
+pub use grouped_query::{AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};
 pub use kv_cache::KvCache;
 pub use latent::{LatentAttention, LatentConfig, LatentKvCache, LatentOutput, LatentWeights};

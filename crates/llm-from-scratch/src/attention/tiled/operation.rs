@@ -9,6 +9,7 @@ use super::plain;
 use super::reference::BlockForward;
 use super::shapes::{Dims, LaneInputs, check};
 use super::strips;
+use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
 use crate::error::TensorAutodiffError;
@@ -65,7 +66,7 @@ pub(super) fn tiled_attention_on(
     kernel: Kernel,
 ) -> Result<TensorValue, AttentionError> {
     let dims = check(q, k, v, sinks, visibility)?;
-    let read = |x: &TensorValue| x.read("tiled_attention").map_err(AttentionError::at(Stage::Scores));
+    let read = |x: &TensorValue| x.read("tiled_attention").at(Stage::Scores);
     let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
     let sink_values = sinks.map(read).transpose()?;
     let poisoned = poisoned_lanes(dims, &kt, &vt);
@@ -73,9 +74,8 @@ pub(super) fn tiled_attention_on(
         Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), kernel, poisoned };
     // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
     let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
-    let (out, lse) = forward.run(needs_grad).map_err(AttentionError::at(Stage::Softmax))?;
-    let output =
-        Tensor::new(&[dims.b, dims.h, dims.t_q, dims.d], out).map_err(AttentionError::at(Stage::WeightedValues))?;
+    let (out, lse) = forward.run(needs_grad).at(Stage::Softmax)?;
+    let output = Tensor::new(&[dims.b, dims.h, dims.t_q, dims.d], out).at(Stage::WeightedValues)?;
     let mut parents = vec![q.clone(), k.clone(), v.clone()];
     parents.extend(sinks.cloned());
     let vis = visibility.clone();
