@@ -107,9 +107,9 @@ fn attend_row_naive(query: &RowQuery<'_>, runs: &[Run<'_>], out: &mut [f64]) {
 /// Stretches of a run of keys that [`attend_row_portable`] reads side by side.
 ///
 /// Decoding is bound by reading the cache, and one thread walking one stretch of memory has too few
-/// reads in flight to use the bandwidth the cache hierarchy offers: reading four stretches at once
-/// took a decode step from 0.91–0.96 to 0.70–0.74 ms in the same session (`llm-bench decode`'s
-/// layer, 2047 cached positions). Results stay the same whatever the thread count.
+/// reads in flight to use the bandwidth the cache hierarchy offers; four stretches at once keep
+/// more reads in flight (`docs/performance.md` has the timings). Results stay the same whatever
+/// the thread count.
 const STREAMS: usize = 4;
 /// Consecutive keys of each stretch scored in one step (eight dot products side by side).
 const AT_ONCE: usize = 2;

@@ -219,11 +219,9 @@ pub fn matmul_scaled(
 ///
 /// `gemm-f64` splits a small output into few blocks and keeps its threads waiting on each other
 /// while they run the long inner loop; two independent halves do not wait. For the weight
-/// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the
-/// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes; a later
-/// session's slower minutes timed it at 1.40, and 1.26 with [`gemm_in_depth_blocks`]); products with
-/// a larger output (`1024 × 256 · 256 × 256`, `1024³`) were as fast or faster on the crate's own
-/// threads, so they keep them.
+/// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the halves
+/// are faster; products with a larger output (`1024 × 256 · 256 × 256`, `1024³`) are as fast or
+/// faster on the crate's own threads, so they keep them (`docs/performance.md`).
 pub(crate) fn splits_rows(m: usize, k: usize, n: usize) -> bool {
     m >= SPLIT_ROWS_MIN && k >= 2 * m.max(n)
 }
@@ -236,11 +234,9 @@ const SPLIT_ROWS_MIN: usize = 64;
 const SPLIT_DEPTH: usize = 256;
 
 /// `dst (+)= scale · lhs · rhs` on the calling thread, as a sum of products over blocks of
-/// [`SPLIT_DEPTH`] of the inner dimension, in block order. On this machine `gemm-f64` runs blocks of 512 by
-/// itself on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 took
-/// 1.26 instead of 1.40 ms for the whole product (2026-11-30, two halves on 2 threads, runs
-/// interleaved), and the four weight gradients of a `mha-train` step about 0.3 ms less (timed
-/// inside the step, three interleaved pairs).
+/// [`SPLIT_DEPTH`] of the inner dimension, in block order. `gemm-f64` runs blocks of 512 by itself
+/// on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 keep more of the
+/// operands in cache and were faster (`docs/performance.md`).
 ///
 /// # Safety
 /// As [`gemm_raw`]: `dst` points at `m·n` writable values that nothing else accesses during the
@@ -402,7 +398,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 /// Products that take the fast kernel are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate (a split product's first depth
 /// block writes every value of its half before the later blocks read them). A pass of zeros over each output
-/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms when the step took 25.
+/// is saved — 2 MiB per product of an `mha-train` step.
 /// Other products (small ones and one row) go through [`matmul`] on zeros. The caller has
 /// checked that `m·n` values can be allocated.
 ///

@@ -17,10 +17,9 @@ pub const LONG_SEQUENCE: usize = 2048;
 ///
 /// A causal block on the diagonal is computed whole though half of it is hidden, so short
 /// sequences, where the diagonal is a large share of the blocks, take smaller blocks; long ones
-/// take larger blocks, whose matrix products run faster. Measured on the benchmark machine:
-/// blocks of 64 against 128 take 25 against 33 ms for the training step of `mha-train`
-/// (T = 256), and 177 against 162 ms for `long-causal` (T = 4096). The size depends only on the
-/// shapes, so results never depend on the machine load or the thread count.
+/// take larger blocks, whose matrix products run faster (`docs/performance.md` has the timings).
+/// The size depends only on the shapes, so results never depend on the machine load or the thread
+/// count.
 pub fn block_size(t_k: usize) -> usize {
     if t_k >= LONG_SEQUENCE { LONG_BLOCK } else { SHORT_BLOCK }
 }

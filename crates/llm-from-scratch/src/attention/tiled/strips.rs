@@ -19,10 +19,8 @@
 //! ```
 //!
 //! A register tile is 6 rows × 4 registers: 24 accumulators, and per step 4 vector loads and 6
-//! scalar broadcasts. Measured on the benchmark machine with its data in first-level cache, such
-//! a tile runs at 85–90 % of the processor's multiply-add peak (8 rows × 2 registers: 80–85 %);
-//! inside the kernel, with keys and values coming from the second-level cache, the two products
-//! run at about 75 %, and the exponentials take about a sixth of the time. Key blocks (60 keys,
+//! scalar broadcasts: the most accumulators that leave registers for the loads, so the loop runs
+//! close to the processor's multiply-add peak (`docs/performance.md`). Key blocks (60 keys,
 //! ten whole tiles) run in the outer loop so that a block of keys and values is read from memory
 //! once for all strips of a task (several query blocks).
 //!
@@ -50,11 +48,11 @@ const TILE: usize = 6;
 
 /// Query blocks ([`super::block_size`]) per forward task. The strips of a task share each block
 /// of keys and values read from memory, so with 4 blocks they are fetched from the last-level
-/// cache a quarter as often (`long-causal`: 5 % faster than one block per task, in paired runs).
+/// cache a quarter as often.
 pub(super) const TASK_BLOCKS: usize = 4;
 
-/// Keys per block: ten whole tiles of scores. (Measured: blocks of 30, 60 and 120 keys take the
-/// same time on `long-causal`.)
+/// Keys per block: ten whole tiles of scores (the time hardly depends on it:
+/// `docs/performance.md`).
 const KEYS: usize = 60;
 
 /// One number per query of a strip, aligned to a cache line so that each quarter is one aligned

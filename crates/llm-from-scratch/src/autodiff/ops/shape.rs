@@ -58,8 +58,8 @@ fn next_row(index: &mut [usize], base: &mut usize, outer: &[usize], walk: &[usiz
 }
 
 /// From this many values on, [`permute_tensor`] moves rows on every thread: the split and merge
-/// of heads in `mha-train` (2 MiB each, eight a step) otherwise ran on one core while the other
-/// waited, 8 % of the step.
+/// of heads in `mha-train` (2 MiB each, eight a step) otherwise run on one core while the other
+/// waits.
 const PARALLEL_PERMUTE: usize = 1 << 16;
 
 /// Output rows copied per parallel task of [`copy_rows`].
