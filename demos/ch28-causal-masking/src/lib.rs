@@ -32,8 +32,7 @@
 //! a query that ends up with no visible key at all (a pad at the front) gets weights of zeros and
 //! an output of zeros — a defined answer instead of the `0/0 = NaN` of the bare formula.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
 use llm_from_scratch::nn::SplitMix64;
@@ -42,8 +41,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorVal
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens `[T, d_h] = [4, 2]`: chapter 27's three tokens plus `x3 = [−1, 1]`.
 const TOKENS: [f64; 8] = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, -1.0, 1.0];
@@ -242,14 +239,6 @@ fn check_padded(tokens: &Tensor, mask: &Mask) -> DemoResult<GradcheckReport> {
     gradcheck(&inputs, &gradcheck_config(), |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(scaled_dot_product_attention(&v[0], &v[1], &v[2], Some(mask))?.output().clone())
     })
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// A mask for three tokens on four, a self-attention whose keys are shorter than its queries, and

@@ -29,7 +29,7 @@
 //! the multiples now differ (`√2, √2, 2/√3`), so its last row no longer averages uniformly: the
 //! score of query 2 with key `j` is `c₂·c_j/√2`.
 
-use std::error::Error;
+use demo_support::evidence::DemoResult;
 
 use ch30_multi_head_attention::{HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, example_input, head_rows};
 use llm_from_scratch::attention::{MultiHeadAttention, MultiHeadAttentionOutput};
@@ -39,8 +39,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// ε of the RMSNorm (LLaMA's value).
 pub const RMS_EPS: f64 = 1e-6;

@@ -49,8 +49,7 @@
 //! finds the library's map by experiment: each query head's output equals, bit for bit, the
 //! explicit attention over exactly one key/value head.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionTrace, GroupedQueryAttention, MultiHeadAttention, merge_heads,
@@ -62,8 +61,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorVal
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Batch size of the worked layer.
 pub const BATCH: usize = 1;
@@ -357,14 +354,6 @@ fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
         let output = Linear::from_parameters(v[7].clone(), Some(v[8].clone()))?;
         Ok(GroupedQueryAttention::from_parts("attention", config.clone(), qkv, output)?.forward(&v[0], 0)?.output)
     })
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid configuration").into()),
-    }
 }
 
 /// `H % G ≠ 0`, `H = 0`, `G = 0`.

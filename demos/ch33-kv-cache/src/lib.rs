@@ -49,8 +49,7 @@
 //! attention inside the kept text is unchanged. With a window and `keep = W + 1`, every later
 //! output is reproduced (to rounding): the window forgets everything older anyway.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, SlidingWindow, attention_mask, generate_with_cache, visible,
@@ -61,8 +60,6 @@ use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens of the worked sequence (batch 1).
 pub const TOKENS: usize = 6;
@@ -286,14 +283,6 @@ fn receptive_field(x: &Tensor, rng: &mut SplitMix64) -> DemoResult<(Vec<usize>, 
         pairs.enumerate().filter(|(_, pair)| differs(*pair)).map(|(i, _)| i).collect()
     };
     Ok((changed(&a1, &b1), changed(&a2, &b2)))
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid call").into()),
-    }
 }
 
 /// Decoding past the capacity (5 tokens stored, 2 more with capacity 6), a cache used by a layer

@@ -61,8 +61,7 @@
 //! stop growing. Information still travels `W` positions further per layer, so `L` windowed
 //! layers reach `L·W` tokens back.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionKernel, AttentionOutput, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
@@ -75,8 +74,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
 const TOLERANCE: f64 = 1e-12;
@@ -395,14 +392,6 @@ fn check_tiled(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     gradcheck(&inputs, &config, |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(tiled_attention(&v[0], &v[1], &v[2], Some(&v[3]), &vis)?)
     })
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// Three query heads on two kv heads, sink logits for the wrong number of heads, a padding mask of

@@ -49,8 +49,7 @@
 //! DeepSeek-V2 (`d_c = 512`, `d_r = 64`, `H = 128`, `d_h = 128`) that is 576 numbers against
 //! 32,768 for MHA and 2,048 for a GQA with 8 kv heads.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{CacheLayout, LatentAttention, LatentConfig, kv_cache_bytes};
 use llm_from_scratch::nn::SplitMix64;
@@ -59,8 +58,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
 const TOLERANCE: f64 = 1e-12;
@@ -252,14 +249,6 @@ fn check_both_paths(rng: &mut SplitMix64) -> DemoResult<Vec<(&'static str, Gradc
         reports.push((path, report));
     }
     Ok(reports)
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// An odd RoPE width, a zero latent width, a weight of the wrong shape, a cache made for another
