@@ -34,7 +34,7 @@ use demo_support::evidence::DemoResult;
 use ch30_multi_head_attention::{HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, example_input, head_rows};
 use llm_from_scratch::attention::{MultiHeadAttention, MultiHeadAttentionOutput};
 use llm_from_scratch::nn::RmsNorm;
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;
@@ -286,11 +286,6 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         tape_finite,
         replay_bitwise,
     })
-}
-
-fn fmt_rows(rows: &[Vec<f64>]) -> String {
-    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn fmt_check(report: &GradcheckReport) -> String {

@@ -56,7 +56,7 @@ use llm_from_scratch::attention::{
     scaled_dot_product_attention,
 };
 use llm_from_scratch::nn::{Linear, QkvProjections, SplitMix64};
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_indices, fmt_tensor, fmt_thousands};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
 mod figure;
@@ -367,12 +367,6 @@ fn config_errors() -> DemoResult<Vec<(&'static str, String)>> {
     .into_iter()
     .map(|(case, config)| rejection(case, GroupedQueryAttention::new("attention", config, &mut rng)))
     .collect()
-}
-
-/// `[0,0,1]`.
-fn fmt_indices(values: &[usize]) -> String {
-    let items: Vec<String> = values.iter().map(usize::to_string).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn bitwise(equal: bool) -> &'static str {

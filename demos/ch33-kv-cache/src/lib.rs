@@ -55,7 +55,7 @@ use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, SlidingWindow, attention_mask, generate_with_cache, visible,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_mask_rows, fmt_thousands, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_indices, fmt_mask_rows, fmt_rows, fmt_thousands};
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 mod figure;
@@ -359,18 +359,6 @@ fn generation(x: &Tensor, rng: &mut SplitMix64) -> DemoResult<Generation> {
         steps,
         rows: library,
     })
-}
-
-/// `[0,1,2]`.
-fn fmt_indices(values: &[usize]) -> String {
-    let items: Vec<String> = values.iter().map(usize::to_string).collect();
-    format!("[{}]", items.join(","))
-}
-
-/// `[[a,b],[c,d]]`.
-fn fmt_rows(rows: &[Vec<f64>]) -> String {
-    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn fmt_step(s: &CacheStep) -> String {
