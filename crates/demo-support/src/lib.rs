@@ -29,6 +29,7 @@
 pub mod chart;
 pub mod check;
 pub mod cli;
+pub mod evidence;
 pub mod fmt;
 pub mod heat;
 pub mod svg;

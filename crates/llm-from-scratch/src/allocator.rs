@@ -8,9 +8,9 @@
 //! system and returns them on `free`, and it trims its heaps whenever their free tail grows. Each
 //! return makes the kernel interrupt the other cores running the process to flush their address
 //! translations, and the next allocation faults the pages in again. How often that happens
-//! depends on which allocation last moved the threshold: on the benchmark machine the same
-//! `mha-train` training step took 26 ms in one build and 41 ms in another that differed only in
-//! the order of a few allocations.
+//! depends on which allocation last moved the threshold, so the same training step can run much
+//! slower in a build that differs only in the order of a few allocations (the timings are in
+//! `docs/performance.md`, "Measurements behind the code").
 //!
 //! [`keep_freed_memory`] pins both thresholds, so freed buffers are reused by the next step.
 //! It changes no result, only where memory comes from; it is process-wide, so it is left to the

@@ -27,6 +27,9 @@ pub mod allocator;
 pub mod attention;
 pub mod autodiff;
 pub mod error;
+/// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`); their property tests run in
+/// every `cargo test`.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod model;
 pub mod nn;

@@ -6,20 +6,15 @@
 //! A training step or a decoding step is dozens of parallel regions (matrix products, copies,
 //! attention lanes) separated by short serial stretches (recording the tape, small tensors). rayon
 //! parks a worker that has found no work for a few tens of microseconds, and waking a parked
-//! worker is slow where threads are virtual CPUs: on the benchmark machine (2 vCPUs, 2026-11-30) a
-//! parallel region whose second thread had been idle for 50 µs or more got it after a median of
-//! 34–51 µs, against 5 µs when it had been idle for 1 µs. A region of a decode step lasts 0.1–0.5
-//! ms, so each wake-up costs a tenth of it.
+//! worker is slow where threads are virtual CPUs — tens of microseconds, a sizeable part of a
+//! region of a decode step (`docs/performance.md` has the timings).
 //!
 //! [`with_workers_awake`] runs a call while one task of the pool spins, executing pending work of
 //! the pool (`rayon::yield_now`: in practice the call's own regions) instead of parking. The
 //! layer's forward ([`crate::attention::GroupedQueryAttention::forward_with`]) and its decoding
 //! step (`forward_cached`), the tape's backward sweep, the decoder's forward passes and a training
-//! step of [`crate::model::Trainer`] run inside it. `llm-bench` against the build before, runs
-//! alternating (2026-11-30): `mha-train` forward-backward faster in 9 of 10 pairs, by 0.8 ms at
-//! the median (23.0–25.9 against 21.4–24.0 ms); `decode cached` in 6 of 6, by 0.05–0.30 ms
-//! (0.82–0.99 against 0.65–0.85 ms); `train-step` 3.65–3.75 against 3.16–3.17 ms. It changes
-//! which thread runs a task, never what a task computes, so results stay bitwise the same.
+//! step of [`crate::model::Trainer`] run inside it. It changes which thread runs a task, never
+//! what a task computes, so results stay bitwise the same.
 //!
 //! The spinning task is started with `rayon::spawn`, so the call never waits for it (a caller
 //! outside the pool would otherwise wait for a worker to pick it up). It stops when the call

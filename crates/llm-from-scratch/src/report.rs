@@ -24,6 +24,22 @@ pub fn fmt_values(values: &[f64]) -> String {
     format!("[{}]", items.join(","))
 }
 
+/// `[[a,b],[c,d]]`: rows of [`fmt_values`].
+pub fn fmt_rows(rows: &[Vec<f64>]) -> String {
+    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
+    format!("[{}]", items.join(","))
+}
+
+/// `[0,1,2]`: indices or positions.
+///
+/// ```
+/// assert_eq!(llm_from_scratch::report::fmt_indices(&[0, 0, 1]), "[0,0,1]");
+/// ```
+pub fn fmt_indices(values: &[usize]) -> String {
+    let items: Vec<String> = values.iter().map(usize::to_string).collect();
+    format!("[{}]", items.join(","))
+}
+
 /// `shape:[..] values:[..]`, the way reports print a tensor.
 pub fn fmt_tensor(tensor: &Tensor) -> String {
     format!("shape:{} values:{}", crate::fmt_shape(tensor.shape()), fmt_values(tensor.as_slice()))

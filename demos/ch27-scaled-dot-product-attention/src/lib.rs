@@ -25,8 +25,7 @@
 //! projections); chapter 30 learns the projections `W_Q`, `W_K`, `W_V`. Chapter 28 adds the
 //! causal mask, which the worked example here deliberately leaves out: every token sees all.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::scaled_dot_product_attention;
 use llm_from_scratch::nn::SplitMix64;
@@ -35,8 +34,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens of the worked example, `[T, d_h] = [3, 2]`: each row is that token's query, key and value.
 const TOKENS: [f64; 6] = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
@@ -277,21 +274,10 @@ fn attend(inputs: &[TensorValue]) -> DemoResult<TensorValue> {
 /// Central differences (δ = 1e-6, ε = 8e-6) on every coordinate of random q, k, v; two queries
 /// over four keys so that no shape coincidence can hide a transposed gradient.
 fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let mut draw = |shape: &[usize]| {
-        let n = shape.iter().product();
-        Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())
-    };
+    let mut draw = |shape: &[usize]| Tensor::uniform(shape, -1.0, 1.0, rng);
     let inputs = [("q", draw(&[2, 3])?), ("k", draw(&[4, 3])?), ("v", draw(&[4, 2])?)];
     let config = GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() };
     gradcheck(&inputs, &config, attend)
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// Inputs that cannot be attended: widths, lengths or ranks that do not fit.

@@ -32,8 +32,7 @@
 //! a query that ends up with no visible key at all (a pad at the front) gets weights of zeros and
 //! an output of zeros — a defined answer instead of the `0/0 = NaN` of the bare formula.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
 use llm_from_scratch::nn::SplitMix64;
@@ -42,8 +41,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorVal
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens `[T, d_h] = [4, 2]`: chapter 27's three tokens plus `x3 = [−1, 1]`.
 const TOKENS: [f64; 8] = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, -1.0, 1.0];
@@ -218,12 +215,6 @@ fn left_padding_mask(tokens: usize, pads: usize) -> DemoResult<Mask> {
     Ok(Mask::new(&[tokens, tokens], flags)?)
 }
 
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
-}
-
 /// δ = 1e-6, ε = 8e-6, as in chapter 30.
 fn gradcheck_config() -> GradcheckConfig {
     GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() }
@@ -231,7 +222,11 @@ fn gradcheck_config() -> GradcheckConfig {
 
 /// Central differences through the library's causal attention: two lanes of four tokens.
 fn check_causal(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let inputs = [("q", draw(rng, &[2, 4, 3])?), ("k", draw(rng, &[2, 4, 3])?), ("v", draw(rng, &[2, 4, 2])?)];
+    let inputs = [
+        ("q", Tensor::uniform(&[2, 4, 3], -1.0, 1.0, rng)?),
+        ("k", Tensor::uniform(&[2, 4, 3], -1.0, 1.0, rng)?),
+        ("v", Tensor::uniform(&[2, 4, 2], -1.0, 1.0, rng)?),
+    ];
     gradcheck(&inputs, &gradcheck_config(), |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(causal_scaled_dot_product_self_attention(&v[0], &v[1], &v[2])?.output().clone())
     })
@@ -244,14 +239,6 @@ fn check_padded(tokens: &Tensor, mask: &Mask) -> DemoResult<GradcheckReport> {
     gradcheck(&inputs, &gradcheck_config(), |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(scaled_dot_product_attention(&v[0], &v[1], &v[2], Some(mask))?.output().clone())
     })
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// A mask for three tokens on four, a self-attention whose keys are shorter than its queries, and

@@ -25,8 +25,7 @@
 //! same rotation after permuting coordinates, which this report shows bit for bit. RoPE has no
 //! parameters and is applied to queries and keys only (chapter 30), never to values.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
@@ -34,8 +33,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// `d_h`.
 const HEAD_WIDTH: usize = 4;
@@ -203,18 +200,10 @@ fn shift_sweep(rope: &RotaryEmbedding, rng: &mut SplitMix64) -> DemoResult<(usiz
 /// Central differences (δ = 1e-6, ε = 8e-6) of `rotate` at offset 2 on a random `x [2, 3, 4]`
 /// (both layouts are checked on the same draw).
 fn check_rotate(rope: &RotaryEmbedding, rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
-    let x = Tensor::new(&[2, 3, HEAD_WIDTH], (0..2 * 3 * HEAD_WIDTH).map(|_| rng.uniform(-1.0, 1.0)).collect())?;
+    let x = Tensor::uniform(&[2, 3, HEAD_WIDTH], -1.0, 1.0, rng)?;
     let config = GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() };
     let rotate = |v: &[TensorValue]| -> Result<TensorValue, RopeError> { rope.rotate(&v[0], 2) };
     Ok(gradcheck(&[("x", x)], &config, rotate)?)
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// Configurations that cannot build tables, and position intervals the tables do not cover.

@@ -29,7 +29,7 @@
 use std::error::Error;
 
 use llm_from_scratch::attention::{AttentionError, MultiHeadAttention, MultiHeadAttentionOutput};
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_thousands, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{
     GradcheckConfig, GradcheckReport, Tensor, TensorAutodiffError, TensorValue, constant, fmt_shape, gradcheck,
     parameter,
@@ -339,11 +339,6 @@ pub fn head_rows(t: &Tensor, head: usize) -> Vec<Vec<f64>> {
     let (tokens, width) = (t.shape()[2], t.shape()[3]);
     let start = head * tokens * width;
     t.as_slice()[start..start + tokens * width].chunks(width).map(<[f64]>::to_vec).collect()
-}
-
-fn fmt_rows(rows: &[Vec<f64>]) -> String {
-    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
-    format!("[{}]", items.join(","))
 }
 
 /// The report, one `key=value` line each, in the chapter's order.

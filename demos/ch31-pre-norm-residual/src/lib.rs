@@ -29,18 +29,16 @@
 //! the multiples now differ (`√2, √2, 2/√3`), so its last row no longer averages uniformly: the
 //! score of query 2 with key `j` is `c₂·c_j/√2`.
 
-use std::error::Error;
+use demo_support::evidence::DemoResult;
 
 use ch30_multi_head_attention::{HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, example_input, head_rows};
 use llm_from_scratch::attention::{MultiHeadAttention, MultiHeadAttentionOutput};
 use llm_from_scratch::nn::RmsNorm;
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// ε of the RMSNorm (LLaMA's value).
 pub const RMS_EPS: f64 = 1e-6;
@@ -288,11 +286,6 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         tape_finite,
         replay_bitwise,
     })
-}
-
-fn fmt_rows(rows: &[Vec<f64>]) -> String {
-    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn fmt_check(report: &GradcheckReport) -> String {

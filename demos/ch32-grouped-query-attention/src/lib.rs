@@ -49,21 +49,18 @@
 //! finds the library's map by experiment: each query head's output equals, bit for bit, the
 //! explicit attention over exactly one key/value head.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionTrace, GroupedQueryAttention, MultiHeadAttention, merge_heads,
     scaled_dot_product_attention,
 };
 use llm_from_scratch::nn::{Linear, QkvProjections, SplitMix64};
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands};
+use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_indices, fmt_tensor, fmt_thousands};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Batch size of the worked layer.
 pub const BATCH: usize = 1;
@@ -187,7 +184,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     let config =
         AttentionConfig::new(MODEL_WIDTH, QUERY_HEADS, KV_HEADS, HEAD_WIDTH).with_rope(MAX_POSITIONS, ROPE_BASE);
     let layer = GroupedQueryAttention::new("attention", config, &mut rng)?;
-    let input = draw(&mut rng, &[BATCH, TOKENS, MODEL_WIDTH])?;
+    let input = Tensor::uniform(&[BATCH, TOKENS, MODEL_WIDTH], -1.0, 1.0, &mut rng)?;
     let x = TensorValue::leaf(input.clone(), false);
     let trace = layer.forward(&x, 0)?;
     let output = trace.output.value()?;
@@ -281,7 +278,7 @@ fn explicit_output(layer: &GroupedQueryAttention, trace: &AttentionTrace, mappin
 /// agree on outputs and weights within 1e-12 (the two paths group their products differently).
 fn mha_equivalence(x: &TensorValue, rng: &mut SplitMix64) -> DemoResult<bool> {
     let w = (0..4)
-        .map(|_| Ok(TensorValue::leaf(draw(rng, &[MODEL_WIDTH, MODEL_WIDTH])?, false)))
+        .map(|_| Ok(TensorValue::leaf(Tensor::uniform(&[MODEL_WIDTH, MODEL_WIDTH], -1.0, 1.0, rng)?, false)))
         .collect::<DemoResult<Vec<_>>>()?;
     let mha = MultiHeadAttention::from_parameters(
         w[0].clone(),
@@ -335,7 +332,7 @@ fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     let [bq, bk, bv] = layer.qkv().biases().ok_or("the gradient-check layer has biases")?;
     let wo = layer.output_projection().weight();
     let bo = layer.output_projection().bias().ok_or("the gradient-check layer has an output bias")?;
-    let mut inputs = vec![("input", draw(rng, &[1, 3, MODEL_WIDTH])?)];
+    let mut inputs = vec![("input", Tensor::uniform(&[1, 3, MODEL_WIDTH], -1.0, 1.0, rng)?)];
     let named = [
         ("query_weight", wq),
         ("key_weight", wk),
@@ -359,14 +356,6 @@ fn check_gradients(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     })
 }
 
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid configuration").into()),
-    }
-}
-
 /// `H % G ≠ 0`, `H = 0`, `G = 0`.
 fn config_errors() -> DemoResult<Vec<(&'static str, String)>> {
     let mut rng = SplitMix64::new(SEED);
@@ -378,18 +367,6 @@ fn config_errors() -> DemoResult<Vec<(&'static str, String)>> {
     .into_iter()
     .map(|(case, config)| rejection(case, GroupedQueryAttention::new("attention", config, &mut rng)))
     .collect()
-}
-
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
-}
-
-/// `[0,0,1]`.
-fn fmt_indices(values: &[usize]) -> String {
-    let items: Vec<String> = values.iter().map(usize::to_string).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn bitwise(equal: bool) -> &'static str {

@@ -49,20 +49,17 @@
 //! attention inside the kept text is unchanged. With a window and `keep = W + 1`, every later
 //! output is reproduced (to rounding): the window forgets everything older anyway.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, SlidingWindow, attention_mask, generate_with_cache, visible,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_mask_rows, fmt_thousands, fmt_values};
+use llm_from_scratch::report::{fmt_f64, fmt_indices, fmt_mask_rows, fmt_rows, fmt_thousands};
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Tokens of the worked sequence (batch 1).
 pub const TOKENS: usize = 6;
@@ -164,7 +161,7 @@ pub struct Generation {
 pub fn learner_evidence() -> DemoResult<Evidence> {
     let mut rng = SplitMix64::new(SEED);
     let layer = GroupedQueryAttention::new("attention", base_config(MAX_POSITIONS), &mut rng)?;
-    let x = draw(&mut rng, &[1, TOKENS, MODEL_WIDTH])?;
+    let x = Tensor::uniform(&[1, TOKENS, MODEL_WIDTH], -1.0, 1.0, &mut rng)?;
     let trace = layer.forward(&rows(&x, 0, TOKENS)?, 0)?;
     let full = trace.output.value()?;
 
@@ -288,14 +285,6 @@ fn receptive_field(x: &Tensor, rng: &mut SplitMix64) -> DemoResult<(Vec<usize>, 
     Ok((changed(&a1, &b1), changed(&a2, &b2)))
 }
 
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid call").into()),
-    }
-}
-
 /// Decoding past the capacity (5 tokens stored, 2 more with capacity 6), a cache used by a layer
 /// with one key/value head, and a cache used with a batch of 2. Returns the messages and the
 /// next position after the rejected capacity call.
@@ -370,24 +359,6 @@ fn generation(x: &Tensor, rng: &mut SplitMix64) -> DemoResult<Generation> {
         steps,
         rows: library,
     })
-}
-
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
-}
-
-/// `[0,1,2]`.
-fn fmt_indices(values: &[usize]) -> String {
-    let items: Vec<String> = values.iter().map(usize::to_string).collect();
-    format!("[{}]", items.join(","))
-}
-
-/// `[[a,b],[c,d]]`.
-fn fmt_rows(rows: &[Vec<f64>]) -> String {
-    let items: Vec<String> = rows.iter().map(|r| fmt_values(r)).collect();
-    format!("[{}]", items.join(","))
 }
 
 fn fmt_step(s: &CacheStep) -> String {

@@ -61,8 +61,7 @@
 //! stop growing. Information still travels `W` positions further per layer, so `L` windowed
 //! layers reach `L·W` tokens back.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionKernel, AttentionOutput, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
@@ -75,8 +74,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
 const TOLERANCE: f64 = 1e-12;
@@ -281,12 +278,6 @@ fn running_states(a: &([f64; 2], [[f64; 2]; 2]), b: &([f64; 2], [[f64; 2]; 2])) 
     .collect()
 }
 
-/// Draws a `shape` tensor uniformly in `[−scale, scale)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize], scale: f64) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-scale, scale)).collect())?)
-}
-
 /// Runs the tiled and the explicit path on the same random `q [B,H,T,d]`, `k, v [B,G,T,d]`
 /// (and sink logits `[H]`) with the same upstream adjoint, and compares outputs and gradients.
 fn compare_paths(
@@ -297,11 +288,11 @@ fn compare_paths(
     rng: &mut SplitMix64,
 ) -> DemoResult<PathComparison> {
     // scores of order ±4 so that the softmax is far from uniform
-    let q = TensorValue::leaf(draw(rng, &[b, h, t, d], 2.0)?, true);
-    let k = TensorValue::leaf(draw(rng, &[b, g, t, d], 2.0)?, true);
-    let v = TensorValue::leaf(draw(rng, &[b, g, t, d], 1.0)?, true);
-    let sinks = if with_sinks { Some(TensorValue::leaf(draw(rng, &[h], 1.0)?, true)) } else { None };
-    let upstream = draw(rng, &[b, h, t, d], 1.0)?;
+    let q = TensorValue::leaf(Tensor::uniform(&[b, h, t, d], -2.0, 2.0, rng)?, true);
+    let k = TensorValue::leaf(Tensor::uniform(&[b, g, t, d], -2.0, 2.0, rng)?, true);
+    let v = TensorValue::leaf(Tensor::uniform(&[b, g, t, d], -1.0, 1.0, rng)?, true);
+    let sinks = if with_sinks { Some(TensorValue::leaf(Tensor::uniform(&[h], -1.0, 1.0, rng)?, true)) } else { None };
+    let upstream = Tensor::uniform(&[b, h, t, d], -1.0, 1.0, rng)?;
     let tiled = tiled_attention(&q, &k, &v, sinks.as_ref(), visibility)?;
     let explicit = grouped_attention(&q, &k, &v, sinks.as_ref(), visibility)?.output().clone();
     let outputs = within(tiled.value()?.as_slice(), explicit.value()?.as_slice());
@@ -387,10 +378,10 @@ fn mixed_caches() -> Vec<(&'static str, &'static str, u128)> {
 /// Central differences through the tiled kernel: MQA, sinks, window inclusive(2), key 0 padded.
 fn check_tiled(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     let inputs = [
-        ("q", draw(rng, &[1, 2, 5, 4], 1.0)?),
-        ("k", draw(rng, &[1, 1, 5, 4], 1.0)?),
-        ("v", draw(rng, &[1, 1, 5, 4], 1.0)?),
-        ("sinks", draw(rng, &[2], 1.0)?),
+        ("q", Tensor::uniform(&[1, 2, 5, 4], -1.0, 1.0, rng)?),
+        ("k", Tensor::uniform(&[1, 1, 5, 4], -1.0, 1.0, rng)?),
+        ("v", Tensor::uniform(&[1, 1, 5, 4], -1.0, 1.0, rng)?),
+        ("sinks", Tensor::uniform(&[2], -1.0, 1.0, rng)?),
     ];
     let vis = Visibility {
         query_offset: 0,
@@ -401,14 +392,6 @@ fn check_tiled(rng: &mut SplitMix64) -> DemoResult<GradcheckReport> {
     gradcheck(&inputs, &config, |v: &[TensorValue]| -> DemoResult<TensorValue> {
         Ok(tiled_attention(&v[0], &v[1], &v[2], Some(&v[3]), &vis)?)
     })
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// Three query heads on two kv heads, sink logits for the wrong number of heads, a padding mask of

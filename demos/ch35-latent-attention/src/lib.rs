@@ -49,8 +49,7 @@
 //! DeepSeek-V2 (`d_c = 512`, `d_r = 64`, `H = 128`, `d_h = 128`) that is 576 numbers against
 //! 32,768 for MHA and 2,048 for a GQA with 8 kv heads.
 
-use std::error::Error;
-use std::fmt::Display;
+use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{CacheLayout, LatentAttention, LatentConfig, kv_cache_bytes};
 use llm_from_scratch::nn::SplitMix64;
@@ -59,8 +58,6 @@ use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, co
 
 mod figure;
 pub use figure::render_svg;
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
 const TOLERANCE: f64 = 1e-12;
@@ -138,12 +135,6 @@ pub struct Evidence {
     pub errors: Vec<(&'static str, String)>,
 }
 
-/// Draws a `shape` tensor uniformly in `[−1, 1)`.
-fn draw(rng: &mut SplitMix64, shape: &[usize]) -> DemoResult<Tensor> {
-    let n = shape.iter().product();
-    Ok(Tensor::new(shape, (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect())?)
-}
-
 /// `|a − b| ≤ TOLERANCE · (1 + |b|)` element by element.
 fn within(a: &Tensor, b: &Tensor) -> bool {
     a.shape() == b.shape()
@@ -158,8 +149,8 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     let mut rng = SplitMix64::new(SEED);
     let layer = LatentAttention::new(small_config(), &mut rng)?;
     let d = small_config().model_width;
-    let input = draw(&mut rng, &[BATCH, TOKENS, d])?;
-    let upstream = draw(&mut rng, &[BATCH, TOKENS, d])?;
+    let input = Tensor::uniform(&[BATCH, TOKENS, d], -1.0, 1.0, &mut rng)?;
+    let upstream = Tensor::uniform(&[BATCH, TOKENS, d], -1.0, 1.0, &mut rng)?;
     let x = TensorValue::leaf(input.clone(), true);
     let (direct, absorbed) = (layer.forward(&x, OFFSET)?, layer.forward_absorbed(&x, OFFSET)?);
     let (gd, ga) = (direct.output.backward_with(&upstream)?, absorbed.output.backward_with(&upstream)?);
@@ -169,7 +160,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     }
     let weights = direct.weights.value()?; // [B,H,T,T]
     let last_row = (TOKENS - 1) * TOKENS;
-    let rope_x = constant(&[1, 5, d], draw(&mut rng, &[1, 5, d])?.as_slice())?;
+    let rope_x = constant(&[1, 5, d], Tensor::uniform(&[1, 5, d], -1.0, 1.0, &mut rng)?.as_slice())?;
     let (rope_direct, rope_absorbed) = layer.rope_on_reconstructed_keys(&rope_x, 0)?; // scores [1,3,5,5]
     // per head 5·5 scores; entry 0 is query 0 over key 0, both at position 0
     let first_pair = |scores: &Tensor| -> Vec<f64> { scores.as_slice().chunks(25).map(|head| head[0]).collect() };
@@ -243,7 +234,7 @@ fn check_both_paths(rng: &mut SplitMix64) -> DemoResult<Vec<(&'static str, Gradc
     let layer = LatentAttention::new(small_config(), rng)?;
     let params: Vec<(String, Tensor)> =
         layer.parameters().iter().map(|p| Ok((p.name().to_string(), p.value().value()?))).collect::<DemoResult<_>>()?;
-    let mut inputs = vec![("x", draw(rng, &[1, 4, 12])?)];
+    let mut inputs = vec![("x", Tensor::uniform(&[1, 4, 12], -1.0, 1.0, rng)?)];
     inputs.extend(params.iter().map(|(name, t)| (name.as_str(), t.clone())));
     let config = GradcheckConfig { delta: 1e-6, tolerance: 8e-6, ..GradcheckConfig::default() };
     let mut reports = Vec::new();
@@ -258,14 +249,6 @@ fn check_both_paths(rng: &mut SplitMix64) -> DemoResult<Vec<(&'static str, Gradc
         reports.push((path, report));
     }
     Ok(reports)
-}
-
-/// The message of an error the library must return.
-fn rejection<T, E: Display>(case: &'static str, result: Result<T, E>) -> DemoResult<(&'static str, String)> {
-    match result {
-        Err(error) => Ok((case, error.to_string())),
-        Ok(_) => Err(format!("{case}: the library accepted an invalid input").into()),
-    }
 }
 
 /// An odd RoPE width, a zero latent width, a weight of the wrong shape, a cache made for another

@@ -37,8 +37,8 @@
 //! error); `-- --text FILE [--steps N]` trains a character-level model on a text file instead
 //! ([`text`]).
 
+use demo_support::evidence::DemoResult;
 use std::collections::BTreeSet;
-use std::error::Error;
 
 use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, LrSchedule, Overflow, Sampling, StepReport,
@@ -52,8 +52,6 @@ mod figure;
 pub mod text;
 
 pub use figure::{render_figure, render_svg};
-
-type DemoResult<T> = Result<T, Box<dyn Error>>;
 
 /// Content symbols `0..15`.
 pub const SYMBOLS: usize = 15;

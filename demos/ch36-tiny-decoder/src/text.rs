@@ -5,7 +5,6 @@
 //! at the end the model continues the beginning of the file by top-k sampling.
 
 use std::collections::BTreeSet;
-use std::error::Error;
 
 use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, StepReport, TokenBatch, Trainer,
@@ -14,7 +13,7 @@ use llm_from_scratch::model::{
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::fmt_f64;
 
-type DemoResult<T> = Result<T, Box<dyn Error>>;
+use demo_support::evidence::DemoResult;
 
 /// Tokens per training window (and the model's RoPE capacity).
 pub const CONTEXT: usize = 32;

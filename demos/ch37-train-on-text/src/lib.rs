@@ -43,7 +43,6 @@
 //! binary, `generate`, writes text from a saved state.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::error::Error;
 use std::ops::ControlFlow;
 
 use llm_from_scratch::model::{
@@ -55,7 +54,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_thousands};
 
 pub mod figure;
 
-type DemoResult<T> = Result<T, Box<dyn Error>>;
+pub use demo_support::evidence::DemoResult;
 
 /// The corpus: Cicero, *De finibus bonorum et malorum*, book I.
 pub const CORPUS: &str = lipsum::LIBER_PRIMUS;

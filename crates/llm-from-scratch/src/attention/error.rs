@@ -313,6 +313,37 @@ impl AttentionError {
     }
 }
 
+/// `.at(stage)` on a result of the tape or of a layer: its error, named by the attention stage
+/// it came from (instead of `map_err(|e| AttentionError::from_…(Stage::…, e))` at every call).
+pub(crate) trait AtStage<T> {
+    /// The result, its error translated into an [`AttentionError`] of `stage`.
+    fn at(self, stage: Stage) -> Result<T, AttentionError>;
+}
+
+impl<T> AtStage<T> for Result<T, TensorAutodiffError> {
+    fn at(self, stage: Stage) -> Result<T, AttentionError> {
+        self.map_err(AttentionError::at(stage))
+    }
+}
+
+impl<T> AtStage<T> for Result<T, NnError> {
+    fn at(self, stage: Stage) -> Result<T, AttentionError> {
+        self.map_err(|e| AttentionError::from_nn(stage, e))
+    }
+}
+
+/// `.on(branch)` on a result of RoPE: its error, named by the branch (query or key) it rotated.
+pub(crate) trait OnBranch<T> {
+    /// The result, its error translated into an [`AttentionError`] of `branch`.
+    fn on(self, branch: Branch) -> Result<T, AttentionError>;
+}
+
+impl<T> OnBranch<T> for Result<T, RopeError> {
+    fn on(self, branch: Branch) -> Result<T, AttentionError> {
+        self.map_err(|e| AttentionError::from_rope(branch, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

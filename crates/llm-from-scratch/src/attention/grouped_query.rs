@@ -18,209 +18,15 @@
 //! Options: a sliding window ([`SlidingWindow`]), key padding with explicit positions, and dropout
 //! on the attention weights and on the output (training only).
 
-use crate::attention::memory::total;
+use crate::attention::config::{AttentionConfig, AttentionKernel};
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::{check_key_padding, check_positions, check_sequence};
 use crate::attention::scaled_dot_product::grouped_attention_with;
-use crate::attention::{AttentionError, Branch, SlidingWindow, Stage, Visibility, tiled_attention};
+use crate::attention::{AttentionError, Branch, Stage, Visibility, tiled_attention};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
-use crate::nn::{Linear, NamedParameters, QkvOutput, QkvProjections, RopeLayout, RotaryEmbedding, SplitMix64};
+use crate::nn::{Linear, NamedParameters, QkvOutput, QkvProjections, RotaryEmbedding, SplitMix64};
 use crate::tensor::{Mask, Tensor};
-
-/// Every setting of a [`GroupedQueryAttention`] layer in one place.
-#[derive(Clone, Debug, PartialEq)]
-pub struct AttentionConfig {
-    /// `d`, the width of the residual stream.
-    pub model_width: usize,
-    /// `H`, query heads.
-    pub query_heads: usize,
-    /// `G`, key/value heads (`H % G == 0`).
-    pub kv_heads: usize,
-    /// `d_h`, the width of one head (even, for RoPE).
-    pub head_width: usize,
-    /// RoPE capacity: positions `0..max_positions`.
-    pub max_positions: usize,
-    /// RoPE frequency base.
-    pub rope_base: f64,
-    /// RoPE pairing.
-    pub rope_layout: RopeLayout,
-    /// Biases on all four projections.
-    pub bias: bool,
-    /// Sliding window, if any.
-    pub window: Option<SlidingWindow>,
-    /// Dropout on the attention weights after the softmax (training only).
-    pub attention_dropout: f64,
-    /// Dropout on the layer's output (training only).
-    pub output_dropout: f64,
-    /// The attention kernel: explicit (weights inspectable) or tiled (O(T) memory).
-    pub kernel: AttentionKernel,
-    /// A learned per-head sink logit (zero value vector) in every softmax.
-    pub sinks: bool,
-}
-
-/// How the attention weights are computed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AttentionKernel {
-    /// Every score materialised, weights returned in the trace: the chapters' path.
-    #[default]
-    Explicit,
-    /// Blocks with an online softmax, never forming `[T, T]`: long sequences and training.
-    Tiled,
-}
-
-impl AttentionConfig {
-    /// `H` query heads over `G` key/value heads of width `d_h`; RoPE base 10 000 over 2048
-    /// positions, no bias, no window, no dropout.
-    pub fn new(model_width: usize, query_heads: usize, kv_heads: usize, head_width: usize) -> Self {
-        Self {
-            model_width,
-            query_heads,
-            kv_heads,
-            head_width,
-            max_positions: 2048,
-            rope_base: 10_000.0,
-            rope_layout: RopeLayout::AdjacentPairs,
-            bias: false,
-            window: None,
-            attention_dropout: 0.0,
-            output_dropout: 0.0,
-            kernel: AttentionKernel::Explicit,
-            sinks: false,
-        }
-    }
-
-    /// Selects the attention kernel.
-    pub fn with_kernel(mut self, kernel: AttentionKernel) -> Self {
-        self.kernel = kernel;
-        self
-    }
-
-    /// Adds (or removes) learned per-head sink logits.
-    pub fn with_sinks(mut self, sinks: bool) -> Self {
-        self.sinks = sinks;
-        self
-    }
-
-    /// Multi-head attention: `G = H` heads of width `d / H` (checked by [`AttentionConfig::validate`]).
-    pub fn multi_head(model_width: usize, heads: usize) -> Self {
-        Self::new(model_width, heads, heads, model_width.checked_div(heads).unwrap_or(0))
-    }
-
-    /// Sets RoPE capacity and base.
-    pub fn with_rope(mut self, max_positions: usize, base: f64) -> Self {
-        self.max_positions = max_positions;
-        self.rope_base = base;
-        self
-    }
-
-    /// Sets biases on or off.
-    pub fn with_bias(mut self, bias: bool) -> Self {
-        self.bias = bias;
-        self
-    }
-
-    /// Sets a sliding window.
-    pub fn with_window(mut self, window: SlidingWindow) -> Self {
-        self.window = Some(window);
-        self
-    }
-
-    /// Sets both dropout probabilities.
-    pub fn with_dropout(mut self, attention: f64, output: f64) -> Self {
-        self.attention_dropout = attention;
-        self.output_dropout = output;
-        self
-    }
-
-    /// Sets the RoPE pairing.
-    pub fn with_rope_layout(mut self, layout: RopeLayout) -> Self {
-        self.rope_layout = layout;
-        self
-    }
-
-    /// `H / G`, query heads per key/value head.
-    pub fn group_size(&self) -> usize {
-        self.query_heads / self.kv_heads.max(1)
-    }
-
-    /// Checks every rule, in order: `d > 0`, `H > 0`, `G > 0`, `H % G == 0`, `d_h > 0` and even,
-    /// the window, the dropout probabilities, then RoPE's capacity and base.
-    ///
-    /// # Errors
-    /// The first rule broken, as an [`AttentionError`].
-    pub fn validate(&self) -> Result<(), AttentionError> {
-        if self.model_width == 0 {
-            return Err(AttentionError::ZeroModelWidth);
-        }
-        if self.query_heads == 0 {
-            return Err(AttentionError::ZeroHeads);
-        }
-        if self.kv_heads == 0 {
-            return Err(AttentionError::ZeroKvHeads);
-        }
-        if !self.query_heads.is_multiple_of(self.kv_heads) {
-            return Err(AttentionError::GroupsDoNotDivide { query_heads: self.query_heads, kv_heads: self.kv_heads });
-        }
-        if !self.head_width.is_multiple_of(2) || self.head_width == 0 {
-            if self.head_width == 0 {
-                return Err(AttentionError::Rope(crate::nn::RopeError::ZeroHeadWidth));
-            }
-            return Err(AttentionError::OddHeadWidth {
-                head_width: self.head_width,
-                model_width: self.model_width,
-                heads: self.query_heads,
-            });
-        }
-        // every weight must be allocatable: W_Q holds d·H·d_h numbers
-        crate::tensor::dense::element_count(
-            "attention config",
-            &[self.model_width, self.query_heads, self.head_width],
-        )?;
-        if let Some(w) = self.window {
-            w.validate()?;
-        }
-        for (which, p) in [("attention", self.attention_dropout), ("output", self.output_dropout)] {
-            if !(0.0..1.0).contains(&p) {
-                return Err(AttentionError::InvalidDropout { which, p });
-            }
-        }
-        if self.kernel == AttentionKernel::Tiled && self.attention_dropout > 0.0 {
-            return Err(AttentionError::Unsupported {
-                feature: "attention dropout with the tiled kernel",
-                reason: "the tiled kernel never forms the weights a dropout mask would apply to",
-            });
-        }
-        // the rules only: the layer builds its RoPE, a configuration's check allocates nothing
-        RotaryEmbedding::check_settings(self.head_width, self.max_positions, self.rope_base)
-            .map_err(AttentionError::Rope)
-    }
-
-    fn rope(&self) -> Result<RotaryEmbedding, AttentionError> {
-        RotaryEmbedding::new(self.head_width, self.max_positions, self.rope_base)
-            .map(|r| r.with_layout(self.rope_layout))
-            .map_err(AttentionError::Rope)
-    }
-
-    /// Scalars in the layer: `2·d·d_h·(H+G)` (+ `H·d_h + 2·G·d_h + d` with biases, + `H` sinks).
-    pub fn parameter_count(&self) -> usize {
-        let (d, dh, h, g) = (self.model_width, self.head_width, self.query_heads, self.kv_heads);
-        let weights = crate::attention::memory::product(&[2, d, dh, h.saturating_add(g)]);
-        let biases = if self.bias { total(&[product3(h, dh, 1), product3(2, g, dh), d as u128]) } else { 0 };
-        let total = total(&[weights, biases, if self.sinks { h as u128 } else { 0 }]);
-        usize::try_from(total).unwrap_or(usize::MAX) // saturates for sizes no machine could hold
-    }
-
-    /// Bytes of a KV cache over `layers` such layers: `2·L·G·d_h·T·B·b` for `tokens` positions
-    /// (capped by the window's visible keys), `batch` rows and `bytes_per_value` (2 for fp16).
-    pub fn kv_cache_bytes(&self, layers: usize, tokens: usize, batch: usize, bytes_per_value: usize) -> u128 {
-        let kept = self.window.map_or(tokens, |w| tokens.min(w.visible_keys()));
-        crate::attention::memory::product(&[2, layers, self.kv_heads, self.head_width, kept, batch, bytes_per_value])
-    }
-}
-
-/// `a·b·c` in u128 (saturating), for parameter counts.
-fn product3(a: usize, b: usize, c: usize) -> u128 {
-    crate::attention::memory::product(&[a, b, c])
-}
 
 /// Per-call options of [`GroupedQueryAttention::forward_with`].
 #[derive(Debug, Default)]
@@ -313,10 +119,9 @@ impl GroupedQueryAttention {
         let (d, q, kv) =
             (config.model_width, config.query_heads * config.head_width, config.kv_heads * config.head_width);
         let mut trial = rng.clone();
-        let qkv = QkvProjections::with_widths(prefix, d, q, kv, config.bias, &mut trial)
-            .map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
-        let output = Linear::new(&format!("{prefix}.output"), q, d, config.bias, &mut trial)
-            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+        let qkv = QkvProjections::with_widths(prefix, d, q, kv, config.bias, &mut trial).at(Stage::Projection)?;
+        let output =
+            Linear::new(&format!("{prefix}.output"), q, d, config.bias, &mut trial).at(Stage::OutputProjection)?;
         *rng = trial;
         Self::from_parts(prefix, config, qkv, output)
     }
@@ -450,37 +255,10 @@ impl GroupedQueryAttention {
         check_sequence(shape, self.config.model_width)?;
         let (b, t) = (shape[0], shape[1]);
         match options.positions {
-            None => self
-                .rope
-                .check_interval(options.position_offset, t)
-                .map_err(|e| AttentionError::from_rope(Branch::Query, e))?,
-            Some(p) => {
-                if p.len() != t && p.len() != b * t {
-                    return Err(AttentionError::PaddingShape {
-                        what: "positions",
-                        expected: Shape(vec![b, t]),
-                        actual: Shape(vec![p.len()]),
-                    });
-                }
-                if let Some(&bad) = p.iter().find(|&&p| p >= self.config.max_positions) {
-                    return Err(AttentionError::PositionOutOfRange {
-                        start: bad,
-                        end: bad.saturating_add(1),
-                        capacity: self.config.max_positions,
-                    });
-                }
-            }
+            None => self.rope.check_interval(options.position_offset, t).on(Branch::Query)?,
+            Some(p) => check_positions(p, (b, t), self.config.max_positions)?,
         }
-        if let Some(m) = options.key_padding
-            && m.shape() != [b, t]
-        {
-            return Err(AttentionError::PaddingShape {
-                what: "key padding",
-                expected: Shape(vec![b, t]),
-                actual: Shape::from(m.shape()),
-            });
-        }
-        Ok(())
+        options.key_padding.map_or(Ok(()), |m| check_key_padding(m, (b, t)))
     }
 
     /// Runs the layer on `x [B, T, d]` with the given options.
@@ -494,65 +272,69 @@ impl GroupedQueryAttention {
         options: AttentionOptions<'_>,
     ) -> Result<AttentionTrace, AttentionError> {
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            self.check_input(x.shape(), &options)?;
-            let t = x.shape()[1];
-            // RoPE uses explicit positions when given (padding), else offset + index (checked above)
-            let positions = match options.positions {
-                Some(p) => p.to_vec(),
-                None => (options.position_offset..options.position_offset + t).collect(),
-            };
-            let projected = self.project(x, &positions)?;
-            // causality and windows count stream positions (tokens as they arrived, padding included);
-            // keys are the same tokens as the queries, so positions relative to the first suffice
-            let visibility = Visibility {
-                query_offset: 0,
-                window: self.config.window,
-                key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
-            };
-            let mut rng = options.training;
-            let at = AttentionError::at;
-            let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
-            let (scores, weights, head_outputs) = match self.config.kernel {
-                AttentionKernel::Explicit => {
-                    let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
-                    let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
-                    let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
-                    (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
-                }
-                AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
-            };
-            let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
-            let mut output =
-                self.output.forward(&merged).map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
-            if let Some(r) = rng {
-                output = output.dropout(self.config.output_dropout, r).map_err(at(Stage::OutputProjection))?;
+        crate::parallel::with_workers_awake(|| self.forward_with_body(x, options))
+    }
+
+    fn forward_with_body(
+        &self,
+        x: &TensorValue,
+        options: AttentionOptions<'_>,
+    ) -> Result<AttentionTrace, AttentionError> {
+        self.check_input(x.shape(), &options)?;
+        let t = x.shape()[1];
+        // RoPE uses explicit positions when given (padding), else offset + index (checked above)
+        let positions = match options.positions {
+            Some(p) => p.to_vec(),
+            None => (options.position_offset..options.position_offset + t).collect(),
+        };
+        let projected = self.project(x, &positions)?;
+        // causality and windows count stream positions (tokens as they arrived, padding included);
+        // keys are the same tokens as the queries, so positions relative to the first suffice
+        let visibility = Visibility {
+            query_offset: 0,
+            window: self.config.window,
+            key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
+        };
+        let mut rng = options.training;
+        let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
+        let (scores, weights, head_outputs) = match self.config.kernel {
+            AttentionKernel::Explicit => {
+                let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
+                let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
+                let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
+                (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
             }
-            Ok(AttentionTrace {
-                query_heads: projected.query_heads,
-                key_heads: projected.key_heads,
-                value_heads: projected.value_heads,
-                rotated_query_heads: projected.rotated_query_heads,
-                rotated_key_heads: projected.rotated_key_heads,
-                scores,
-                weights,
-                head_outputs,
-                merged,
-                output,
-            })
+            AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
+        };
+        let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
+        let mut output = self.output.forward(&merged).at(Stage::OutputProjection)?;
+        if let Some(r) = rng {
+            output = output.dropout(self.config.output_dropout, r).at(Stage::OutputProjection)?;
+        }
+        Ok(AttentionTrace {
+            query_heads: projected.query_heads,
+            key_heads: projected.key_heads,
+            value_heads: projected.value_heads,
+            rotated_query_heads: projected.rotated_query_heads,
+            rotated_key_heads: projected.rotated_key_heads,
+            scores,
+            weights,
+            head_outputs,
+            merged,
+            output,
         })
     }
 
     /// Projects, splits into heads and rotates queries and keys at `positions` (`T` or `B·T`).
     pub(crate) fn project(&self, x: &TensorValue, positions: &[usize]) -> Result<Projected, AttentionError> {
-        let qkv = self.qkv.forward(x).map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        let qkv = self.qkv.forward(x).at(Stage::Projection)?;
         self.split_and_rotate(&qkv, positions)
     }
 
     /// [`GroupedQueryAttention::project`] for one token outside training (decoding): the three
     /// products share one pass over the weights ([`QkvProjections::forward_token`]).
     pub(crate) fn project_token(&self, x: &Tensor, positions: &[usize]) -> Result<Projected, AttentionError> {
-        let qkv = self.qkv.forward_token(x).map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
+        let qkv = self.qkv.forward_token(x).at(Stage::Projection)?;
         self.split_and_rotate(&qkv, positions)
     }
 
@@ -563,10 +345,8 @@ impl GroupedQueryAttention {
         let query_heads = split(qkv.query(), h, Some(Branch::Query))?; // [B,H,T,d_h]
         let key_heads = split(qkv.key(), g, Some(Branch::Key))?; // [B,G,T,d_h]
         let value_heads = split(qkv.value(), g, Some(Branch::Value))?; // [B,G,T,d_h]
-        let rotated_query_heads =
-            self.rope.rotate_at(&query_heads, positions).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
-        let rotated_key_heads =
-            self.rope.rotate_at(&key_heads, positions).map_err(|e| AttentionError::from_rope(Branch::Key, e))?;
+        let rotated_query_heads = self.rope.rotate_at(&query_heads, positions).on(Branch::Query)?;
+        let rotated_key_heads = self.rope.rotate_at(&key_heads, positions).on(Branch::Key)?;
         Ok(Projected { query_heads, key_heads, value_heads, rotated_query_heads, rotated_key_heads })
     }
 
@@ -583,18 +363,4 @@ pub(crate) struct Projected {
     pub(crate) value_heads: TensorValue,
     pub(crate) rotated_query_heads: TensorValue,
     pub(crate) rotated_key_heads: TensorValue,
-}
-
-/// The input rules shared by every attention layer: rank 3, last axis `d`, at least one token.
-pub(crate) fn check_sequence(shape: &[usize], model_width: usize) -> Result<(), AttentionError> {
-    if shape.len() != 3 {
-        return Err(AttentionError::InputRank { shape: Shape::from(shape) });
-    }
-    if shape[2] != model_width {
-        return Err(AttentionError::InputWidth { expected: model_width, shape: Shape::from(shape) });
-    }
-    if shape[1] == 0 {
-        return Err(AttentionError::EmptySequence { shape: Shape::from(shape) });
-    }
-    Ok(())
 }

@@ -6,6 +6,7 @@
 //! `split_heads`: `[B, T, h·d_h] → [B, T, h, d_h]` (reshape) `→ [B, h, T, d_h]` (transpose).
 //! `merge_heads`: the inverse. Split then merge is bitwise the identity: both only move values.
 
+use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Branch, Stage};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
@@ -51,7 +52,7 @@ pub(crate) fn split_heads_of(
         x.reshape(&[b, t, heads, d_h])? // [B, T, h, d_h]
             .transpose(1, 2) // [B, h, T, d_h]
     };
-    run().map_err(AttentionError::at(Stage::SplitHeads(branch)))
+    run().at(Stage::SplitHeads(branch))
 }
 
 /// Puts the heads side by side again: the inverse of [`split_heads`].
@@ -85,7 +86,7 @@ pub fn merge_heads(x: &TensorValue) -> Result<TensorValue, AttentionError> {
         x.transpose(1, 2)? // [B, T, h, d_h]
             .reshape(&[b, t, h * d_h]) // [B, T, h·d_h]
     };
-    run().map_err(AttentionError::at(Stage::MergeHeads))
+    run().at(Stage::MergeHeads)
 }
 
 #[cfg(test)]

@@ -17,15 +17,14 @@
 //! Masks are built from absolute positions ([`visible`]), never from indices into the cache.
 //!
 //! This is the inference path: it works on plain tensors (no tape) and is tested against the
-//! full masked pass of [`GroupedQueryAttention::forward`].
+//! full masked pass of [`GroupedQueryAttention::forward`]. The layer's side —
+//! [`GroupedQueryAttention::new_cache`], [`GroupedQueryAttention::forward_cached`] and
+//! [`generate_with_cache`](crate::attention::generate_with_cache) — is in `cached_forward.rs`; the
+//! attention of one query row over what is kept, in `decode.rs`.
 
-use rayon::prelude::*;
-
-use crate::attention::grouped_query::check_sequence;
-use crate::attention::{AttentionError, GroupedQueryAttention, SlidingWindow, Stage, visible};
-use crate::autodiff::{TensorValue, constant};
+use crate::attention::decode::Run;
+use crate::attention::{AttentionError, GroupedQueryAttention, SlidingWindow};
 use crate::tensor::Tensor;
-use crate::tensor::exp::exp_shifted_sum;
 
 /// Keys and values of one layer for a batch of sequences that advance together.
 ///
@@ -179,11 +178,28 @@ impl KvCache {
         [self.start..self.len(), 0..self.start]
     }
 
+    /// What lane `kv_lane` (`b·G + g`) holds, oldest first, as runs of consecutive positions
+    /// (at most two: a wrapped ring), without copying.
+    pub(super) fn lane_runs(&self, kv_lane: usize) -> Vec<Run<'_>> {
+        let d = self.head_width;
+        let (keys, values) = (&self.keys[kv_lane], &self.values[kv_lane]);
+        self.chronological_runs()
+            .into_iter()
+            .filter(|slots| !slots.is_empty())
+            .map(|slots| {
+                let at = slots.start * d..slots.end * d;
+                (self.slot_positions[slots.start], &keys[at.clone()], &values[at])
+            })
+            .collect()
+    }
+
     fn logical_slots(&self) -> impl Iterator<Item = usize> + '_ {
         let n = self.len();
         (0..n).map(move |i| (self.start + i) % n.max(1))
     }
 
+    /// The lanes' slots in chronological order as `[B, G, len, d_h]`: `B·G` lanes of `len` rows
+    /// of `d_h`, so the length matches the shape by construction.
     fn gather(&self, lanes: &[Vec<f64>]) -> Tensor {
         let d = self.head_width;
         let mut out = Vec::with_capacity(lanes.len() * self.len() * d);
@@ -192,12 +208,12 @@ impl KvCache {
                 out.extend_from_slice(&lane[s * d..(s + 1) * d]);
             }
         }
-        Tensor::new(&self.key_shape(), out).unwrap_or_else(|_| Tensor::scalar(0.0))
+        Tensor::from_parts(self.key_shape().to_vec(), out)
     }
 
     /// Appends `T` new positions from `k, v [B, G, T, d_h]`, overwriting the oldest slots when a
     /// window's ring is full. Never copies what is already stored.
-    fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
+    pub(super) fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
         let (t, d) = (k.shape()[2], self.head_width);
         let reserve = self.slots() * d;
         for lane in self.keys.iter_mut().chain(self.values.iter_mut()) {
@@ -237,7 +253,7 @@ impl KvCache {
     }
 
     /// Rejects a cache made for another layer or batch.
-    fn check_matches(&self, layer: &GroupedQueryAttention, batch: usize) -> Result<(), AttentionError> {
+    pub(super) fn check_matches(&self, layer: &GroupedQueryAttention, batch: usize) -> Result<(), AttentionError> {
         let c = layer.config();
         let window_keys = |w: Option<SlidingWindow>| w.map_or(0, SlidingWindow::visible_keys);
         for (what, expected, actual) in [
@@ -253,340 +269,4 @@ impl KvCache {
         }
         Ok(())
     }
-}
-
-/// `Σ aᵢ·bᵢ` with eight running partial sums combined in a fixed order: vectorisable, and the same
-/// result on every run.
-#[inline(always)]
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    dots::<1>(a, [b])[0]
-}
-
-/// `R` dot products of `a` with `rows`, each summed exactly as [`dot`] sums it, computed side by
-/// side: the `R` independent chains of additions overlap, and `R` rows stream from memory at once
-/// (one dot product at a time waits on its own additions and reads too little to keep the memory
-/// busy — decoding is bound by reading the cache).
-#[inline(always)]
-fn dots<const R: usize>(a: &[f64], rows: [&[f64]; R]) -> [f64; R] {
-    let mut lanes = [[0.0; 8]; R];
-    let whole = a.len() / 8 * 8;
-    for c in (0..whole).step_by(8) {
-        let x = &a[c..c + 8];
-        for (lane, row) in lanes.iter_mut().zip(&rows) {
-            let y = &row[c..c + 8];
-            for i in 0..8 {
-                lane[i] += x[i] * y[i];
-            }
-        }
-    }
-    std::array::from_fn(|r| {
-        let l = &lanes[r];
-        let tail: f64 = a[whole..].iter().zip(&rows[r][whole..]).map(|(x, y)| x * y).sum();
-        ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
-    })
-}
-
-/// Keys and values of consecutive positions, stored contiguously: `(first position, keys,
-/// values)`, `keys` and `values` holding `rows × d_h` values each.
-type Run<'a> = (usize, &'a [f64], &'a [f64]);
-
-/// One query row of a decoding step and how it attends.
-#[derive(Clone, Copy)]
-struct RowQuery<'a> {
-    /// The rotated query, `d_h` values.
-    q: &'a [f64],
-    /// Its absolute position.
-    position: usize,
-    window: Option<SlidingWindow>,
-    /// `1/√d_h`.
-    scale: f64,
-    /// The head's sink logit, if any.
-    sink: Option<f64>,
-}
-
-/// Softmax-weighted sum for one query row over the keys of `runs` (chronological), with an
-/// optional sink logit (a key with a zero value vector); `scores` is scratch space for at least
-/// as many scores as there are keys.
-fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        #[target_feature(enable = "avx512f")]
-        fn wide(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-            attend_row_portable(query, runs, scores, out);
-        }
-        // SAFETY: the processor has AVX-512F (checked just above). Both versions perform the
-        // same IEEE operations in the same order (the scores and sums use no fused multiply-add;
-        // the exponentials pick their own version at run time), so they agree bitwise.
-        #[allow(unsafe_code)]
-        unsafe {
-            wide(query, runs, scores, out)
-        };
-        return;
-    }
-    attend_row_portable(query, runs, scores, out);
-}
-
-/// Stretches of a run of keys that [`attend_row_portable`] reads side by side.
-///
-/// Decoding is bound by reading the cache, and one thread walking one stretch of memory has too few
-/// reads in flight to use the bandwidth the cache hierarchy offers: reading four stretches at once
-/// took a decode step from 0.91–0.96 to 0.70–0.74 ms in the same session (`llm-bench decode`'s
-/// layer, 2047 cached positions). Results stay the same whatever the thread count.
-const STREAMS: usize = 4;
-/// Consecutive keys of each stretch scored in one step (eight dot products side by side).
-const AT_ONCE: usize = 2;
-
-/// [`attend_row`] in portable code, compiled once per instruction set.
-#[inline(always)]
-fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-    let &RowQuery { q, position: query_position, window, scale, sink } = query;
-    let d = q.len(); // ≥ 1: the configuration rejects a head width of 0
-    let mut count = 0;
-    for &(first, keys, _) in runs {
-        let run_scores = &mut scores[count..count + keys.len() / d];
-        count += run_scores.len();
-        let score = |position: usize, product: f64| {
-            if visible(query_position, position, window) { product * scale } else { f64::NEG_INFINITY }
-        };
-        // the run as STREAMS equal stretches of `part` keys (the last few keys, past them, alone);
-        // each step scores AT_ONCE consecutive keys of every stretch
-        let rows = run_scores.len();
-        let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
-        for i in (0..part).step_by(AT_ONCE) {
-            let products = dots(
-                q,
-                std::array::from_fn::<_, { STREAMS * AT_ONCE }, _>(|j| {
-                    &keys[((j / AT_ONCE) * part + i + j % AT_ONCE) * d..][..d]
-                }),
-            );
-            for (j, product) in products.into_iter().enumerate() {
-                let r = (j / AT_ONCE) * part + i + j % AT_ONCE;
-                run_scores[r] = score(first + r, product);
-            }
-        }
-        for r in STREAMS * part..rows {
-            run_scores[r] = score(first + r, dot(q, &keys[r * d..(r + 1) * d]));
-        }
-    }
-    let scores = &mut scores[..count];
-    let max = scores.iter().copied().fold(sink.unwrap_or(f64::NEG_INFINITY), f64::max);
-    out.fill(0.0);
-    if max == f64::NEG_INFINITY {
-        return; // no visible key: attend to nothing (zeros), as in the full pass
-    }
-    // the sink joins the normaliser but adds nothing to the output
-    let total = exp_shifted_sum(scores, max) + sink.map_or(0.0, |s| crate::tensor::exp::exp(s - max));
-    // the same stretches for the values: one partial output per stretch, added in stretch order
-    // after the keys that were alone
-    let mut partial = vec![0.0; STREAMS * d];
-    let mut at = 0;
-    for &(_, _, values) in runs {
-        let rows = values.len() / d;
-        let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
-        let weights = &scores[at..at + rows];
-        at += rows;
-        // a weight of exactly 0 (a hidden key: e^−∞) is skipped, not multiplied: 0 · NaN = NaN
-        // would let a key the query cannot see change its output
-        for i in 0..part {
-            for (s, sums) in partial.chunks_exact_mut(d).enumerate() {
-                let (w, v) = (weights[s * part + i], &values[(s * part + i) * d..][..d]);
-                if w == 0.0 {
-                    continue;
-                }
-                for (o, x) in sums.iter_mut().zip(v) {
-                    *o += w * x;
-                }
-            }
-        }
-        for r in STREAMS * part..rows {
-            let (w, v) = (weights[r], &values[r * d..(r + 1) * d]);
-            if w == 0.0 {
-                continue;
-            }
-            for (o, x) in out.iter_mut().zip(v) {
-                *o += w * x;
-            }
-        }
-    }
-    for sums in partial.chunks_exact(d) {
-        for (o, x) in out.iter_mut().zip(sums) {
-            *o += x;
-        }
-    }
-    for o in out.iter_mut() {
-        *o /= total;
-    }
-}
-
-impl GroupedQueryAttention {
-    /// An empty KV cache for `batch` rows of this layer.
-    pub fn new_cache(&self, batch: usize) -> KvCache {
-        KvCache::for_layer(self, batch)
-    }
-
-    /// Runs `x [B, T, d]` as the next `T` tokens after what `cache` holds (prefill when the cache
-    /// is empty, decode for `T = 1`, chunked prefill otherwise) and appends their keys and values.
-    /// Returns the layer's output `[B, T, d]` (evaluation mode).
-    ///
-    /// # Errors
-    /// Input errors as in [`GroupedQueryAttention::check_input`];
-    /// [`AttentionError::CacheMismatch`] for a cache of another layer or batch;
-    /// [`AttentionError::PositionOutOfRange`] when the tokens would pass `max_positions` (the
-    /// cache is then unchanged).
-    pub fn forward_cached(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
-        // a decoding step is three parallel passes with serial work between them: keep a worker from parking (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            let c = self.config();
-            check_sequence(x.shape(), c.model_width)?;
-            let (b, t) = (x.shape()[0], x.shape()[1]);
-            cache.check_matches(self, b)?;
-            let first = cache.next_position;
-            self.rope()
-                .check_interval(first, t)
-                .map_err(|e| AttentionError::from_rope(crate::attention::Branch::Query, e))?;
-            let positions: Vec<usize> = (first..first + t).collect();
-            let projected = if b * t == 1 {
-                // one token: the three projections share one pass over the weights
-                self.project_token(
-                    &x.read("forward_cached").map_err(AttentionError::at(Stage::Projection))?,
-                    &positions,
-                )?
-            } else {
-                self.project(x, &positions)?
-            };
-            let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
-            let (q, k, v) = (
-                read(&projected.rotated_query_heads)?,
-                read(&projected.rotated_key_heads)?,
-                read(&projected.value_heads)?,
-            );
-            let (h, g, d) = (c.query_heads, c.kv_heads, c.head_width);
-            let group = c.group_size();
-            let scale = 1.0 / (d as f64).sqrt();
-            let sinks = match self.sink_logits() {
-                Some(s) => Some(s.value().map_err(AttentionError::at(Stage::Softmax))?),
-                None => None,
-            };
-            let mut heads = vec![0.0; b * h * t * d]; // [B,H,T,d_h]
-            let runs = cache.chronological_runs();
-            heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
-                let (bi, hi) = (lane / h, lane % h);
-                let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
-                let (ck, cv) = (&cache.keys[kv_lane], &cache.values[kv_lane]);
-                let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
-                // the cached keys in chronological order, then this call's keys
-                let mut lane_runs: Vec<Run<'_>> = runs
-                    .iter()
-                    .filter(|slots| !slots.is_empty())
-                    .map(|slots| {
-                        let at = slots.start * d..slots.end * d;
-                        (cache.slot_positions[slots.start], &ck[at.clone()], &cv[at])
-                    })
-                    .collect();
-                lane_runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
-                let mut scores = vec![0.0; cache.len() + t];
-                for step in 0..t {
-                    // the new keys after `step` are in the future of this query: the mask hides them
-                    let qrow = &q.as_slice()[(lane * t + step) * d..][..d];
-                    let query = RowQuery {
-                        q: qrow,
-                        position: first + step,
-                        window: c.window,
-                        scale,
-                        sink: sinks.as_ref().map(|s| s.as_slice()[hi]),
-                    };
-                    attend_row(&query, &lane_runs, &mut scores, &mut out[step * d..(step + 1) * d]);
-                }
-            });
-            cache.append(&k, &v, first);
-            // [B,H,T,d_h] → [B,T,H·d_h] → W_O
-            let heads = constant(&[b, h, t, d], &heads).map_err(AttentionError::at(Stage::MergeHeads))?;
-            let merged = crate::attention::merge_heads(&heads)?;
-            let out = self
-                .output_projection()
-                .forward(&merged)
-                .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
-            out.value().map_err(AttentionError::at(Stage::OutputProjection))
-        })
-    }
-}
-
-/// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times
-/// turn the last output row into the next input row with `next` and decode it.
-///
-/// When the next token would pass the layer's `max_positions`, the cache is reset and the last
-/// `keep` inputs are prefilled again from position 0 (RoPE sees only relative positions, so
-/// attention within the kept text is unchanged; what is older than `keep` is forgotten). With a
-/// window, `keep` = the window's visible keys reproduces every later output exactly.
-///
-/// Returns every output row produced after the prompt.
-///
-/// The rows produced are `steps × d` values: more than [`crate::tensor::MAX_ELEMENTS`] is refused
-/// before anything runs, and nothing is reserved up front for them.
-///
-/// # Shapes
-/// `prompt [1, T, d]`; `next` maps an output row of `d` values to the next input row of `d`;
-/// the result holds `steps` rows of `d`.
-///
-/// # Example
-/// ```
-/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, generate_with_cache};
-/// use llm_from_scratch::{Tensor, nn::SplitMix64};
-/// // a layer with room for 4 positions generates 6 rows, keeping the last 2 inputs on each reset
-/// let layer =
-///     GroupedQueryAttention::new("attn", AttentionConfig::new(4, 2, 1, 2).with_rope(4, 100.0), &mut SplitMix64::new(0))?;
-/// let prompt = Tensor::new(&[1, 2, 4], vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])?;
-/// let rows = generate_with_cache(&layer, &prompt, 6, 2, |row| row.to_vec())?;
-/// assert_eq!(rows.len(), 6);
-/// assert!(rows.iter().all(|r| r.len() == 4 && r.iter().all(|v| v.is_finite())));
-/// assert!(generate_with_cache(&layer, &prompt, 1, 4, |row| row.to_vec()).is_err()); // keep ≥ capacity
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-/// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`
-/// is 0, [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
-/// (`keep ≥ max_positions`), and [`AttentionError::Tensor`] (a shape overflow) if `steps × d`
-/// values exceed the ceiling.
-pub fn generate_with_cache(
-    layer: &GroupedQueryAttention,
-    prompt: &Tensor,
-    steps: usize,
-    keep: usize,
-    mut next: impl FnMut(&[f64]) -> Vec<f64>,
-) -> Result<Vec<Vec<f64>>, AttentionError> {
-    let d = layer.config().model_width;
-    if keep == 0 {
-        return Err(AttentionError::ZeroSize { what: "the number of tokens kept on a reset" });
-    }
-    let capacity = layer.config().max_positions;
-    if keep >= capacity {
-        // after a reset the kept tokens take positions 0..keep and the next token needs one more
-        return Err(AttentionError::PositionOutOfRange { start: 0, end: keep.saturating_add(1), capacity });
-    }
-    // the rows returned (and the inputs kept) are steps × d values: refuse what could never fit
-    crate::tensor::dense::element_count("generated rows", &[steps, d])?;
-    let mut cache = layer.new_cache(1);
-    let mut history: Vec<Vec<f64>> = prompt.as_slice().chunks(d.max(1)).map(<[f64]>::to_vec).collect();
-    let as_input = |rows: &[Vec<f64>]| {
-        constant(&[1, rows.len(), d], &rows.concat()).map_err(AttentionError::at(Stage::Projection))
-    };
-    let out = layer.forward_cached(&as_input(&history)?, &mut cache)?;
-    let mut last = out.as_slice()[out.len() - d..].to_vec();
-    let mut produced = Vec::new();
-    for _ in 0..steps {
-        let row = next(&last);
-        history.push(row.clone());
-        let out = if cache.next_position() >= layer.config().max_positions {
-            cache.reset();
-            let tail = &history[history.len().saturating_sub(keep)..];
-            let out = layer.forward_cached(&as_input(tail)?, &mut cache)?;
-            out.as_slice()[out.len() - d..].to_vec()
-        } else {
-            layer.forward_cached(&as_input(&[row])?, &mut cache)?.into_vec()
-        };
-        last = out;
-        produced.push(last.clone());
-    }
-    Ok(produced)
 }

@@ -21,13 +21,17 @@
 //! score_h(m, n) = (q_h(m)·k_h(n) + q_R,h(m)·k_R(n)) / √(d_h + d_r)
 //! ```
 
-use crate::attention::grouped_query::check_sequence;
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::check_sequence;
 use crate::attention::{AttentionError, Branch, Stage, merge_heads};
-use crate::autodiff::{TensorValue, constant};
+use crate::autodiff::TensorValue;
 use crate::error::Shape;
-use crate::nn::linear::uniform_tensor;
 use crate::nn::{NamedParameter, NamedParameters, RotaryEmbedding, SplitMix64};
 use crate::tensor::{Mask, Tensor};
+
+mod cache;
+
+pub use cache::LatentKvCache;
 
 /// Sizes of a [`LatentAttention`] layer.
 #[derive(Clone, Debug, PartialEq)]
@@ -187,34 +191,6 @@ pub struct LatentAttention {
     rope: RotaryEmbedding,
 }
 
-/// The latent KV cache: `C` and `k_R` per token, nothing else.
-#[derive(Clone, Debug)]
-pub struct LatentKvCache {
-    batch: usize,
-    latent_width: usize,
-    rope_width: usize,
-    /// `[B][len · d_c]`.
-    latent: Vec<Vec<f64>>,
-    /// `[B][len · d_r]`.
-    rope_key: Vec<Vec<f64>>,
-    next_position: usize,
-}
-
-impl LatentKvCache {
-    /// Tokens stored.
-    pub fn len(&self) -> usize {
-        self.next_position
-    }
-    /// `true` before the first call.
-    pub fn is_empty(&self) -> bool {
-        self.next_position == 0
-    }
-    /// Numbers stored: `B · len · (d_c + d_r)`.
-    pub fn stored_values(&self) -> usize {
-        self.latent.iter().chain(&self.rope_key).map(Vec::len).sum()
-    }
-}
-
 impl LatentAttention {
     /// A layer with weights uniform in `±1/√fan_in`, drawn from a trial copy of `rng`.
     ///
@@ -227,16 +203,18 @@ impl LatentAttention {
             (config.model_width, config.heads, config.head_width, config.latent_width, config.rope_width);
         let mut trial = rng.clone();
         let mut draw = |rows: usize, cols: usize| {
-            TensorValue::leaf(uniform_tensor(&[rows, cols], 1.0 / (rows as f64).sqrt(), &mut trial), true)
+            let bound = 1.0 / (rows as f64).sqrt();
+            let values = Tensor::uniform(&[rows, cols], -bound, bound, &mut trial);
+            Ok::<_, AttentionError>(TensorValue::leaf(values.at(Stage::Projection)?, true))
         };
         let weights = LatentWeights {
-            query: draw(d, h * dh),
-            query_rope: draw(d, h * dr),
-            down: draw(d, dc),
-            key_rope: draw(d, dr),
-            up_key: draw(dc, h * dh),
-            up_value: draw(dc, h * dh),
-            output: draw(h * dh, d),
+            query: draw(d, h * dh)?,
+            query_rope: draw(d, h * dr)?,
+            down: draw(d, dc)?,
+            key_rope: draw(d, dr)?,
+            up_key: draw(dc, h * dh)?,
+            up_value: draw(dc, h * dh)?,
+            output: draw(h * dh, d)?,
         };
         *rng = trial;
         Self::from_weights(config, weights)
@@ -308,18 +286,6 @@ impl LatentAttention {
         NamedParameters::try_new(list).map_err(|source| AttentionError::Layer { stage: Stage::Projection, source })
     }
 
-    /// An empty latent cache for `batch` rows.
-    pub fn new_cache(&self, batch: usize) -> LatentKvCache {
-        LatentKvCache {
-            batch,
-            latent_width: self.config.latent_width,
-            rope_width: self.config.rope_width,
-            latent: vec![Vec::new(); batch],
-            rope_key: vec![Vec::new(); batch],
-            next_position: 0,
-        }
-    }
-
     /// The shared pieces of both paths for `x [B,T,d]` at positions `offset..offset+T`: the
     /// latent `C`, content queries `[B,H,T,d_h]`, rotated positional queries `[B,H,T,d_r]` and the
     /// rotated shared key `[B,1,T,d_r]`.
@@ -327,18 +293,16 @@ impl LatentAttention {
         let c = &self.config;
         check_sequence(x.shape(), c.model_width)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        self.rope.check_interval(offset, t).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
-        let at = AttentionError::at;
+        self.rope.check_interval(offset, t).on(Branch::Query)?;
         let w = &self.weights;
-        let latent = x.matmul(&w.down).map_err(at(Stage::Projection))?; // [B,T,d_c]
+        let latent = x.matmul(&w.down).at(Stage::Projection)?; // [B,T,d_c]
         let split = |v: TensorValue, heads: usize, width: usize| -> Result<TensorValue, AttentionError> {
-            v.reshape(&[b, t, heads, width]).and_then(|v| v.transpose(1, 2)).map_err(at(Stage::SplitHeads(None)))
+            v.reshape(&[b, t, heads, width]).and_then(|v| v.transpose(1, 2)).at(Stage::SplitHeads(None))
         };
-        let q = split(x.matmul(&w.query).map_err(at(Stage::Projection))?, c.heads, c.head_width)?;
-        let q_rope = split(x.matmul(&w.query_rope).map_err(at(Stage::Projection))?, c.heads, c.rope_width)?;
-        let k_rope = split(x.matmul(&w.key_rope).map_err(at(Stage::Projection))?, 1, c.rope_width)?;
-        let rotate =
-            |v: &TensorValue, branch| self.rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(branch, e));
+        let q = split(x.matmul(&w.query).at(Stage::Projection)?, c.heads, c.head_width)?;
+        let q_rope = split(x.matmul(&w.query_rope).at(Stage::Projection)?, c.heads, c.rope_width)?;
+        let k_rope = split(x.matmul(&w.key_rope).at(Stage::Projection)?, 1, c.rope_width)?;
+        let rotate = |v: &TensorValue, branch| self.rope.rotate(v, offset).on(branch);
         Ok([latent, q, rotate(&q_rope, Branch::Query)?, rotate(&k_rope, Branch::Key)?])
     }
 
@@ -354,24 +318,23 @@ impl LatentAttention {
         let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
         let c = &self.config;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let at = AttentionError::at;
         let heads = |v: TensorValue| v.reshape(&[b, t, c.heads, c.head_width]).and_then(|v| v.transpose(1, 2));
-        let k = heads(latent.matmul(&self.weights.up_key).map_err(at(Stage::Projection))?)
-            .map_err(at(Stage::SplitHeads(Some(Branch::Key))))?;
-        let v = heads(latent.matmul(&self.weights.up_value).map_err(at(Stage::Projection))?)
-            .map_err(at(Stage::SplitHeads(Some(Branch::Value))))?;
+        let k = heads(latent.matmul(&self.weights.up_key).at(Stage::Projection)?)
+            .at(Stage::SplitHeads(Some(Branch::Key)))?;
+        let v = heads(latent.matmul(&self.weights.up_value).at(Stage::Projection)?)
+            .at(Stage::SplitHeads(Some(Branch::Value)))?;
         let scores = (|| {
             let content = q.matmul(&k.transpose(2, 3)?)?; // [B,H,T,T]
             let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?; // k_R broadcast over heads
             content.add(&position)?.scale(self.scale())
         })()
-        .map_err(at(Stage::Scores))?;
-        let mask = Mask::causal(t, t, 0).map_err(at(Stage::Softmax))?;
-        let weights = scores.masked_softmax_last_axis(&mask).map_err(at(Stage::Softmax))?;
+        .at(Stage::Scores)?;
+        let mask = Mask::causal(t, t, 0).at(Stage::Softmax)?;
+        let weights = scores.masked_softmax_last_axis(&mask).at(Stage::Softmax)?;
         // hidden (future) tokens are skipped, not weighted by 0: 0 · NaN would leak backwards
-        let heads_out = weights.matmul_visible(&v, &mask).map_err(at(Stage::WeightedValues))?; // [B,H,T,d_h]
+        let heads_out = weights.matmul_visible(&v, &mask).at(Stage::WeightedValues)?; // [B,H,T,d_h]
         let merged = merge_heads(&heads_out)?;
-        let output = merged.matmul(&self.weights.output).map_err(at(Stage::OutputProjection))?;
+        let output = merged.matmul(&self.weights.output).at(Stage::OutputProjection)?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
     }
 
@@ -383,9 +346,8 @@ impl LatentAttention {
     pub fn forward_absorbed(&self, x: &TensorValue, offset: usize) -> Result<LatentOutput, AttentionError> {
         let [latent, q, q_rope, k_rope] = self.pieces(x, offset)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let latent4 =
-            latent.reshape(&[b, 1, t, self.config.latent_width]).map_err(AttentionError::at(Stage::Scores))?;
-        let mask = Mask::causal(t, t, 0).map_err(AttentionError::at(Stage::Softmax))?;
+        let latent4 = latent.reshape(&[b, 1, t, self.config.latent_width]).at(Stage::Scores)?;
+        let mask = Mask::causal(t, t, 0).at(Stage::Softmax)?;
         let (weights, output) = self.attend_absorbed(&q, &q_rope, &latent4, &k_rope, &mask)?;
         Ok(LatentOutput { latent, rope_key: k_rope, weights, output })
     }
@@ -412,64 +374,23 @@ impl LatentAttention {
         k_rope: &TensorValue,
         mask: &Mask,
     ) -> Result<(TensorValue, TensorValue), AttentionError> {
-        let at = AttentionError::at;
         let (b, t_q) = (q.shape()[0], q.shape()[2]);
         let (h, dc) = (self.config.heads, self.config.latent_width);
-        let (a_t, merged_out) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
+        let (a_t, merged_out) = self.absorbed_matrices().at(Stage::Projection)?;
         let scores = (|| {
             let q_latent = q.matmul(&a_t)?; // (q·Aᵀ): [B,H,T_q,d_c]
             let content = q_latent.matmul(&latent.transpose(2, 3)?)?; // ·Cᵀ: [B,H,T_q,T_k]
             let position = q_rope.matmul(&k_rope.transpose(2, 3)?)?;
             content.add(&position)?.scale(self.scale())
         })()
-        .map_err(at(Stage::Scores))?;
-        let weights = scores.masked_softmax_last_axis(mask).map_err(at(Stage::Softmax))?;
+        .at(Stage::Scores)?;
+        let weights = scores.masked_softmax_last_axis(mask).at(Stage::Softmax)?;
         let output = (|| {
             let pc = weights.matmul_visible(latent, mask)?; // (P·C) over visible tokens: [B,H,T_q,d_c]
             pc.transpose(1, 2)?.reshape(&[b, t_q, h * dc])?.matmul(&merged_out) // Σ_h (P_h·C)·(B_h·W_O,h)
         })()
-        .map_err(at(Stage::OutputProjection))?;
+        .at(Stage::OutputProjection)?;
         Ok((weights, output))
-    }
-
-    /// Runs `x [B,T,d]` as the next tokens after what `cache` holds, with the absorbed path over
-    /// the cached latents, and appends their `C` and `k_R`. Returns the output `[B,T,d]`.
-    ///
-    /// # Errors
-    /// Input errors; [`AttentionError::CacheMismatch`] for a cache of another shape;
-    /// [`AttentionError::PositionOutOfRange`] past capacity (the cache is then unchanged).
-    pub fn forward_cached(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
-        let c = &self.config;
-        if x.shape().len() == 3 {
-            for (what, expected, actual) in [
-                ("batch", x.shape()[0], cache.batch),
-                ("latent width", c.latent_width, cache.latent_width),
-                ("rope width", c.rope_width, cache.rope_width),
-            ] {
-                if expected != actual {
-                    return Err(AttentionError::CacheMismatch { what, expected, actual });
-                }
-            }
-        }
-        let first = cache.next_position;
-        let [latent, q, q_rope, k_rope] = self.pieces(x, first)?;
-        let (b, t) = (x.shape()[0], x.shape()[1]);
-        let read = |v: &TensorValue| v.value().map_err(AttentionError::at(Stage::Scores));
-        let (new_c, new_kr) = (read(&latent)?, read(&k_rope)?);
-        let (dc, dr) = (c.latent_width, c.rope_width);
-        for bi in 0..b {
-            cache.latent[bi].extend_from_slice(&new_c.as_slice()[bi * t * dc..(bi + 1) * t * dc]);
-            cache.rope_key[bi].extend_from_slice(&new_kr.as_slice()[bi * t * dr..(bi + 1) * t * dr]);
-        }
-        cache.next_position = first + t;
-        let total = cache.next_position;
-        let all = |lanes: &[Vec<f64>], w: usize| {
-            constant(&[b, 1, total, w], &lanes.concat()).map_err(AttentionError::at(Stage::Scores))
-        };
-        let (latent_all, rope_all) = (all(&cache.latent, dc)?, all(&cache.rope_key, dr)?);
-        let mask = Mask::causal(t, total, first).map_err(AttentionError::at(Stage::Softmax))?;
-        let (_, output) = self.attend_absorbed(&q, &q_rope, &latent_all, &rope_all, &mask)?;
-        output.value().map_err(AttentionError::at(Stage::OutputProjection))
     }
 
     /// The counterexample of the chapter: RoPE applied to the *reconstructed* content key
@@ -486,24 +407,22 @@ impl LatentAttention {
         let [latent, q, _, _] = self.pieces(x, offset)?;
         let c = &self.config;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let at = AttentionError::at;
         let rope = RotaryEmbedding::new(c.head_width, c.max_positions, c.rope_base).map_err(AttentionError::Rope)?;
-        let rot = |v: &TensorValue| rope.rotate(v, offset).map_err(|e| AttentionError::from_rope(Branch::Key, e));
+        let rot = |v: &TensorValue| rope.rotate(v, offset).on(Branch::Key);
         let k = latent
             .matmul(&self.weights.up_key)
             .and_then(|k| k.reshape(&[b, t, c.heads, c.head_width]))
             .and_then(|k| k.transpose(1, 2))
-            .map_err(at(Stage::Projection))?;
+            .at(Stage::Projection)?;
         let q_rot = rot(&q)?;
-        let direct = q_rot.matmul(&rot(&k)?.transpose(2, 3).map_err(at(Stage::Scores))?).map_err(at(Stage::Scores))?;
-        let (a_t, _) = self.absorbed_matrices().map_err(at(Stage::Projection))?;
-        let latent4 = latent.reshape(&[b, 1, t, c.latent_width]).map_err(at(Stage::Scores))?;
-        let absorbed =
-            q_rot.matmul(&a_t).and_then(|ql| ql.matmul(&latent4.transpose(2, 3)?)).map_err(at(Stage::Scores))?;
+        let direct = q_rot.matmul(&rot(&k)?.transpose(2, 3).at(Stage::Scores)?).at(Stage::Scores)?;
+        let (a_t, _) = self.absorbed_matrices().at(Stage::Projection)?;
+        let latent4 = latent.reshape(&[b, 1, t, c.latent_width]).at(Stage::Scores)?;
+        let absorbed = q_rot.matmul(&a_t).and_then(|ql| ql.matmul(&latent4.transpose(2, 3)?)).at(Stage::Scores)?;
         Ok((read_value(&direct)?, read_value(&absorbed)?))
     }
 }
 
 fn read_value(v: &TensorValue) -> Result<Tensor, AttentionError> {
-    v.value().map_err(AttentionError::at(Stage::Scores))
+    v.value().at(Stage::Scores)
 }

@@ -12,7 +12,8 @@
 //! Heads never exchange information before `W_O`: head `i` reads only coordinates
 //! `i·d_h .. (i+1)·d_h` of Q, K and V. `W_O` is where they mix.
 
-use crate::attention::grouped_query::check_sequence;
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::check_sequence;
 use crate::attention::{
     AttentionConfig, AttentionError, Branch, GroupedQueryAttention, Stage, causal_scaled_dot_product_self_attention,
     merge_heads,
@@ -151,11 +152,8 @@ impl MultiHeadAttention {
         }
         let config = AttentionConfig::multi_head(d, heads).with_rope(max_positions, rope_base);
         let prefix = "attention";
-        let qkv = QkvProjections::from_parameters(prefix, [wq, wk, wv], None)
-            .map_err(|e| AttentionError::from_nn(Stage::Projection, e))?;
-        let output = Linear::from_parameters(wo, None)
-            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?
-            .named(&format!("{prefix}.output"));
+        let qkv = QkvProjections::from_parameters(prefix, [wq, wk, wv], None).at(Stage::Projection)?;
+        let output = Linear::from_parameters(wo, None).at(Stage::OutputProjection)?.named(&format!("{prefix}.output"));
         Ok(Self { inner: GroupedQueryAttention::from_parts(prefix, config, qkv, output)? })
     }
 
@@ -168,7 +166,7 @@ impl MultiHeadAttention {
     /// [`AttentionError::PositionOutOfRange`].
     pub fn check_input(&self, shape: &[usize], position_offset: usize) -> Result<(), AttentionError> {
         check_sequence(shape, self.model_width())?;
-        self.rope().check_interval(position_offset, shape[1]).map_err(|e| AttentionError::from_rope(Branch::Query, e))
+        self.rope().check_interval(position_offset, shape[1]).on(Branch::Query)
     }
 
     /// Runs the layer on `x [B,T,d]` whose first token sits at absolute position `position_offset`.
@@ -189,11 +187,7 @@ impl MultiHeadAttention {
         )?;
         let head_outputs = attention.output().clone(); // [B,h,T,d_h]
         let merged = merge_heads(&head_outputs)?; // [B,T,d]
-        let output = self
-            .inner
-            .output_projection()
-            .forward(&merged)
-            .map_err(|e| AttentionError::from_nn(Stage::OutputProjection, e))?;
+        let output = self.inner.output_projection().forward(&merged).at(Stage::OutputProjection)?;
         Ok(MultiHeadAttentionOutput {
             query_heads: projected.query_heads,
             key_heads: projected.key_heads,

@@ -21,6 +21,7 @@
 //! token, a padding token) leaves that query's output — and, for keys hidden from every query,
 //! every gradient — exactly as if the token held ordinary numbers.
 
+use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage};
 use crate::autodiff::TensorValue;
 use crate::nn::SplitMix64;
@@ -128,16 +129,15 @@ pub(crate) fn attend(
         // a mask that does not fit the scores is the softmax's error, reported before any work
         let mut scores_shape = q.shape().to_vec();
         scores_shape[r - 1] = k.shape()[r - 2];
-        crate::autodiff::ops::masked_fill::check_mask("masked_softmax", m, &scores_shape)
-            .map_err(AttentionError::at(Stage::Softmax))?;
+        crate::autodiff::ops::masked_fill::check_mask("masked_softmax", m, &scores_shape).at(Stage::Softmax)?;
     }
-    let k_t = k.transpose(r - 2, r - 1).map_err(AttentionError::at(Stage::Scores))?;
+    let k_t = k.transpose(r - 2, r - 1).at(Stage::Scores)?;
     let scores = match mask {
         Some(m) => q.matmul_scores(&k_t, m),
         None => q.matmul(&k_t),
     }
     .and_then(|s| s.scale(scale))
-    .map_err(AttentionError::at(Stage::Scores))?;
+    .at(Stage::Scores)?;
     // hidden keys count as −∞ inside the softmax (fused, so no −∞ is stored on the tape)
     let weights = match sinks {
         None => match mask {
@@ -146,9 +146,9 @@ pub(crate) fn attend(
         },
         Some(sink) => softmax_with_sink(&scores, sink, mask),
     }
-    .map_err(AttentionError::at(Stage::Softmax))?;
+    .at(Stage::Softmax)?;
     let weights = match dropout {
-        Some((p, rng)) => weights.dropout(p, rng).map_err(AttentionError::at(Stage::Softmax))?,
+        Some((p, rng)) => weights.dropout(p, rng).at(Stage::Softmax)?,
         None => weights,
     };
     // hidden keys are skipped, not multiplied by their zero weight: 0 · NaN would be NaN
@@ -156,7 +156,7 @@ pub(crate) fn attend(
         Some(m) => weights.matmul_visible(v, m),
         None => weights.matmul(v),
     }
-    .map_err(AttentionError::at(Stage::WeightedValues))?;
+    .at(Stage::WeightedValues)?;
     Ok(AttentionOutput { scores, weights, output })
 }
 
@@ -211,7 +211,7 @@ pub fn causal_scaled_dot_product_self_attention(
     if t_q != t_k {
         return Err(AttentionError::qkv_shapes(q, k, v, "self-attention needs as many queries as keys"));
     }
-    let mask = Mask::causal(t_q, t_k, 0).map_err(AttentionError::at(Stage::Softmax))?;
+    let mask = Mask::causal(t_q, t_k, 0).at(Stage::Softmax)?;
     scaled_dot_product_attention(q, k, v, Some(&mask))
 }
 
@@ -271,12 +271,11 @@ pub(crate) fn grouped_attention_with(
     }
     let (b, h, t_q, d) = (qs[0], qs[1], qs[2], qs[3]);
     let (g, t_k) = (ks[1], ks[2]);
-    let at = AttentionError::at;
     // [B,H,T_q,d] → [B,G,H/G,T_q,d]; keys and values [B,G,1,T_k,d] broadcast over each group
-    let q5 = q.reshape(&[b, g, h / g, t_q, d]).map_err(at(Stage::Scores))?;
-    let k5 = k.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::Scores))?;
-    let v5 = v.reshape(&[b, g, 1, t_k, ks[3]]).map_err(at(Stage::WeightedValues))?;
-    let sink5 = sinks.map(|s| s.reshape(&[1, g, h / g, 1, 1])).transpose().map_err(at(Stage::Softmax))?; // [H] → [1,G,H/G,1,1]
+    let q5 = q.reshape(&[b, g, h / g, t_q, d]).at(Stage::Scores)?;
+    let k5 = k.reshape(&[b, g, 1, t_k, ks[3]]).at(Stage::Scores)?;
+    let v5 = v.reshape(&[b, g, 1, t_k, ks[3]]).at(Stage::WeightedValues)?;
+    let sink5 = sinks.map(|s| s.reshape(&[1, g, h / g, 1, 1])).transpose().at(Stage::Softmax)?; // [H] → [1,G,H/G,1,1]
     let end = visibility
         .query_offset
         .checked_add(t_q)
@@ -292,9 +291,9 @@ pub(crate) fn grouped_attention_with(
     let out = attend(&q5, &k5, &v5, Some(&mask), sink5.as_ref(), dropout)?;
     let to_heads = |x: &TensorValue, last: usize| x.reshape(&[b, h, t_q, last]); // [B,G,H/G,T_q,·] → [B,H,T_q,·]
     Ok(AttentionOutput {
-        scores: to_heads(out.scores(), t_k).map_err(at(Stage::Scores))?,
-        weights: to_heads(out.weights(), t_k).map_err(at(Stage::Softmax))?,
-        output: to_heads(out.output(), d).map_err(at(Stage::WeightedValues))?,
+        scores: to_heads(out.scores(), t_k).at(Stage::Scores)?,
+        weights: to_heads(out.weights(), t_k).at(Stage::Softmax)?,
+        output: to_heads(out.output(), d).at(Stage::WeightedValues)?,
     })
 }
 

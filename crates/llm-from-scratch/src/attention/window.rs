@@ -1,8 +1,8 @@
 //! Which keys a query may see: causality, a sliding window, and padding — always decided from
 //! *absolute* positions, so the same rule holds in a full pass, in chunked prefill and in decode.
 //!
-//! Chapter 33 (`ch33-kv-cache`) teaches sliding windows with it; chapter 34 builds the tiled
-//! kernel's visibility on it.
+//! Chapter 33 (`ch33-kv-cache`) teaches sliding windows with it; chapter 34's tiled kernels ask
+//! [`Visibility`] which keys a query sees, and whether a whole block is hidden or open.
 
 use crate::attention::AttentionError;
 use crate::error::Shape;
@@ -79,6 +79,41 @@ impl std::fmt::Display for SlidingWindow {
 /// ```
 pub fn visible(i: usize, j: usize, window: Option<SlidingWindow>) -> bool {
     j <= i && window.is_none_or(|w| w.sees(i, j))
+}
+
+/// Which keys each query sees, decided from absolute positions.
+#[derive(Clone, Debug, Default)]
+pub struct Visibility {
+    /// Stream position of query row 0 (key row `j` is at position `j`): `T_k − T_q` for chunked
+    /// prefill and decode over keys `0..T_k`, 0 for self-attention.
+    pub query_offset: usize,
+    /// Sliding window, if any.
+    pub window: Option<SlidingWindow>,
+    /// `[B, T_k]`, `true` = padding key (never seen).
+    pub key_padding: Option<Vec<bool>>,
+}
+
+impl Visibility {
+    /// `true` when query row `i` of batch row `b` sees key `j` (of `t_k`).
+    pub(crate) fn sees(&self, b: usize, t_k: usize, i: usize, j: usize) -> bool {
+        visible(self.query_offset + i, j, self.window) && !self.key_padding.as_ref().is_some_and(|p| p[b * t_k + j])
+    }
+
+    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only).
+    pub(crate) fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        let future = j0 > last_q;
+        let too_old = self.window.is_some_and(|w| (j1 - 1).saturating_add(w.visible_keys()) <= first_q);
+        future || too_old
+    }
+
+    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed).
+    pub(crate) fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
+        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        let causal_ok = j1 - 1 <= first_q;
+        let window_ok = self.window.is_none_or(|w| last_q.saturating_sub(j0) < w.visible_keys());
+        causal_ok && window_ok && self.key_padding.is_none()
+    }
 }
 
 /// The mask (`true` = hidden) of queries at `query_positions` over keys at `key_positions`.

@@ -1,8 +1,9 @@
 //! The reverse sweep: the tape of a value in creation order, and [`Gradients`].
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::autodiff::value::{BackwardContext, TensorValue};
+use crate::autodiff::value::{BackwardContext, Node, TensorValue};
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
 
@@ -107,67 +108,88 @@ impl TensorValue {
                 reason: "the upstream adjoint must have the output's shape",
             });
         }
-        let mut gradients = Gradients::default();
         if !self.requires_grad() {
-            return Ok(gradients);
+            return Ok(Gradients::default());
         }
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            let tape = Tape::of(self);
-            let mut adjoints: BTreeMap<u64, Tensor> = BTreeMap::new();
-            adjoints.insert(self.id(), upstream.clone());
-            // Reverse creation order: every consumer of a node is swept before the node itself.
-            for value in tape.nodes.iter().rev() {
-                let Some(grad) = adjoints.remove(&value.id()) else {
-                    continue;
-                };
-                let node = &value.0;
-                if node.is_leaf {
-                    gradients.by_id.insert(node.id, grad);
-                    continue;
+        crate::parallel::with_workers_awake(|| self.sweep(upstream))
+    }
+
+    /// The reverse sweep: pop a node's adjoint, run its rule, add the results onto its inputs.
+    fn sweep(&self, upstream: &Tensor) -> Result<Gradients> {
+        let tape = Tape::of(self);
+        let mut gradients = Gradients::default();
+        let mut adjoints = Adjoints::default();
+        adjoints.by_id.insert(self.id(), upstream.clone());
+        // Reverse creation order: every consumer of a node is swept before the node itself.
+        for value in tape.nodes.iter().rev() {
+            let Some(grad) = adjoints.by_id.remove(&value.id()) else {
+                continue;
+            };
+            let node = &value.0;
+            if node.is_leaf {
+                gradients.by_id.insert(node.id, grad);
+                continue;
+            }
+            let Some(rule) = node.backward.as_ref() else {
+                continue;
+            };
+            let (sums, offered) = adjoints.lend(node);
+            let context = BackwardContext { node, grad: &grad, sums: RefCell::new(sums) };
+            let input_grads = rule(&context)?;
+            adjoints.take_back(node, context.sums.into_inner(), &offered, &input_grads);
+            adjoints.accumulate(node, input_grads);
+        }
+        Ok(gradients)
+    }
+}
+
+/// The adjoints summed so far during a sweep, by node id.
+#[derive(Default)]
+struct Adjoints {
+    by_id: BTreeMap<u64, Tensor>,
+}
+
+impl Adjoints {
+    /// The sums so far of the inputs of `node`, taken out for its rule, which may add onto them in
+    /// place; and which inputs had one.
+    fn lend(&mut self, node: &Node) -> (Vec<Option<Tensor>>, Vec<bool>) {
+        let sums: Vec<Option<Tensor>> = node.parents.iter().map(|parent| self.by_id.remove(&parent.id())).collect();
+        let offered = sums.iter().map(Option::is_some).collect();
+        (sums, offered)
+    }
+
+    /// The sums the rule left go back before its results are added to them; a sum it took comes
+    /// back as its result, the total.
+    fn take_back(&mut self, node: &Node, sums: Vec<Option<Tensor>>, offered: &[bool], results: &[Option<Tensor>]) {
+        for (i, (parent, sum)) in node.parents.iter().zip(sums).enumerate() {
+            match sum {
+                Some(sum) => {
+                    self.by_id.insert(parent.id(), sum);
                 }
-                let Some(rule) = node.backward.as_ref() else {
-                    continue;
-                };
-                // the sums so far of the inputs, which the rule may add onto in place
-                let sums: Vec<Option<Tensor>> =
-                    node.parents.iter().map(|parent| adjoints.remove(&parent.id())).collect();
-                let offered: Vec<bool> = sums.iter().map(Option::is_some).collect();
-                let context = BackwardContext { node, grad: &grad, sums: std::cell::RefCell::new(sums) };
-                let input_grads = rule(&context)?;
-                // sums the rule left go back before its results are added to them; a sum it took
-                // comes back as its result, the total
-                for (i, (parent, sum)) in node.parents.iter().zip(context.sums.into_inner()).enumerate() {
-                    match sum {
-                        Some(sum) => {
-                            adjoints.insert(parent.id(), sum);
-                        }
-                        None => debug_assert!(
-                            !offered[i] || input_grads.get(i).is_some_and(Option::is_some),
-                            "{}: a rule took the sum of input {i} and returned no total",
-                            node.op
-                        ),
-                    }
-                }
-                for (parent, input_grad) in node.parents.iter().zip(input_grads) {
-                    let Some(input_grad) = input_grad else {
-                        continue;
-                    };
-                    if !parent.requires_grad() {
-                        continue;
-                    }
-                    debug_assert_eq!(input_grad.shape(), parent.shape(), "{}", node.op);
-                    // Accumulate: a value used twice receives both contributions.
-                    match adjoints.get_mut(&parent.id()) {
-                        Some(sum) => sum.add_assign_same_shape(&input_grad),
-                        None => {
-                            adjoints.insert(parent.id(), input_grad);
-                        }
-                    }
+                None => debug_assert!(
+                    !offered[i] || results.get(i).is_some_and(Option::is_some),
+                    "{}: a rule took the sum of input {i} and returned no total",
+                    node.op
+                ),
+            }
+        }
+    }
+
+    /// Accumulate: a value used twice receives both contributions.
+    fn accumulate(&mut self, node: &Node, results: Vec<Option<Tensor>>) {
+        for (parent, result) in node.parents.iter().zip(results) {
+            let Some(result) = result.filter(|_| parent.requires_grad()) else {
+                continue;
+            };
+            debug_assert_eq!(result.shape(), parent.shape(), "{}", node.op);
+            match self.by_id.get_mut(&parent.id()) {
+                Some(sum) => sum.add_assign_same_shape(&result),
+                None => {
+                    self.by_id.insert(parent.id(), result);
                 }
             }
-            Ok(gradients)
-        })
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
-use crate::nn::SplitMix64;
+use crate::tensor::SplitMix64;
 use crate::tensor::Tensor;
 
 /// Step, tolerance and upstream adjoint of a gradient check.

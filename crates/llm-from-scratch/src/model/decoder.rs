@@ -199,31 +199,38 @@ impl Decoder {
         caches: &mut [KvCache],
     ) -> Result<Tensor, ModelError> {
         // one worker kept from parking through all the layers (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            if caches.len() != self.layers.len() {
-                return Err(ModelError::CacheCount { expected: self.layers.len(), actual: caches.len() });
-            }
-            let next = caches.first().map_or(0, KvCache::next_position);
-            if caches.iter().any(|c| c.next_position() != next) {
-                return Err(ModelError::setting(
-                    "model cache",
-                    "next positions",
-                    format!("{:?}", caches.iter().map(KvCache::next_position).collect::<Vec<_>>()),
-                    "every layer's cache must be at the same position",
-                ));
-            }
-            let mut x = self.embed.forward(tokens, shape)?.value()?; // [B, T, d]
-            // every layer shares the capacity: reject the call before the first cache changes
-            if let Some(first) = self.layers.first() {
-                let rope = first.attention().rope();
-                rope.check_interval(next, shape[1]).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
-            }
-            for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-                x = layer.forward_cached(&x, cache)?;
-            }
-            let h = TensorValue::leaf(x, false);
-            Ok(self.head(&self.norm.forward(&h)?)?.value()?)
-        })
+        crate::parallel::with_workers_awake(|| self.forward_cached_body(tokens, shape, caches))
+    }
+
+    fn forward_cached_body(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, ModelError> {
+        if caches.len() != self.layers.len() {
+            return Err(ModelError::CacheCount { expected: self.layers.len(), actual: caches.len() });
+        }
+        let next = caches.first().map_or(0, KvCache::next_position);
+        if caches.iter().any(|c| c.next_position() != next) {
+            return Err(ModelError::setting(
+                "model cache",
+                "next positions",
+                format!("{:?}", caches.iter().map(KvCache::next_position).collect::<Vec<_>>()),
+                "every layer's cache must be at the same position",
+            ));
+        }
+        let mut x = self.embed.forward(tokens, shape)?.value()?; // [B, T, d]
+        // every layer shares the capacity: reject the call before the first cache changes
+        if let Some(first) = self.layers.first() {
+            let rope = first.attention().rope();
+            rope.check_interval(next, shape[1]).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
+        }
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            x = layer.forward_cached(&x, cache)?;
+        }
+        let h = TensorValue::leaf(x, false);
+        Ok(self.head(&self.norm.forward(&h)?)?.value()?)
     }
 }
 

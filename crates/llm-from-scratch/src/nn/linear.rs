@@ -34,12 +34,6 @@ pub struct Linear {
     bias: Option<TensorValue>,
 }
 
-/// Draws a `[rows, cols]` tensor uniformly in `±bound`.
-pub(crate) fn uniform_tensor(shape: &[usize], bound: f64, rng: &mut SplitMix64) -> Tensor {
-    let len = shape.iter().product();
-    Tensor::from_parts(shape.to_vec(), (0..len).map(|_| rng.uniform(-bound, bound)).collect())
-}
-
 /// Refuses layer sizes whose tensors could not be allocated (overflow or above
 /// [`crate::tensor::MAX_ELEMENTS`]) before anything is drawn.
 pub(crate) fn check_sizes(module: &str, shapes: &[&[usize]]) -> Result<(), NnError> {
@@ -73,11 +67,16 @@ impl Linear {
                 });
             }
         }
-        check_sizes(&format!("linear {name}"), &[&[in_width, out_width]])?;
+        let module = format!("linear {name}");
+        check_sizes(&module, &[&[in_width, out_width]])?;
         let mut trial = rng.clone();
         let bound = 1.0 / (in_width as f64).sqrt();
-        let weight = TensorValue::leaf(uniform_tensor(&[in_width, out_width], bound, &mut trial), true);
-        let bias = bias.then(|| TensorValue::leaf(uniform_tensor(&[out_width], bound, &mut trial), true));
+        let mut draw = |shape: &[usize]| {
+            let values = Tensor::uniform(shape, -bound, bound, &mut trial).map_err(NnError::tensor(&module))?;
+            Ok::<_, NnError>(TensorValue::leaf(values, true))
+        };
+        let weight = draw(&[in_width, out_width])?;
+        let bias = if bias { Some(draw(&[out_width])?) } else { None };
         *rng = trial;
         Ok(Self { name: name.to_string(), weight, bias })
     }
@@ -222,9 +221,8 @@ mod tests {
     #[test]
     fn gradcheck_linear_with_bias_on_batched_input() {
         let mut rng = SplitMix64::new(5);
-        let x = uniform_tensor(&[2, 3, 4], 1.0, &mut rng);
-        let w = uniform_tensor(&[4, 2], 1.0, &mut rng);
-        let b = uniform_tensor(&[2], 1.0, &mut rng);
+        let mut draw = |shape: &[usize]| Tensor::uniform(shape, -1.0, 1.0, &mut rng).unwrap();
+        let (x, w, b) = (draw(&[2, 3, 4]), draw(&[4, 2]), draw(&[2]));
         let r = gradcheck(&[("x", x), ("w", w), ("b", b)], &GradcheckConfig::default(), |v| {
             Linear::from_parameters(v[1].clone(), Some(v[2].clone())).and_then(|l| l.forward(&v[0])).map_err(
                 |e| match e {

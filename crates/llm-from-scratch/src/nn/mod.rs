@@ -15,7 +15,6 @@ mod parameters;
 mod qkv;
 
 mod rms_norm;
-mod rng;
 mod rope;
 
 pub use error::NnError;
@@ -23,6 +22,8 @@ pub use linear::Linear;
 pub use parameters::{NamedParameter, NamedParameters};
 pub use qkv::{QkvOutput, QkvProjections};
 
+/// The generator lives with the tensors (below the tape, which draws dropout masks from it); it is
+/// named here too, where the layers' initial weights are drawn.
+pub use crate::tensor::SplitMix64;
 pub use rms_norm::RmsNorm;
-pub use rng::SplitMix64;
 pub use rope::{RopeError, RopeLayout, RotaryEmbedding, TABLE_VALUES as ROPE_TABLE_VALUES};

@@ -4,7 +4,6 @@
 
 use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
-use crate::nn::linear::uniform_tensor;
 use crate::nn::{NamedParameter, NnError, SplitMix64};
 use crate::tensor::Tensor;
 use crate::tensor::kernels::{MatRef, row_times_matrices};
@@ -111,9 +110,13 @@ impl QkvProjections {
         crate::nn::linear::check_sizes(&module, &[&[model_width, query_width], &[model_width, kv_width]])?;
         let mut trial = rng.clone();
         let bound = 1.0 / (model_width as f64).sqrt();
-        let widths = [query_width, kv_width, kv_width];
-        let weights = widths.map(|w| TensorValue::leaf(uniform_tensor(&[model_width, w], bound, &mut trial), true));
-        let biases = bias.then(|| widths.map(|w| TensorValue::leaf(uniform_tensor(&[w], bound, &mut trial), true)));
+        let [q, k, v] = [query_width, kv_width, kv_width];
+        let mut draw = |shape: &[usize]| {
+            let values = Tensor::uniform(shape, -bound, bound, &mut trial).map_err(NnError::tensor(&module))?;
+            Ok::<_, NnError>(TensorValue::leaf(values, true))
+        };
+        let weights = [draw(&[model_width, q])?, draw(&[model_width, k])?, draw(&[model_width, v])?];
+        let biases = if bias { Some([draw(&[q])?, draw(&[k])?, draw(&[v])?]) } else { None };
         *rng = trial;
         Ok(Self { prefix: prefix.to_string(), weights, biases })
     }
@@ -346,7 +349,7 @@ mod tests {
     #[test]
     fn gradcheck_packed_projections() {
         let mut rng = SplitMix64::new(8);
-        let mk = |shape: &[usize], rng: &mut SplitMix64| uniform_tensor(shape, 1.0, rng);
+        let mk = |shape: &[usize], rng: &mut SplitMix64| Tensor::uniform(shape, -1.0, 1.0, rng).unwrap();
         let inputs = vec![
             ("x", mk(&[2, 2, 3], &mut rng)),
             ("wq", mk(&[3, 4], &mut rng)),

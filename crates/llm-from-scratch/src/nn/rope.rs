@@ -18,14 +18,12 @@
 //! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
 //!   checkpoints. Choosing it lets such weights be used without permuting their rows.
 
-use std::mem::MaybeUninit;
-
-use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
+use crate::tensor::rows::{RowTasks, build_rows};
 
 /// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
 /// looked up, later ones computed when used — with the same expression, so the results are the
@@ -153,6 +151,42 @@ pub struct RotaryEmbedding {
 fn angle(p: usize, theta: f64) -> (f64, f64) {
     let angle = p as f64 * theta;
     (angle.cos(), angle.sin())
+}
+
+/// The rotation of one coordinate pair by the angle whose cosine and sine are `c` and `s`:
+/// `(x_a, x_b) ↦ (x_a·c − x_b·s, x_a·s + x_b·c)`.
+#[inline(always)]
+fn rotate_pair((xa, xb): (f64, f64), c: f64, s: f64) -> (f64, f64) {
+    (xa * c - xb * s, xa * s + xb * c)
+}
+
+/// The absolute position of each row `[..., T, d_h]` of an input: `positions[t]` for token `t`,
+/// or, with one row of `T` positions per index of axis 0 (rank ≥ 3, left padding that shifts each
+/// sequence differently), `positions[b·T + t]`.
+struct RowPositions<'a> {
+    positions: &'a [usize],
+    tokens: usize,
+    /// Rows under one index of axis 0 (the lanes of the axes between it and `[T, d_h]`, times
+    /// `T`), when each index has its own positions.
+    rows_per_index: Option<usize>,
+}
+
+impl<'a> RowPositions<'a> {
+    fn new(shape: &[usize], positions: &'a [usize]) -> Self {
+        let rank = shape.len();
+        let tokens = shape[rank - 2];
+        let lanes: usize = shape[1..rank.saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let rows_per_index = (positions.len() > tokens).then_some(lanes * tokens);
+        Self { positions, tokens, rows_per_index }
+    }
+
+    fn position(&self, r: usize) -> usize {
+        let t = r % self.tokens;
+        match self.rows_per_index {
+            Some(rows) => self.positions[(r / rows) * self.tokens + t],
+            None => self.positions[t],
+        }
+    }
 }
 
 impl RotaryEmbedding {
@@ -320,74 +354,34 @@ impl RotaryEmbedding {
     /// computed the same way whatever the thread count. Each output row is written once, from
     /// its input row, into storage that was never filled (no pass of zeros, no copy of the input).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
-        let d = self.head_width; // even and ≥ 2 (checked by `new`)
-        let half = d / 2;
-        let tokens = x.shape()[x.rank() - 2];
-        let per_row = positions.len() > tokens; // one row of positions per index of axis 0 (rank ≥ 3)
-        // lanes under one index of axis 0: the axes between it and [T, d_h]
-        let lanes_per_row: usize = x.shape()[1..x.rank().saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
+        let rows = RowPositions::new(x.shape(), positions);
         let tables = self.tables();
-        let rotate_block = |(block, (rows, inputs)): (usize, (&mut [MaybeUninit<f64>], &[f64]))| {
-            // angles of positions past the tables, computed per row (empty until needed)
-            let (mut far_cos, mut far_sin): (Vec<f64>, Vec<f64>);
-            for (k, (row, input)) in rows.chunks_exact_mut(d).zip(inputs.chunks_exact(d)).enumerate() {
-                let r = block * ROWS_PER_TASK + k;
-                let t = r % tokens;
-                let p = if per_row { positions[(r / tokens / lanes_per_row) * tokens + t] } else { positions[t] };
-                let (cos, sin) = if p < tables.positions {
-                    (&tables.cos[p * half..(p + 1) * half], &tables.sin[p * half..(p + 1) * half])
-                } else {
-                    (far_cos, far_sin) = self.thetas.iter().map(|&theta| angle(p, theta)).unzip();
-                    (&far_cos[..], &far_sin[..])
-                };
-                let rotate =
-                    |(ya, yb): (&mut MaybeUninit<f64>, &mut MaybeUninit<f64>), (xa, xb): (f64, f64), c: f64, s: f64| {
-                        let s = sign * s;
-                        ya.write(xa * c - xb * s);
-                        yb.write(xa * s + xb * c);
-                    };
-                // one loop per layout, so that each is a straight vectorisable pass over the row;
-                // either writes every value of the row (d is even)
-                match self.layout {
-                    RopeLayout::SplitHalves => {
-                        let (lo, hi) = row.split_at_mut(half);
-                        let (x_lo, x_hi) = input.split_at(half);
-                        for ((((a, b), (&xa, &xb)), &c), &s) in
-                            lo.iter_mut().zip(hi).zip(x_lo.iter().zip(x_hi)).zip(cos).zip(sin)
-                        {
-                            rotate((a, b), (xa, xb), c, s);
-                        }
-                    }
-                    RopeLayout::AdjacentPairs => {
-                        for (((pair, xs), &c), &s) in
-                            row.chunks_exact_mut(2).zip(input.chunks_exact(2)).zip(cos).zip(sin)
-                        {
-                            let (a, b) = pair.split_at_mut(1);
-                            rotate((&mut a[0], &mut b[0]), (xs[0], xs[1]), c, s);
-                        }
-                    }
-                }
+        let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
+        // per task: the angles of a position past the tables, computed when needed
+        let far_angles = || (Vec::new(), Vec::new());
+        let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
+            let (cos, sin) = self.angles(tables, rows.position(r), far);
+            let input = &x.as_slice()[r * d..(r + 1) * d];
+            // one loop per layout, each a straight pass over the row
+            let rotated = |(xa, xb): (f64, f64), i: usize| rotate_pair((xa, xb), cos[i], sign * sin[i]);
+            match self.layout {
+                RopeLayout::SplitHalves => row.pairs_apart(|i| rotated((input[i], input[i + d / 2]), i)),
+                RopeLayout::AdjacentPairs => row.pairs_adjacent(|i| rotated((input[2 * i], input[2 * i + 1]), i)),
             }
-        };
-        let len = x.len();
-        // callers check shapes: the last axis is d, so the values are whole rows (the unfilled
-        // storage below relies on it)
-        assert_eq!(len % d, 0, "rope: {len} values are not whole rows of {d}");
-        let mut out: Vec<f64> = Vec::with_capacity(len);
-        let unfilled = &mut out.spare_capacity_mut()[..len];
-        let rows = ROWS_PER_TASK * d;
-        if len >= PARALLEL_VALUES {
-            unfilled.par_chunks_mut(rows).zip(x.as_slice().par_chunks(rows)).enumerate().for_each(rotate_block);
-        } else {
-            unfilled.chunks_mut(rows).zip(x.as_slice().chunks(rows)).enumerate().for_each(rotate_block);
-        }
-        // SAFETY: the blocks cover the `len` values, whole rows of d each, and every row wrote
-        // all of its values above (both layouts pair up all d coordinates).
-        #[allow(unsafe_code)]
-        unsafe {
-            out.set_len(len)
-        };
+        });
         Tensor::from_parts(x.shape().to_vec(), out)
+    }
+
+    /// `cos(p·θ_i)` and `sin(p·θ_i)` of every pair `i`: looked up in the tables, or computed into
+    /// `far` for a position past them (with the same expression, so the same bits).
+    fn angles<'t>(&self, tables: &'t Tables, p: usize, far: &'t mut (Vec<f64>, Vec<f64>)) -> (&'t [f64], &'t [f64]) {
+        let half = self.head_width / 2;
+        if p < tables.positions {
+            return (&tables.cos[p * half..(p + 1) * half], &tables.sin[p * half..(p + 1) * half]);
+        }
+        *far = self.thetas.iter().map(|&theta| angle(p, theta)).unzip();
+        (&far.0, &far.1)
     }
 
     fn rotate_unchecked(&self, x: &TensorValue, positions: Vec<usize>) -> Result<TensorValue, RopeError> {
@@ -401,144 +395,4 @@ impl RotaryEmbedding {
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
-    use crate::nn::SplitMix64;
-
-    #[test]
-    fn configuration_errors_in_order() {
-        assert_eq!(RotaryEmbedding::new(0, 0, -1.0).unwrap_err(), RopeError::ZeroHeadWidth);
-        assert_eq!(RotaryEmbedding::new(3, 0, -1.0).unwrap_err(), RopeError::OddHeadWidth { head_width: 3 });
-        assert_eq!(RotaryEmbedding::new(4, 0, -1.0).unwrap_err(), RopeError::ZeroCapacity);
-        assert_eq!(RotaryEmbedding::new(4, 8, 0.0).unwrap_err(), RopeError::InvalidBase { base: 0.0 });
-        assert!(RotaryEmbedding::new(4, 8, f64::NAN).is_err());
-        assert_eq!(
-            RotaryEmbedding::new(4, 8, f64::INFINITY).unwrap_err().to_string(),
-            "rope: base must be finite and positive, got inf"
-        );
-    }
-
-    #[test]
-    fn position_and_input_errors() {
-        let rope = RotaryEmbedding::new(2, 4, 100.0).unwrap();
-        let x = constant(&[3, 2], &[0.0; 6]).unwrap();
-        assert_eq!(rope.rotate(&x, 2).unwrap_err(), RopeError::PositionOutOfRange { start: 2, end: 5, capacity: 4 });
-        assert_eq!(
-            rope.rotate(&x, usize::MAX).unwrap_err(),
-            RopeError::PositionOverflow { offset: usize::MAX, tokens: 3 }
-        );
-        assert!(matches!(rope.rotate(&constant(&[3, 4], &[0.0; 12]).unwrap(), 0), Err(RopeError::InputShape { .. })));
-        assert!(matches!(rope.rotate(&constant(&[2], &[0.0; 2]).unwrap(), 0), Err(RopeError::InputShape { .. })));
-        assert!(matches!(rope.rotate_at(&x, &[0, 1]), Err(RopeError::InputShape { .. })));
-        assert!(matches!(rope.rotate_at(&x, &[0, 1, 4]), Err(RopeError::PositionOutOfRange { start: 4, .. })));
-        x.release();
-        assert!(matches!(rope.rotate(&x, 0), Err(RopeError::Tensor(TensorAutodiffError::Released { .. }))));
-    }
-
-    #[test]
-    fn split_halves_is_adjacent_pairs_after_permuting_coordinates() {
-        // adjacent pairs (0,1),(2,3) on [a,b,c,d] equal split halves (0,2),(1,3) on [a,c,b,d]
-        let adjacent = RotaryEmbedding::new(4, 8, 10.0).unwrap();
-        let halves = adjacent.clone().with_layout(RopeLayout::SplitHalves);
-        let x = [0.3, -1.2, 0.7, 2.0];
-        let a = adjacent.rotate(&constant(&[1, 4], &x).unwrap(), 5).unwrap().value().unwrap();
-        let h = halves.rotate(&constant(&[1, 4], &[x[0], x[2], x[1], x[3]]).unwrap(), 5).unwrap().value().unwrap();
-        let (a, h) = (a.as_slice(), h.as_slice());
-        for (i, j) in [(0, 0), (1, 2), (2, 1), (3, 3)] {
-            assert!((a[i] - h[j]).abs() < 1e-15);
-        }
-    }
-
-    #[test]
-    fn explicit_per_row_positions_match_offsets() {
-        let rope = RotaryEmbedding::new(4, 16, 10.0).unwrap();
-        let mut rng = SplitMix64::new(3);
-        let values: Vec<f64> = (0..2 * 3 * 2 * 4).map(|_| rng.uniform(-1.0, 1.0)).collect();
-        // [B=2, h=3, T=2, d=4]: row 0 at positions 0,1; row 1 at positions 5,6
-        let x = constant(&[2, 3, 2, 4], &values).unwrap();
-        let y = rope.rotate_at(&x, &[0, 1, 5, 6]).unwrap().value().unwrap();
-        let row0 = rope.rotate(&x.slice_axis(0, 0, 1).unwrap(), 0).unwrap().value().unwrap();
-        let row1 = rope.rotate(&x.slice_axis(0, 1, 2).unwrap(), 5).unwrap().value().unwrap();
-        assert!(y.as_slice()[..24] == *row0.as_slice() && y.as_slice()[24..] == *row1.as_slice());
-    }
-
-    #[test]
-    fn the_parallel_path_equals_rotating_each_lane_alone() {
-        // [B=2, H=3, T=2050, d=8] = 98 400 values: rotated in parallel blocks of 256 rows, the
-        // last one partial; each lane [T, d] alone (16 400 values) takes the one-thread path,
-        // per-row positions included. Both equal the rotation written out value by value.
-        let (b, h, t, d) = (2, 3, 2050, 8);
-        let mut rng = SplitMix64::new(21);
-        let values: Vec<f64> = (0..b * h * t * d).map(|_| rng.uniform(-1.0, 1.0)).collect();
-        let positions: Vec<usize> = (0..b * t).map(|i| (i * 7) % 4096).collect();
-        for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
-            let rope = RotaryEmbedding::new(d, 4096, 10_000.0).unwrap().with_layout(layout);
-            let x = Tensor::new(&[b, h, t, d], values.clone()).unwrap();
-            assert!(x.len() >= PARALLEL_VALUES && t * d < PARALLEL_VALUES);
-            for sign in [1.0, -1.0] {
-                let whole = rope.apply(&x, &positions, sign);
-                for (lane, got) in whole.as_slice().chunks(t * d).enumerate() {
-                    let alone = Tensor::new(&[t, d], values[lane * t * d..(lane + 1) * t * d].to_vec()).unwrap();
-                    let row = &positions[(lane / h) * t..(lane / h + 1) * t];
-                    let want = rope.apply(&alone, row, sign);
-                    assert!(got.iter().zip(want.as_slice()).all(|(g, w)| g.to_bits() == w.to_bits()), "{layout:?}");
-                    // pair (a, b) of row r at position p: (x_a·c − x_b·s, x_a·s + x_b·c)
-                    for (r, (out, input)) in got.chunks(d).zip(alone.as_slice().chunks(d)).enumerate() {
-                        let p = row[r];
-                        for i in 0..d / 2 {
-                            let (a, bb) = match layout {
-                                RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
-                                RopeLayout::SplitHalves => (i, i + d / 2),
-                            };
-                            let (c, s) = angle(p, rope.thetas[i]);
-                            let s = sign * s;
-                            assert_eq!(out[a].to_bits(), (input[a] * c - input[bb] * s).to_bits(), "{layout:?}");
-                            assert_eq!(out[bb].to_bits(), (input[a] * s + input[bb] * c).to_bits(), "{layout:?}");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn gradcheck_rope_both_layouts_with_offset() {
-        let mut rng = SplitMix64::new(11);
-        let x = Tensor::new(&[2, 3, 6], (0..36).map(|_| rng.uniform(-1.0, 1.0)).collect()).unwrap();
-        for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
-            let rope = RotaryEmbedding::new(6, 10, 10_000.0).unwrap().with_layout(layout);
-            let r = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
-                rope.rotate(&v[0], 4).map_err(|e| match e {
-                    RopeError::Tensor(t) => t,
-                    other => panic!("{other}"),
-                })
-            })
-            .unwrap();
-            assert!(r.passed(), "{layout:?}: {r:?}");
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-        #[test]
-        fn keeps_norms_and_dot_products_depend_only_on_relative_position(
-            seed in any::<u64>(), m in 0usize..40, n in 0usize..40, shift in 0usize..20, halves in any::<bool>()
-        ) {
-            let layout = if halves { RopeLayout::SplitHalves } else { RopeLayout::AdjacentPairs };
-            let rope = RotaryEmbedding::new(8, 64, 10_000.0).unwrap().with_layout(layout);
-            let mut rng = SplitMix64::new(seed);
-            let q: Vec<f64> = (0..8).map(|_| rng.uniform(-1.0, 1.0)).collect();
-            let k: Vec<f64> = (0..8).map(|_| rng.uniform(-1.0, 1.0)).collect();
-            let rot = |v: &[f64], p: usize| rope.rotate(&constant(&[1, 8], v).unwrap(), p).unwrap().value().unwrap().into_vec();
-            let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
-            let rq = rot(&q, m);
-            prop_assert!((dot(&rq, &rq) - dot(&q, &q)).abs() <= 1e-12);
-            let before = dot(&rot(&q, m), &rot(&k, n));
-            let after = dot(&rot(&q, m + shift), &rot(&k, n + shift));
-            prop_assert!((before - after).abs() <= 1e-12, "{} vs {}", before, after);
-        }
-    }
-}
+mod tests;

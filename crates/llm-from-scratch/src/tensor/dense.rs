@@ -33,8 +33,8 @@ const PARALLEL_ZEROS: usize = 1 << 16;
 const ADD_MIN_LEN: usize = 1 << 14;
 
 /// `len` zeros, written by every thread of the pool when `len` is large. Buffers that are summed
-/// into (gradients) start as zeros; one thread writing 2 MiB of them leaves the others idle for
-/// about 0.1 ms, on the critical path of a training step.
+/// into (gradients) start as zeros; one thread writing megabytes of them would leave the others
+/// idle, on the critical path of a training step.
 pub(crate) fn zeros(len: usize) -> Vec<f64> {
     if len < PARALLEL_ZEROS {
         return vec![0.0; len];

@@ -18,9 +18,12 @@
 //! in block order, which is just as independent of the thread count: results are bitwise the same
 //! on 1 thread or many (tests check 1 against 2).
 
-use rayon::prelude::*;
-
 use crate::error::{Result, Shape, TensorAutodiffError};
+
+mod row_path;
+
+pub use row_path::row_times_matrices;
+use row_path::{row_times_matrix, takes_row_path};
 
 /// Below this many multiply-adds (`m·n·k`) the naive loop beats the packing overhead of the fast
 /// kernel, so [`matmul`] uses it. The choice depends only on the sizes, never on the machine load.
@@ -219,11 +222,9 @@ pub fn matmul_scaled(
 ///
 /// `gemm-f64` splits a small output into few blocks and keeps its threads waiting on each other
 /// while they run the long inner loop; two independent halves do not wait. For the weight
-/// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the
-/// product took 1.17 instead of 1.36 ms (2026-11-30, 2 threads, the same minutes; a later
-/// session's slower minutes timed it at 1.40, and 1.26 with [`gemm_in_depth_blocks`]); products with
-/// a larger output (`1024 × 256 · 256 × 256`, `1024³`) were as fast or faster on the crate's own
-/// threads, so they keep them.
+/// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the halves
+/// are faster; products with a larger output (`1024 × 256 · 256 × 256`, `1024³`) are as fast or
+/// faster on the crate's own threads, so they keep them (`docs/performance.md`).
 pub(crate) fn splits_rows(m: usize, k: usize, n: usize) -> bool {
     m >= SPLIT_ROWS_MIN && k >= 2 * m.max(n)
 }
@@ -236,11 +237,9 @@ const SPLIT_ROWS_MIN: usize = 64;
 const SPLIT_DEPTH: usize = 256;
 
 /// `dst (+)= scale · lhs · rhs` on the calling thread, as a sum of products over blocks of
-/// [`SPLIT_DEPTH`] of the inner dimension, in block order. On this machine `gemm-f64` runs blocks of 512 by
-/// itself on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 took
-/// 1.26 instead of 1.40 ms for the whole product (2026-11-30, two halves on 2 threads, runs
-/// interleaved), and the four weight gradients of a `mha-train` step about 0.3 ms less (timed
-/// inside the step, three interleaved pairs).
+/// [`SPLIT_DEPTH`] of the inner dimension, in block order. `gemm-f64` runs blocks of 512 by itself
+/// on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 keep more of the
+/// operands in cache and were faster (`docs/performance.md`).
 ///
 /// # Safety
 /// As [`gemm_raw`]: `dst` points at `m·n` writable values that nothing else accesses during the
@@ -257,126 +256,6 @@ unsafe fn gemm_in_depth_blocks(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, 
         // SAFETY: the caller's promise for `dst`; the views are sub-views of checked ones.
         unsafe { gemm_raw(dst, left, right, scale, accumulate || p0 > 0, false) };
     }
-}
-
-/// Whether [`matmul_scaled`] computes an `m × k · k × n` product (right side with column stride
-/// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
-///
-/// The rows must not overlap (`row_stride ≥ n`), so that `k` is bounded by the storage: the path
-/// keeps a partial result per block of rows, and a zero-stride view could describe billions of rows
-/// over one value.
-fn takes_row_path(m: usize, k: usize, n: usize, row_stride: usize, col_stride: usize) -> bool {
-    m == 1 && col_stride == 1 && row_stride >= n && n.saturating_mul(k) >= SMALL_PRODUCT
-}
-
-/// Rows of the matrix per task of [`row_times_matrix`]: a fixed number, so that the order of the
-/// sums never depends on the thread count.
-const ROWS_PER_TASK: usize = 64;
-
-/// One row times a row-major matrix (decoding one token): streams the matrix once, row by row,
-/// with no packing — the product is limited by reading the weights.
-///
-/// Tasks take blocks of [`ROWS_PER_TASK`] whole rows, so each reads one contiguous stretch of
-/// memory (blocks of columns would read a short piece of every row and leave the prefetcher
-/// guessing). Each task sums its rows into a partial result, and the partials are added in block
-/// order at the end: the same sums in the same order whatever the thread count.
-fn row_times_matrix(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
-    let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
-    let partials = row_block_partials(&[(&row, rhs)], parallel);
-    add_partials(dst, &partials[0], accumulate);
-}
-
-/// For each `(row, matrix)`: the partial products of [`ROWS_PER_TASK`]-row blocks, block after
-/// block (`blocks × n` values), all blocks of all products in one parallel pass.
-fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<f64>> {
-    let mut partials: Vec<Vec<f64>> =
-        jobs.iter().map(|(row, m)| vec![0.0; row.len().div_ceil(ROWS_PER_TASK) * m.cols]).collect();
-    let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::new();
-    for (job, partial) in partials.iter_mut().enumerate() {
-        let n = jobs[job].1.cols;
-        tasks.extend(partial.chunks_mut(n.max(1)).enumerate().map(|(b, sums)| (job, b, sums)));
-    }
-    let block = |(job, b, sums): (usize, usize, &mut [f64])| {
-        let (row, m) = jobs[job];
-        let rows = b * ROWS_PER_TASK..row.len().min((b + 1) * ROWS_PER_TASK);
-        axpy_rows(sums, rows.map(|p| (row[p], &m.data[p * m.row_stride..][..m.cols])));
-    };
-    if parallel && tasks.len() > 1 {
-        tasks.into_par_iter().for_each(block);
-    } else {
-        tasks.into_iter().for_each(block);
-    }
-    partials
-}
-
-/// `dst (+)=` the sum of the `blocks × n` partials, added in block order (block by block, so the
-/// loops run along contiguous rows; each element sees the same additions in the same order).
-fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
-    let n = dst.len();
-    let (first, rest) = partial.split_at(n);
-    let mut sum = first.to_vec();
-    for part in rest.chunks_exact(n) {
-        sum.iter_mut().zip(part).for_each(|(s, p)| *s += p);
-    }
-    for (out, s) in dst.iter_mut().zip(sum) {
-        *out = if accumulate { *out + s } else { s };
-    }
-}
-
-/// `row [k] · matrixᵢ [k, nᵢ] → [nᵢ]` for one row and several matrices (decoding one token: its
-/// query, key and value projections), with the products that [`matmul`] computes one row at a
-/// time sharing a single parallel pass: one wake-up of the worker threads instead of one per
-/// product. Every product equals `matmul` of the row with that matrix, bitwise.
-///
-/// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if a matrix does not have `row.len()` rows.
-pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) -> Result<Vec<Vec<f64>>> {
-    let lhs = MatRef::row_major(row, 1, row.len())?;
-    let mut outputs: Vec<Vec<f64>> = Vec::with_capacity(matrices.len());
-    // the products `matmul` sends to the one-row path share the pass; the rest go through it
-    let mut shared = Vec::new();
-    for (i, &m) in matrices.iter().enumerate() {
-        check_dims(m.cols, &lhs, &m)?;
-        let mut out = vec![0.0; m.cols];
-        if takes_row_path(1, lhs.cols, m.cols, m.row_stride, m.col_stride) {
-            shared.push((i, m));
-        } else {
-            matmul(&mut out, lhs, m, false, parallel)?;
-        }
-        outputs.push(out);
-    }
-    let jobs: Vec<(&[f64], MatRef<'_>)> = shared.iter().map(|&(_, m)| (row, m)).collect();
-    for ((i, _), partial) in shared.iter().zip(row_block_partials(&jobs, parallel)) {
-        add_partials(&mut outputs[*i], &partial, false);
-    }
-    Ok(outputs)
-}
-
-/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for AVX-512 when the processor
-/// has it (the same operations in the same order, so the same bits).
-fn axpy_rows<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-    #[inline(always)]
-    fn portable<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-        for (a, row) in rows {
-            for (sum, &w) in sums.iter_mut().zip(row) {
-                *sum += a * w;
-            }
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        #[target_feature(enable = "avx512f")]
-        fn wide<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-            portable(sums, rows);
-        }
-        // SAFETY: the processor has AVX-512F (checked just above).
-        #[allow(unsafe_code)]
-        unsafe {
-            wide(sums, rows)
-        };
-        return;
-    }
-    portable(sums, rows);
 }
 
 /// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
@@ -402,7 +281,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 /// Products that take the fast kernel are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate (a split product's first depth
 /// block writes every value of its half before the later blocks read them). A pass of zeros over each output
-/// is saved — 2 MiB per product of an `mha-train` step, about 0.9 ms when the step took 25.
+/// is saved — 2 MiB per product of an `mha-train` step.
 /// Other products (small ones and one row) go through [`matmul`] on zeros. The caller has
 /// checked that `m·n` values can be allocated.
 ///
@@ -505,269 +384,4 @@ unsafe fn gemm_raw(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn filled(len: usize, seed: u64) -> Vec<f64> {
-        let mut rng = crate::nn::SplitMix64::new(seed);
-        (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
-    }
-
-    #[test]
-    fn naive_kernel_on_a_hand_example() {
-        // [1 2; 3 4] · [5 6; 7 8] = [1·5+2·7, 1·6+2·8; 3·5+4·7, 3·6+4·8] = [19 22; 43 50]
-        let a = [1.0, 2.0, 3.0, 4.0];
-        let b = [5.0, 6.0, 7.0, 8.0];
-        let mut c = [0.0; 4];
-        let (a, b) = (MatRef::row_major(&a, 2, 2).unwrap(), MatRef::row_major(&b, 2, 2).unwrap());
-        matmul_naive(&mut c, a, b, false).unwrap();
-        assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
-        // with the transposed view of b: [1 2; 3 4] · [5 7; 6 8] = [17 23; 39 53]
-        matmul_naive(&mut c, a, b.t(), false).unwrap();
-        assert_eq!(c, [17.0, 23.0, 39.0, 53.0]);
-    }
-
-    #[test]
-    fn fast_kernel_matches_naive_with_transposes_and_accumulation() {
-        for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (64, 64, 64), (70, 129, 31)] {
-            let a = filled(m * k, 1);
-            let b = filled(k * n, 2);
-            let bt = filled(n * k, 3);
-            for accumulate in [false, true] {
-                let mut fast = filled(m * n, 4);
-                let mut slow = fast.clone();
-                let av = MatRef::row_major(&a, m, k).unwrap();
-                let bv = MatRef::row_major(&b, k, n).unwrap();
-                matmul(&mut fast, av, bv, accumulate, true).unwrap();
-                matmul_naive(&mut slow, av, bv, accumulate).unwrap();
-                for (f, s) in fast.iter().zip(&slow) {
-                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
-                }
-                let btv = MatRef::row_major(&bt, n, k).unwrap().t();
-                matmul(&mut fast, av, btv, false, true).unwrap();
-                matmul_naive(&mut slow, av, btv, false).unwrap();
-                for (f, s) in fast.iter().zip(&slow) {
-                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()));
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn fast_kernel_is_bitwise_independent_of_thread_count() {
-        let (m, k, n) = (300, 257, 190);
-        let a = filled(m * k, 5);
-        let b = filled(k * n, 6);
-        let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            pool.install(|| {
-                let mut out = vec![0.0; m * n];
-                let av = MatRef::row_major(&a, m, k).unwrap();
-                let bv = MatRef::row_major(&b, k, n).unwrap();
-                matmul(&mut out, av, bv, false, true).unwrap();
-                out
-            })
-        };
-        let one = run(1);
-        let two = run(2);
-        let four = run(4);
-        assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
-        assert!(one.iter().zip(&four).all(|(x, y)| x.to_bits() == y.to_bits()));
-    }
-
-    #[test]
-    fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
-        // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly, and
-        // k > SPLIT_DEPTH runs in depth blocks (a shorter last one for 300 and 1030, one or two
-        // deep for 257 and 258, where the crate takes its short-depth routine). The left
-        // side is xᵀ, a transposed view as in `xᵀ·dy`, or a row-major one (row stride k).
-        for &(m, k, n, transposed) in &[
-            (64, 128, 64, true),
-            (97, 300, 40, true),
-            (80, 512, 150, true),
-            (97, 300, 40, false),
-            (64, 1030, 8, true),
-            (64, 257, 8, true),
-            (64, 258, 8, false),
-        ] {
-            assert!(splits_rows(m, k, n));
-            let x = filled(k * m, 11);
-            let dy = filled(k * n, 12);
-            let lhs = if transposed {
-                MatRef::row_major(&x, k, m).unwrap().t()
-            } else {
-                MatRef::row_major(&x, m, k).unwrap()
-            };
-            let rhs = MatRef::row_major(&dy, k, n).unwrap();
-            let scale = 0.375;
-            for accumulate in [false, true] {
-                let start = filled(m * n, 13);
-                let mut product = vec![0.0; m * n];
-                matmul_naive(&mut product, lhs, rhs, false).unwrap();
-                let slow: Vec<f64> = start
-                    .iter()
-                    .zip(&product)
-                    .map(|(s, p)| if accumulate { s + scale * p } else { scale * p })
-                    .collect();
-                let run = |threads: usize, parallel: bool| {
-                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                    pool.install(|| {
-                        let mut out = start.clone();
-                        matmul_scaled(&mut out, lhs, rhs, scale, accumulate, parallel).unwrap();
-                        out
-                    })
-                };
-                let fast = run(2, true);
-                for (f, s) in fast.iter().zip(&slow) {
-                    assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
-                }
-                for other in [run(1, true), run(2, false)] {
-                    assert!(fast.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
-                }
-            }
-        }
-        // a wide output or a short inner dimension stays whole
-        assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
-        // row views past their end are empty, whatever their strides
-        let x = filled(12, 14);
-        let view = MatRef::row_major(&x, 3, 4).unwrap();
-        assert_eq!(view.rows_from(1).data.len(), 8);
-        assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
-        let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
-        assert!(no_columns.rows_from(2).data.is_empty());
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
-        #[test]
-        fn fast_kernel_equals_the_naive_kernel(
-            m in 1usize..40, k in 1usize..40, n in 1usize..40, seed in proptest::prelude::any::<u64>(),
-            lhs_t in proptest::prelude::any::<bool>(), rhs_t in proptest::prelude::any::<bool>(),
-            accumulate in proptest::prelude::any::<bool>(), scale in -2.0f64..2.0
-        ) {
-            let a = filled(m * k, seed);
-            let b = filled(k * n, seed ^ 1);
-            let av = if lhs_t { MatRef::row_major(&a, k, m).unwrap().t() } else { MatRef::row_major(&a, m, k).unwrap() };
-            let bv = if rhs_t { MatRef::row_major(&b, n, k).unwrap().t() } else { MatRef::row_major(&b, k, n).unwrap() };
-            let mut fast = filled(m * n, seed ^ 2);
-            let mut slow = fast.clone();
-            matmul_scaled(&mut fast, av, bv, scale, accumulate, true).unwrap();
-            let mut product = vec![0.0; m * n];
-            matmul_naive(&mut product, av, bv, false).unwrap();
-            for (s, p) in slow.iter_mut().zip(&product) {
-                *s = if accumulate { *s + scale * p } else { scale * p };
-            }
-            for (f, s) in fast.iter().zip(&slow) {
-                proptest::prop_assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{} vs {}", f, s);
-            }
-        }
-    }
-
-    #[test]
-    fn one_row_times_a_matrix_equals_naive_and_ignores_the_thread_count() {
-        // m = 1 with a row-major right side takes the streaming path (decoding one token)
-        for &(k, n) in &[(300, 300), (512, 1000), (64, 129)] {
-            let a = filled(k, 7);
-            let b = filled(k * n, 8);
-            let (av, bv) = (MatRef::row_major(&a, 1, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
-            let mut slow = vec![0.0; n];
-            matmul_naive(&mut slow, av, bv, false).unwrap();
-            let run = |threads: usize| {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                pool.install(|| {
-                    let mut out = filled(n, 9);
-                    matmul_scaled(&mut out, av, bv, 0.5, true, true).unwrap();
-                    out
-                })
-            };
-            let (one, two) = (run(1), run(2));
-            assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
-            for ((got, start), want) in one.iter().zip(filled(n, 9)).zip(&slow) {
-                assert!((got - (start + 0.5 * want)).abs() <= 1e-12 * (1.0 + want.abs()));
-            }
-        }
-    }
-
-    #[test]
-    fn several_matrices_in_one_pass_equal_one_product_each_bitwise() {
-        let k = 300;
-        let row = filled(k, 10);
-        let shapes = [(k, 200), (k, 7), (k, 1000)];
-        let data: Vec<Vec<f64>> = shapes.iter().enumerate().map(|(i, &(r, c))| filled(r * c, 11 + i as u64)).collect();
-        let mut views: Vec<MatRef<'_>> =
-            shapes.iter().zip(&data).map(|(&(r, c), d)| MatRef::row_major(d, r, c).unwrap()).collect();
-        // a transposed view does not take the one-row path: it goes through `matmul` alone
-        let t = filled(k * 9, 20);
-        views.push(MatRef::row_major(&t, 9, k).unwrap().t());
-        let lhs = MatRef::row_major(&row, 1, k).unwrap();
-        for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let together = pool.install(|| row_times_matrices(&row, &views, true)).unwrap();
-            for (got, &m) in together.iter().zip(&views) {
-                let mut alone = vec![0.0; m.cols()];
-                matmul(&mut alone, lhs, m, false, true).unwrap();
-                assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()));
-            }
-        }
-        let wrong = MatRef::row_major(&data[0], 200, 300).unwrap();
-        assert!(row_times_matrices(&row, &[views[0], wrong], true).is_err());
-    }
-
-    #[test]
-    fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
-        // (m, k, n): small loop, one-row path, fast kernel (plain and transposed), halves of rows
-        // (an odd m; the second in three depth blocks), empty depth
-        for &(m, k, n, transposed) in &[
-            (3, 4, 5, false),
-            (1, 300, 200, false),
-            (70, 129, 31, false),
-            (64, 40, 90, true),
-            (65, 200, 30, false),
-            (65, 600, 30, true),
-            (6, 0, 4, false),
-        ] {
-            let a = filled(m * k, 30);
-            let b = filled(k * n, 31);
-            let av = MatRef::row_major(&a, m, k).unwrap();
-            let bv = if transposed {
-                MatRef::row_major(&b, n, k).unwrap().t()
-            } else {
-                MatRef::row_major(&b, k, n).unwrap()
-            };
-            for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let (new, sequential, filled_in) = pool.install(|| {
-                    let mut zeros = vec![0.0; m * n];
-                    matmul(&mut zeros, av, bv, false, true).unwrap();
-                    (matmul_new(av, bv, true).unwrap(), matmul_new(av, bv, false).unwrap(), zeros)
-                });
-                assert_eq!(new.len(), m * n);
-                assert!(new.iter().zip(&filled_in).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
-                assert!(new.iter().zip(&sequential).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
-            }
-        }
-        let a = [1.0; 6];
-        assert!(matmul_new(MatRef::row_major(&a, 2, 3).unwrap(), MatRef::row_major(&a, 2, 3).unwrap(), true).is_err());
-    }
-
-    #[test]
-    fn the_row_path_never_takes_overlapping_rows() {
-        // a zero-stride view describes 2³² rows over one value: the row path would keep a partial
-        // result per 64 of them (gigabytes), so such products take the general kernel
-        assert!(!takes_row_path(1, 1 << 32, 1, 0, 1));
-        assert!(!takes_row_path(1, 1 << 20, 512, 511, 1));
-        assert!(takes_row_path(1, 512, 512, 512, 1) && takes_row_path(1, 512, 512, 600, 1));
-    }
-
-    #[test]
-    fn views_that_read_past_their_storage_are_rejected() {
-        let data = [0.0; 5];
-        assert!(MatRef::new(&data, 2, 3, 3, 1).is_err());
-        assert!(MatRef::new(&data, 0, 3, 3, 1).is_ok());
-        let a = [1.0; 6];
-        let mut c = [0.0; 4];
-        let av = MatRef::row_major(&a, 2, 3).unwrap();
-        let err = matmul(&mut c, av, av, false, false).unwrap_err();
-        assert!(err.to_string().contains("matmul kernel"));
-    }
-}
+mod tests;

@@ -11,7 +11,10 @@ pub(crate) mod dense;
 pub mod exp;
 pub mod kernels;
 mod mask;
+mod rng;
+pub(crate) mod rows;
 
 pub use broadcast::{broadcast_shapes, sum_to_shape};
 pub use dense::{MAX_ELEMENTS, Tensor};
 pub use mask::Mask;
+pub use rng::SplitMix64;

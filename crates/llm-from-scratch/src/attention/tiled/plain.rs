@@ -14,22 +14,13 @@
 //! attention runs this loop instead for the lanes whose keys or values are not all finite, and for
 //! the whole backward when any operand is not. Tests compare it with the block path.
 
-use crate::attention::tiled::{Dims, Visibility};
+use super::shapes::{Dims, LaneInputs};
+use crate::attention::Visibility;
 use crate::autodiff::ops::softmax::softmax_row;
 
 /// `Σ aᵢ bᵢ`, left to right.
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// One query lane `[T_q, d]` and the kv lane `[T_k, d]` it reads, of batch row `b`.
-#[derive(Clone, Copy)]
-pub(super) struct PlainLane<'a> {
-    pub(super) q: &'a [f64],
-    pub(super) k: &'a [f64],
-    pub(super) v: &'a [f64],
-    pub(super) sink: Option<f64>,
-    pub(super) b: usize,
 }
 
 /// Query `i`'s view: the keys it sees, their scores and weights (the sink's last, if any).
@@ -39,7 +30,7 @@ struct RowView {
     weights: Vec<f64>,
 }
 
-fn row_view(lane: &PlainLane<'_>, dims: Dims, vis: &Visibility, i: usize) -> RowView {
+fn row_view(lane: &LaneInputs<'_>, dims: Dims, vis: &Visibility, i: usize) -> RowView {
     let d = dims.d;
     let scale = 1.0 / (d as f64).sqrt();
     let q = &lane.q[i * d..(i + 1) * d];
@@ -54,7 +45,7 @@ fn row_view(lane: &PlainLane<'_>, dims: Dims, vis: &Visibility, i: usize) -> Row
 /// Output rows `i0..i0 + out.len()/d` of one lane and their `log Σ e^s` (−∞ for a row that sees
 /// no key and has no sink).
 pub(super) fn forward_rows(
-    lane: &PlainLane<'_>,
+    lane: &LaneInputs<'_>,
     dims: Dims,
     vis: &Visibility,
     i0: usize,
@@ -91,7 +82,7 @@ pub(super) struct PlainGradients<'a> {
 
 /// Adds one query lane's contribution to the gradients (see the module docs).
 pub(super) fn backward_lane(
-    lane: &PlainLane<'_>,
+    lane: &LaneInputs<'_>,
     (o, g): (&[f64], &[f64]),
     dims: Dims,
     vis: &Visibility,

@@ -3,7 +3,7 @@
 
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
-use crate::nn::SplitMix64;
+use crate::tensor::SplitMix64;
 use crate::tensor::Tensor;
 
 impl TensorValue {
@@ -58,7 +58,7 @@ impl TensorValue {
 #[cfg(test)]
 mod tests {
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
-    use crate::nn::SplitMix64;
+    use crate::tensor::SplitMix64;
     use crate::tensor::Tensor;
 
     #[test]

@@ -227,7 +227,7 @@ fn scores_adjoint(plan: &Plan, ds: &[f64], other: &[f64], hidden: &[bool], side:
 #[cfg(test)]
 mod tests {
     use crate::autodiff::{GradcheckConfig, constant, gradcheck, parameter};
-    use crate::nn::SplitMix64;
+    use crate::tensor::SplitMix64;
     use crate::tensor::{Mask, Tensor};
 
     fn random(shape: &[usize], seed: u64) -> Tensor {

@@ -1,11 +1,10 @@
 //! Rearrangements: `reshape`, `transpose`, `permute`. They move values, never change them, so
 //! their backward moves the adjoint back the same way.
 
-use rayon::prelude::*;
-
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
+use crate::tensor::rows::{RowTasks, build_rows};
 
 /// Copies `x` into the axis order `perm`: `out.shape[i] = x.shape[perm[i]]`.
 pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
@@ -59,8 +58,8 @@ fn next_row(index: &mut [usize], base: &mut usize, outer: &[usize], walk: &[usiz
 }
 
 /// From this many values on, [`permute_tensor`] moves rows on every thread: the split and merge
-/// of heads in `mha-train` (2 MiB each, eight a step) otherwise ran on one core while the other
-/// waited, 8 % of the step.
+/// of heads in `mha-train` (2 MiB each, eight a step) otherwise run on one core while the other
+/// waits.
 const PARALLEL_PERMUTE: usize = 1 << 16;
 
 /// Output rows copied per parallel task of [`copy_rows`].
@@ -69,29 +68,32 @@ const ROWS_PER_COPY: usize = 512;
 /// The rows of `inner > 0` values of a permuted tensor whose last axis stays last: output row `r`,
 /// at index `(i₀, i₁, …)` over the `outer` axes, is `src[Σ iₐ·walk[a]..][..inner]`. Built in
 /// parallel blocks of rows, without filling the storage first.
-#[allow(unsafe_code)]
 fn copy_rows(src: &[f64], outer: &[usize], walk: &[usize], inner: usize) -> Vec<f64> {
     let len = outer.iter().product::<usize>() * inner;
-    let mut out: Vec<f64> = Vec::with_capacity(len);
-    out.spare_capacity_mut()[..len].par_chunks_mut(ROWS_PER_COPY * inner).enumerate().for_each(|(block, chunk)| {
-        // the index of the block's first row over the outer axes (last fastest), then an odometer
-        let mut index = vec![0; outer.len()];
-        let mut rest = block * ROWS_PER_COPY;
-        for (i, &extent) in index.iter_mut().zip(outer).rev() {
-            (*i, rest) = (rest % extent, rest / extent);
+    let tasks = RowTasks { rows_per_task: ROWS_PER_COPY, parallel: true };
+    // per task: the next row's index over the outer axes (last fastest) and its input offset
+    let odometer = || RowCursor { row: usize::MAX, index: vec![0; outer.len()], base: 0 };
+    build_rows((len, inner), tasks, odometer, |at, r, row| {
+        if at.row != r {
+            // a task's first row: its index from the row number
+            let mut rest = r;
+            for (i, &extent) in at.index.iter_mut().zip(outer).rev() {
+                (*i, rest) = (rest % extent, rest / extent);
+            }
+            at.base = at.index.iter().zip(walk).map(|(i, w)| i * w).sum();
         }
-        let mut base: usize = index.iter().zip(walk).map(|(i, w)| i * w).sum();
-        for row in chunk.chunks_exact_mut(inner) {
-            row.write_copy_of_slice(&src[base..base + inner]);
-            next_row(&mut index, &mut base, outer, walk);
-        }
-    });
-    // SAFETY: the capacity holds `len` values; the blocks cover `0..len` in chunks of whole rows
-    // (`len` and the block size are multiples of `inner`), and every slot of every row was written
-    // from a source row of exactly `inner` values (an index out of range panics, and the panic
-    // leaves the length at 0).
-    unsafe { out.set_len(len) };
-    out
+        let written = row.copy_from(&src[at.base..at.base + inner]);
+        next_row(&mut at.index, &mut at.base, outer, walk);
+        at.row = r + 1;
+        written
+    })
+}
+
+/// Where [`copy_rows`] stands: the row it expects next, its index and its input offset.
+struct RowCursor {
+    row: usize,
+    index: Vec<usize>,
+    base: usize,
 }
 
 fn check_permutation(op: &'static str, shape: &[usize], perm: &[usize]) -> Result<()> {

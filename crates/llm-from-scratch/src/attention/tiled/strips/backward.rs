@@ -24,7 +24,8 @@
 //! ```
 
 use super::{KEYS, Lanes, STRIP};
-use crate::attention::tiled::{Dims, Operands, Visibility};
+use crate::attention::Visibility;
+use crate::attention::tiled::shapes::{Dims, Operands};
 
 /// `dQ` of one (batch, query head) lane's query block: rows `i0..i0 + dq.len() / d`.
 pub(in crate::attention::tiled) struct QueryGradients<'a> {

@@ -1,11 +1,18 @@
-//! [`SplitMix64`]: a tiny, fast, reproducible generator (Steele, Lea and Flood's SplitMix).
+//! [`SplitMix64`]: a tiny, fast, reproducible generator (Steele, Lea and Flood's SplitMix), and
+//! [`Tensor::uniform`], a tensor of its draws.
+//!
+//! It sits with the tensors, below the tape, because everything above draws from it: dropout on
+//! the tape, gradient checks, the layers' initial weights and the demos' inputs.
+
+use crate::error::TensorAutodiffError;
+use crate::tensor::Tensor;
 
 /// A 64-bit generator whose whole state is one counter; the same seed gives the same stream on
 /// every machine. `Clone` makes a *trial copy*: constructors draw from a copy and write it back
 /// only when they succeed, so a failed constructor leaves the caller's generator untouched.
 ///
 /// ```
-/// use llm_from_scratch::nn::SplitMix64;
+/// use llm_from_scratch::nn::SplitMix64; // also `llm_from_scratch::tensor::SplitMix64`
 /// let mut a = SplitMix64::new(42);
 /// let mut b = SplitMix64::new(42);
 /// assert_eq!(a.next_u64(), b.next_u64());
@@ -62,6 +69,27 @@ impl SplitMix64 {
                 return x % n;
             }
         }
+    }
+}
+
+impl Tensor {
+    /// A tensor of `shape` whose values are drawn from `rng` uniformly in `[low, high)`, in
+    /// row-major order.
+    ///
+    /// ```
+    /// use llm_from_scratch::{Tensor, nn::SplitMix64};
+    /// let x = Tensor::uniform(&[2, 3], -1.0, 1.0, &mut SplitMix64::new(7))?;
+    /// assert_eq!(x.shape(), &[2, 3]);
+    /// assert!(x.as_slice().iter().all(|v| (-1.0..1.0).contains(v)));
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::ShapeOverflow`] when the shape holds more than
+    /// [`crate::tensor::MAX_ELEMENTS`] values; nothing is drawn then.
+    pub fn uniform(shape: &[usize], low: f64, high: f64, rng: &mut SplitMix64) -> Result<Tensor, TensorAutodiffError> {
+        let len = crate::tensor::dense::element_count("uniform tensor", shape)?;
+        Ok(Tensor::from_parts(shape.to_vec(), (0..len).map(|_| rng.uniform(low, high)).collect()))
     }
 }
 

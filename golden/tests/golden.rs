@@ -75,7 +75,7 @@ fn rendered() -> &'static [(&'static str, Rendered)] {
 fn every_demo_is_registered_and_has_a_golden_file_and_a_figure() {
     let registered: Vec<&str> = DEMOS.iter().map(|(name, _)| *name).collect();
     for name in golden::demo_names() {
-        assert!(registered.contains(&name.as_str()), "demo {name} is not registered in tests/tests/golden.rs");
+        assert!(registered.contains(&name.as_str()), "demo {name} is not registered in golden/tests/golden.rs");
         assert!(golden::expected_path(&name).is_file(), "demo {name} has no expected/{name}.txt");
         assert!(
             golden::figure_path(&name).is_file(),

@@ -1,0 +1,183 @@
+//! The layer's inference path: prefill and decode through a [`KvCache`].
+//!
+//! Chapter 33 (`ch33-kv-cache`) teaches it; chapter 36 generates with it. A call projects only the
+//! new tokens, attends each of their query rows over the cached keys plus the new ones
+//! (`decode.rs`), appends the new keys and values, and mixes the heads with `W_O` — the same
+//! result as the full masked pass of [`GroupedQueryAttention::forward`], without recomputing the
+//! past.
+
+use rayon::prelude::*;
+
+use crate::attention::decode::{RowQuery, Run, attend_row};
+use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::input::check_sequence;
+use crate::attention::{AttentionError, GroupedQueryAttention, KvCache, Stage};
+use crate::autodiff::{TensorValue, constant};
+use crate::tensor::Tensor;
+
+impl GroupedQueryAttention {
+    /// An empty KV cache for `batch` rows of this layer.
+    pub fn new_cache(&self, batch: usize) -> KvCache {
+        KvCache::for_layer(self, batch)
+    }
+
+    /// Runs `x [B, T, d]` as the next `T` tokens after what `cache` holds (prefill when the cache
+    /// is empty, decode for `T = 1`, chunked prefill otherwise) and appends their keys and values.
+    /// Returns the layer's output `[B, T, d]` (evaluation mode).
+    ///
+    /// # Errors
+    /// Input errors as in [`GroupedQueryAttention::check_input`];
+    /// [`AttentionError::CacheMismatch`] for a cache of another layer or batch;
+    /// [`AttentionError::PositionOutOfRange`] when the tokens would pass `max_positions` (the
+    /// cache is then unchanged).
+    pub fn forward_cached(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
+        // a decoding step is three parallel passes with serial work between them: keep a worker
+        // from parking (crate::parallel)
+        crate::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
+    }
+
+    fn forward_cached_body(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
+        let c = self.config();
+        check_sequence(x.shape(), c.model_width)?;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        cache.check_matches(self, b)?;
+        let first = cache.next_position();
+        self.rope().check_interval(first, t).on(crate::attention::Branch::Query)?;
+        let (q, k, v) = self.rotated_heads(x, first..first + t)?;
+        let heads = self.attend_cached(cache, (&q, &k, &v), first)?; // [B,H,T,d_h]
+        cache.append(&k, &v, first);
+        // [B,H,T,d_h] → [B,T,H·d_h] → W_O
+        let heads = constant(&[b, c.query_heads, t, c.head_width], &heads).at(Stage::MergeHeads)?;
+        let merged = crate::attention::merge_heads(&heads)?;
+        let out = self.output_projection().forward(&merged).at(Stage::OutputProjection)?;
+        out.value().at(Stage::OutputProjection)
+    }
+
+    /// The new tokens' rotated queries `[B,H,T,d_h]`, rotated keys and values `[B,G,T,d_h]`.
+    fn rotated_heads(
+        &self,
+        x: &TensorValue,
+        positions: std::ops::Range<usize>,
+    ) -> Result<(Tensor, Tensor, Tensor), AttentionError> {
+        let positions: Vec<usize> = positions.collect();
+        let projected = if x.shape()[0] * x.shape()[1] == 1 {
+            // one token: the three projections share one pass over the weights
+            let token = x.read("forward_cached").at(Stage::Projection)?;
+            self.project_token(&token, &positions)?
+        } else {
+            self.project(x, &positions)?
+        };
+        let read = |v: &TensorValue| v.value().at(Stage::Scores);
+        Ok((read(&projected.rotated_query_heads)?, read(&projected.rotated_key_heads)?, read(&projected.value_heads)?))
+    }
+
+    /// Every new query row `[B,H,T,d_h]` attended over the cached keys and the new ones before it:
+    /// one task per (batch, query head) lane.
+    fn attend_cached(
+        &self,
+        cache: &KvCache,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        first: usize,
+    ) -> Result<Vec<f64>, AttentionError> {
+        let c = self.config();
+        let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
+        let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
+        let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
+        let mut heads = vec![0.0; q.len()];
+        heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
+            let (bi, hi) = (lane / h, lane % h);
+            let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
+            let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
+            // the cached keys in chronological order, then this call's keys
+            let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
+            runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
+            let mut scores = vec![0.0; cache.len() + t];
+            let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+            for step in 0..t {
+                // the new keys after `step` are in the future of this query: the mask hides them
+                let q = &q.as_slice()[(lane * t + step) * d..][..d];
+                let query = RowQuery { q, position: first + step, window: c.window, scale, sink };
+                attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
+            }
+        });
+        Ok(heads)
+    }
+}
+
+/// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times
+/// turn the last output row into the next input row with `next` and decode it.
+///
+/// When the next token would pass the layer's `max_positions`, the cache is reset and the last
+/// `keep` inputs are prefilled again from position 0 (RoPE sees only relative positions, so
+/// attention within the kept text is unchanged; what is older than `keep` is forgotten). With a
+/// window, `keep` = the window's visible keys reproduces every later output exactly.
+///
+/// Returns every output row produced after the prompt.
+///
+/// The rows produced are `steps × d` values: more than [`crate::tensor::MAX_ELEMENTS`] is refused
+/// before anything runs, and nothing is reserved up front for them.
+///
+/// # Shapes
+/// `prompt [1, T, d]`; `next` maps an output row of `d` values to the next input row of `d`;
+/// the result holds `steps` rows of `d`.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, generate_with_cache};
+/// use llm_from_scratch::{Tensor, nn::SplitMix64};
+/// // a layer with room for 4 positions generates 6 rows, keeping the last 2 inputs on each reset
+/// let layer =
+///     GroupedQueryAttention::new("attn", AttentionConfig::new(4, 2, 1, 2).with_rope(4, 100.0), &mut SplitMix64::new(0))?;
+/// let prompt = Tensor::new(&[1, 2, 4], vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])?;
+/// let rows = generate_with_cache(&layer, &prompt, 6, 2, |row| row.to_vec())?;
+/// assert_eq!(rows.len(), 6);
+/// assert!(rows.iter().all(|r| r.len() == 4 && r.iter().all(|v| v.is_finite())));
+/// assert!(generate_with_cache(&layer, &prompt, 1, 4, |row| row.to_vec()).is_err()); // keep ≥ capacity
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// The errors of [`GroupedQueryAttention::forward_cached`]; [`AttentionError::ZeroSize`] if `keep`
+/// is 0, [`AttentionError::PositionOutOfRange`] if the kept tokens leave no room for the next
+/// (`keep ≥ max_positions`), and [`AttentionError::Tensor`] (a shape overflow) if `steps × d`
+/// values exceed the ceiling.
+pub fn generate_with_cache(
+    layer: &GroupedQueryAttention,
+    prompt: &Tensor,
+    steps: usize,
+    keep: usize,
+    mut next: impl FnMut(&[f64]) -> Vec<f64>,
+) -> Result<Vec<Vec<f64>>, AttentionError> {
+    let d = layer.config().model_width;
+    if keep == 0 {
+        return Err(AttentionError::ZeroSize { what: "the number of tokens kept on a reset" });
+    }
+    let capacity = layer.config().max_positions;
+    if keep >= capacity {
+        // after a reset the kept tokens take positions 0..keep and the next token needs one more
+        return Err(AttentionError::PositionOutOfRange { start: 0, end: keep.saturating_add(1), capacity });
+    }
+    // the rows returned (and the inputs kept) are steps × d values: refuse what could never fit
+    crate::tensor::dense::element_count("generated rows", &[steps, d])?;
+    let mut cache = layer.new_cache(1);
+    let mut history: Vec<Vec<f64>> = prompt.as_slice().chunks(d.max(1)).map(<[f64]>::to_vec).collect();
+    let as_input = |rows: &[Vec<f64>]| constant(&[1, rows.len(), d], &rows.concat()).at(Stage::Projection);
+    let out = layer.forward_cached(&as_input(&history)?, &mut cache)?;
+    let mut last = out.as_slice()[out.len() - d..].to_vec();
+    let mut produced = Vec::new();
+    for _ in 0..steps {
+        let row = next(&last);
+        history.push(row.clone());
+        let out = if cache.next_position() >= layer.config().max_positions {
+            cache.reset();
+            let tail = &history[history.len().saturating_sub(keep)..];
+            let out = layer.forward_cached(&as_input(tail)?, &mut cache)?;
+            out.as_slice()[out.len() - d..].to_vec()
+        } else {
+            layer.forward_cached(&as_input(&[row])?, &mut cache)?.into_vec()
+        };
+        last = out;
+        produced.push(last.clone());
+    }
+    Ok(produced)
+}

@@ -1,0 +1,261 @@
+//! [`tiled_attention`], the operation on the tape: it checks the shapes, runs one task per
+//! (lane, query block) on the kernel that fits, keeps each row's `log Σ eˢ` when a backward may
+//! need it, and records the backward (module `backward`).
+
+use rayon::prelude::*;
+
+use super::backward::{Kernel, Saved, backward};
+use super::plain;
+use super::reference::BlockForward;
+use super::shapes::{Dims, LaneInputs, check};
+use super::strips;
+use crate::attention::error::AtStage;
+use crate::attention::{AttentionError, Stage, Visibility};
+use crate::autodiff::TensorValue;
+use crate::error::TensorAutodiffError;
+use crate::tensor::Tensor;
+
+/// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
+/// repeat-interleave), causal from absolute positions, with optional window, key padding and
+/// per-head sink logits `[H]`. Returns `[B,H,T_q,d]` on the tape; equal to the explicit path to
+/// rounding, in outputs and gradients.
+///
+/// # Shapes
+/// `q [B, H, T_q, d]`, `k, v [B, G, T_k, d]`, sinks `[H]` → `[B, H, T_q, d]`; memory beyond the
+/// inputs and output is O(T_q) (one `log Σ eˢ` per query row) plus a few blocks.
+///
+/// # Errors
+/// [`AttentionError::QkvShapes`], [`AttentionError::ParameterShape`] (sinks),
+/// [`AttentionError::PaddingShape`] (key padding), or an [`AttentionError::Stage`] error for a
+/// released input.
+///
+/// # Example
+/// ```
+/// use llm_from_scratch::attention::{Visibility, grouped_attention, tiled_attention};
+/// use llm_from_scratch::constant;
+/// let values = |n: usize, step: f64| (0..n).map(|i| (i as f64 * step).sin()).collect::<Vec<_>>();
+/// // 70 tokens: more than one block of 64; 2 query heads over 1 key/value head
+/// let q = constant(&[1, 2, 70, 4], &values(560, 0.37))?;
+/// let k = constant(&[1, 1, 70, 4], &values(280, 0.53))?;
+/// let v = constant(&[1, 1, 70, 4], &values(280, 0.71))?;
+/// let causal = Visibility::default();
+/// let tiled = tiled_attention(&q, &k, &v, None, &causal)?.value()?;
+/// let explicit = grouped_attention(&q, &k, &v, None, &causal)?.output().value()?;
+/// assert_eq!(tiled.shape(), &[1, 2, 70, 4]);
+/// assert!(tiled.max_abs_diff(&explicit).unwrap() < 1e-12);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn tiled_attention(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    visibility: &Visibility,
+) -> Result<TensorValue, AttentionError> {
+    let kernel = strips::StripKernel::detect().map_or(Kernel::Blocks, Kernel::Strips);
+    tiled_attention_on(q, k, v, sinks, visibility, kernel)
+}
+
+/// [`tiled_attention`] on the given kernel (tests compare the three).
+pub(super) fn tiled_attention_on(
+    q: &TensorValue,
+    k: &TensorValue,
+    v: &TensorValue,
+    sinks: Option<&TensorValue>,
+    visibility: &Visibility,
+    kernel: Kernel,
+) -> Result<TensorValue, AttentionError> {
+    let dims = check(q, k, v, sinks, visibility)?;
+    let read = |x: &TensorValue| x.read("tiled_attention").at(Stage::Scores);
+    let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
+    let sink_values = sinks.map(read).transpose()?;
+    let poisoned = poisoned_lanes(dims, &kt, &vt);
+    let forward =
+        Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), kernel, poisoned };
+    // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
+    let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
+    let (out, lse) = forward.run(needs_grad).at(Stage::Softmax)?;
+    let output = Tensor::new(&[dims.b, dims.h, dims.t_q, dims.d], out).at(Stage::WeightedValues)?;
+    let mut parents = vec![q.clone(), k.clone(), v.clone()];
+    parents.extend(sinks.cloned());
+    let vis = visibility.clone();
+    Ok(TensorValue::record("tiled_attention", parents, output, move |ctx| {
+        let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
+        let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
+        let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse };
+        backward(dims, &vis, saved, ctx.grad(), kernel)
+    }))
+}
+
+/// Per (batch, kv head) lane: `true` when its keys or values hold NaN or ±∞. Such lanes run the
+/// plain loop, which skips hidden keys instead of weighting them by 0 (`0 · NaN = NaN` would reach
+/// queries that cannot see them).
+fn poisoned_lanes(dims: Dims, k: &Tensor, v: &Tensor) -> Vec<bool> {
+    let kv_len = dims.t_k * dims.d;
+    let finite = crate::tensor::dense::all_finite;
+    (0..dims.b * dims.g)
+        .into_par_iter()
+        .map(|l| {
+            let lane = l * kv_len..(l + 1) * kv_len;
+            !(finite(&k.as_slice()[lane.clone()]) && finite(&v.as_slice()[lane]))
+        })
+        .collect()
+}
+
+/// One call's forward: its inputs, and the kernel each (lane, query block) task runs on.
+struct Forward<'a> {
+    dims: Dims,
+    vis: &'a Visibility,
+    q: &'a Tensor,
+    k: &'a Tensor,
+    v: &'a Tensor,
+    sinks: Option<&'a Tensor>,
+    kernel: Kernel,
+    /// Per kv lane, from [`poisoned_lanes`].
+    poisoned: Vec<bool>,
+}
+
+/// A worker thread's buffers: the block path's scores, and `log Σ eˢ` rows when none are kept.
+type Scratch = (Vec<f64>, Vec<f64>);
+
+impl Forward<'_> {
+    /// Query rows per task: a block, or on the strip kernel several blocks, whose strips then
+    /// share each block of keys and values fetched from memory.
+    fn rows_per_task(&self) -> usize {
+        match self.kernel {
+            Kernel::Strips(_) => strips::TASK_BLOCKS * self.dims.block,
+            Kernel::Blocks | Kernel::Plain => self.dims.block,
+        }
+    }
+
+    /// Output `[B, H, T_q, d]` and, with `keep_lse`, each query row's `log Σ eˢ` `[B, H, T_q]`.
+    fn run(&self, keep_lse: bool) -> Result<(Vec<f64>, Vec<f64>), TensorAutodiffError> {
+        let Dims { b, h, t_q, d, .. } = self.dims;
+        let mut out = crate::tensor::dense::zeros(b * h * t_q * d);
+        let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
+        let rows = self.rows_per_task();
+        let init = || (Vec::new(), Vec::new());
+        // lanes, then query blocks within a lane: no list of tasks is allocated
+        if out.is_empty() {
+            // no query rows: nothing to compute
+        } else if keep_lse {
+            out.par_chunks_mut(t_q * d).zip(lse.par_chunks_mut(t_q)).enumerate().try_for_each(|(lane, (o, l))| {
+                o.par_chunks_mut(rows * d)
+                    .zip(l.par_chunks_mut(rows))
+                    .enumerate()
+                    .try_for_each_init(init, |scratch, (qb, (o, l))| self.task(scratch, (lane, qb), o, Some(l)))
+            })?;
+        } else {
+            out.par_chunks_mut(t_q * d).enumerate().try_for_each(|(lane, o)| {
+                o.par_chunks_mut(rows * d)
+                    .enumerate()
+                    .try_for_each_init(init, |scratch, (qb, o)| self.task(scratch, (lane, qb), o, None))
+            })?;
+        }
+        Ok((out, lse))
+    }
+
+    /// Query block `qb` of (batch, head) lane `lane`: its output rows `o` and, if kept, their
+    /// `log Σ eˢ` `lse`.
+    fn task(
+        &self,
+        (scratch, own_lse): &mut Scratch,
+        (lane, qb): (usize, usize),
+        o: &mut [f64],
+        lse: Option<&mut [f64]>,
+    ) -> Result<(), TensorAutodiffError> {
+        let (dims, vis) = (self.dims, self.vis);
+        let (b, h) = (lane / dims.h, lane % dims.h);
+        let (ql, kl) = (dims.q_lane(b, h), dims.kv_lane(b, h));
+        let kv = kl..kl + dims.t_k * dims.d;
+        let sink = self.sinks.map(|s| s.as_slice()[h]);
+        let (q, k, v) =
+            (&self.q.as_slice()[ql..ql + dims.t_q * dims.d], &self.k.as_slice()[kv.clone()], &self.v.as_slice()[kv]);
+        let lane = LaneInputs { q, k, v, sink, b };
+        let (i0, rows) = (qb * self.rows_per_task(), o.len() / dims.d);
+        let plain = matches!(self.kernel, Kernel::Plain) || self.poisoned[b * dims.g + h / dims.group()];
+        match self.kernel {
+            _ if plain => plain::forward_rows(&lane, dims, vis, i0, o, lse_or_scratch(lse, own_lse, rows)),
+            Kernel::Strips(kernel) => {
+                kernel.forward_block(strips::QueryBlock { out: o, lse, q, k, v, sink, dims, b, i0, vis });
+            }
+            Kernel::Blocks | Kernel::Plain => {
+                BlockForward { lane, dims, vis, i0 }.run(o, lse_or_scratch(lse, own_lse, rows), scratch)?
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The task's slice of saved `log Σ eˢ` when a backward will need them, else `rows` of scratch.
+fn lse_or_scratch<'a>(saved: Option<&'a mut [f64]>, scratch: &'a mut Vec<f64>, rows: usize) -> &'a mut [f64] {
+    match saved {
+        Some(l) => l,
+        None => {
+            scratch.resize(rows, 0.0);
+            scratch.as_mut_slice()
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::attention::SlidingWindow;
+    use crate::nn::SplitMix64;
+
+    /// The whole operation on two kernels, `[B, H, G, T_q, T_k, d]`: outputs and the gradients of
+    /// `q`, `k`, `v` and the sinks, to 1e-12 relative.
+    pub(in crate::attention::tiled) fn assert_kernels_agree(
+        (a, b): (Kernel, Kernel),
+        shape: [usize; 6],
+        vis: &Visibility,
+        sinks: bool,
+        seed: u64,
+    ) {
+        let [b_n, h, g, t_q, t_k, d] = shape;
+        let mut rng = SplitMix64::new(seed);
+        let mut leaf = |dims: &[usize], scale: f64| {
+            let n = dims.iter().product();
+            let values = (0..n).map(|_| rng.uniform(-scale, scale)).collect();
+            TensorValue::leaf(Tensor::new(dims, values).unwrap(), true)
+        };
+        let (q, k, v) = (leaf(&[b_n, h, t_q, d], 2.0), leaf(&[b_n, g, t_k, d], 2.0), leaf(&[b_n, g, t_k, d], 1.0));
+        let s = sinks.then(|| leaf(&[h], 1.0));
+        let upstream = leaf(&[b_n, h, t_q, d], 1.0).value().unwrap();
+        let run = |kernel| {
+            let out = tiled_attention_on(&q, &k, &v, s.as_ref(), vis, kernel).unwrap();
+            let grads = out.backward_with(&upstream).unwrap();
+            let mut all =
+                vec![out.value().unwrap(), grads.get_or_zeros(&q), grads.get_or_zeros(&k), grads.get_or_zeros(&v)];
+            all.extend(s.as_ref().map(|s| grads.get_or_zeros(s)));
+            all
+        };
+        for (name, (x, y)) in ["output", "dq", "dk", "dv", "dsinks"].iter().zip(run(a).iter().zip(&run(b))) {
+            for (i, (x, y)) in x.as_slice().iter().zip(y.as_slice()).enumerate() {
+                assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{name}[{i}] of {shape:?}: {x} vs {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_block_path_equals_the_plain_twin_in_outputs_and_gradients() {
+        let both = (Kernel::Blocks, Kernel::Plain);
+        let causal = |t_q: usize, t_k: usize| Visibility { query_offset: t_k - t_q, ..Visibility::default() };
+        // causal over several blocks; GQA (2 query heads per kv head) with sinks, one and two passes
+        assert_kernels_agree(both, [1, 2, 2, 70, 70, 5], &causal(70, 70), false, 400);
+        assert_kernels_agree(both, [2, 4, 2, 33, 33, 7], &causal(33, 33), true, 401);
+        assert_kernels_agree(both, [4, 4, 2, 20, 20, 3], &causal(20, 20), true, 402);
+        // the last queries of a longer stream (chunked prefill)
+        assert_kernels_agree(both, [1, 2, 1, 9, 80, 4], &causal(9, 80), true, 403);
+        // windows and padding (a query whose only key is padded: a zero row, zero gradients)
+        let mut vis = causal(70, 70);
+        vis.window = Some(SlidingWindow::Exclusive(23));
+        assert_kernels_agree(both, [1, 2, 1, 70, 70, 5], &vis, true, 404);
+        vis.window = Some(SlidingWindow::Inclusive(3));
+        vis.key_padding = Some((0..140).map(|j| j % 5 == 0).collect());
+        assert_kernels_agree(both, [2, 2, 1, 70, 70, 6], &vis, true, 405);
+        vis.window = None;
+        assert_kernels_agree(both, [2, 4, 4, 70, 70, 6], &vis, false, 406);
+    }
+}

@@ -1,0 +1,135 @@
+//! The product of one row and a matrix — decoding one token — which is limited by reading the
+//! matrix, not by arithmetic: the matrix is streamed once, row by row, in blocks of rows whose
+//! partial sums are added in a fixed order.
+
+use rayon::prelude::*;
+
+use super::{MatRef, SMALL_PRODUCT, check_dims, matmul};
+use crate::error::Result;
+
+/// Whether [`matmul_scaled`](super::matmul_scaled) computes an `m × k · k × n` product (right side with column stride
+/// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
+///
+/// The rows must not overlap (`row_stride ≥ n`), so that `k` is bounded by the storage: the path
+/// keeps a partial result per block of rows, and a zero-stride view could describe billions of rows
+/// over one value.
+pub(super) fn takes_row_path(m: usize, k: usize, n: usize, row_stride: usize, col_stride: usize) -> bool {
+    m == 1 && col_stride == 1 && row_stride >= n && n.saturating_mul(k) >= SMALL_PRODUCT
+}
+
+/// Rows of the matrix per task of [`row_times_matrix`]: a fixed number, so that the order of the
+/// sums never depends on the thread count.
+const ROWS_PER_TASK: usize = 64;
+
+/// One row times a row-major matrix (decoding one token): streams the matrix once, row by row,
+/// with no packing — the product is limited by reading the weights.
+///
+/// Tasks take blocks of [`ROWS_PER_TASK`] whole rows, so each reads one contiguous stretch of
+/// memory (blocks of columns would read a short piece of every row and leave the prefetcher
+/// guessing). Each task sums its rows into a partial result, and the partials are added in block
+/// order at the end: the same sums in the same order whatever the thread count.
+pub(super) fn row_times_matrix(
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
+    let partials = row_block_partials(&[(&row, rhs)], parallel);
+    add_partials(dst, &partials[0], accumulate);
+}
+
+/// For each `(row, matrix)`: the partial products of [`ROWS_PER_TASK`]-row blocks, block after
+/// block (`blocks × n` values), all blocks of all products in one parallel pass.
+fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<f64>> {
+    let mut partials: Vec<Vec<f64>> =
+        jobs.iter().map(|(row, m)| vec![0.0; row.len().div_ceil(ROWS_PER_TASK) * m.cols]).collect();
+    let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::new();
+    for (job, partial) in partials.iter_mut().enumerate() {
+        let n = jobs[job].1.cols;
+        tasks.extend(partial.chunks_mut(n.max(1)).enumerate().map(|(b, sums)| (job, b, sums)));
+    }
+    let block = |(job, b, sums): (usize, usize, &mut [f64])| {
+        let (row, m) = jobs[job];
+        let rows = b * ROWS_PER_TASK..row.len().min((b + 1) * ROWS_PER_TASK);
+        axpy_rows(sums, rows.map(|p| (row[p], &m.data[p * m.row_stride..][..m.cols])));
+    };
+    if parallel && tasks.len() > 1 {
+        tasks.into_par_iter().for_each(block);
+    } else {
+        tasks.into_iter().for_each(block);
+    }
+    partials
+}
+
+/// `dst (+)=` the sum of the `blocks × n` partials, added in block order (block by block, so the
+/// loops run along contiguous rows; each element sees the same additions in the same order).
+fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
+    let n = dst.len();
+    let (first, rest) = partial.split_at(n);
+    let mut sum = first.to_vec();
+    for part in rest.chunks_exact(n) {
+        sum.iter_mut().zip(part).for_each(|(s, p)| *s += p);
+    }
+    for (out, s) in dst.iter_mut().zip(sum) {
+        *out = if accumulate { *out + s } else { s };
+    }
+}
+
+/// `row [k] · matrixᵢ [k, nᵢ] → [nᵢ]` for one row and several matrices (decoding one token: its
+/// query, key and value projections), with the products that [`matmul`](super::matmul) computes one row at a
+/// time sharing a single parallel pass: one wake-up of the worker threads instead of one per
+/// product. Every product equals `matmul` of the row with that matrix, bitwise.
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`](crate::TensorAutodiffError::ShapeMismatch) if a matrix does not have `row.len()` rows.
+pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) -> Result<Vec<Vec<f64>>> {
+    let lhs = MatRef::row_major(row, 1, row.len())?;
+    let mut outputs: Vec<Vec<f64>> = Vec::with_capacity(matrices.len());
+    // the products `matmul` sends to the one-row path share the pass; the rest go through it
+    let mut shared = Vec::new();
+    for (i, &m) in matrices.iter().enumerate() {
+        check_dims(m.cols, &lhs, &m)?;
+        let mut out = vec![0.0; m.cols];
+        if takes_row_path(1, lhs.cols, m.cols, m.row_stride, m.col_stride) {
+            shared.push((i, m));
+        } else {
+            matmul(&mut out, lhs, m, false, parallel)?;
+        }
+        outputs.push(out);
+    }
+    let jobs: Vec<(&[f64], MatRef<'_>)> = shared.iter().map(|&(_, m)| (row, m)).collect();
+    for ((i, _), partial) in shared.iter().zip(row_block_partials(&jobs, parallel)) {
+        add_partials(&mut outputs[*i], &partial, false);
+    }
+    Ok(outputs)
+}
+
+/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for AVX-512 when the processor
+/// has it (the same operations in the same order, so the same bits).
+fn axpy_rows<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+    #[inline(always)]
+    fn portable<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+        for (a, row) in rows {
+            for (sum, &w) in sums.iter_mut().zip(row) {
+                *sum += a * w;
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        #[target_feature(enable = "avx512f")]
+        fn wide<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+            portable(sums, rows);
+        }
+        // SAFETY: the processor has AVX-512F (checked just above).
+        #[allow(unsafe_code)]
+        unsafe {
+            wide(sums, rows)
+        };
+        return;
+    }
+    portable(sums, rows);
+}

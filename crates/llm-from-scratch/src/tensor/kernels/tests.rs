@@ -1,0 +1,257 @@
+//! The fast matrix products against the naive reference, and their edge cases.
+
+use super::*;
+
+fn filled(len: usize, seed: u64) -> Vec<f64> {
+    let mut rng = crate::nn::SplitMix64::new(seed);
+    (0..len).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+#[test]
+fn naive_kernel_on_a_hand_example() {
+    // [1 2; 3 4] · [5 6; 7 8] = [1·5+2·7, 1·6+2·8; 3·5+4·7, 3·6+4·8] = [19 22; 43 50]
+    let a = [1.0, 2.0, 3.0, 4.0];
+    let b = [5.0, 6.0, 7.0, 8.0];
+    let mut c = [0.0; 4];
+    let (a, b) = (MatRef::row_major(&a, 2, 2).unwrap(), MatRef::row_major(&b, 2, 2).unwrap());
+    matmul_naive(&mut c, a, b, false).unwrap();
+    assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
+    // with the transposed view of b: [1 2; 3 4] · [5 7; 6 8] = [17 23; 39 53]
+    matmul_naive(&mut c, a, b.t(), false).unwrap();
+    assert_eq!(c, [17.0, 23.0, 39.0, 53.0]);
+}
+
+#[test]
+fn fast_kernel_matches_naive_with_transposes_and_accumulation() {
+    for &(m, k, n) in &[(1, 1, 1), (3, 5, 7), (17, 33, 9), (64, 64, 64), (70, 129, 31)] {
+        let a = filled(m * k, 1);
+        let b = filled(k * n, 2);
+        let bt = filled(n * k, 3);
+        for accumulate in [false, true] {
+            let mut fast = filled(m * n, 4);
+            let mut slow = fast.clone();
+            let av = MatRef::row_major(&a, m, k).unwrap();
+            let bv = MatRef::row_major(&b, k, n).unwrap();
+            matmul(&mut fast, av, bv, accumulate, true).unwrap();
+            matmul_naive(&mut slow, av, bv, accumulate).unwrap();
+            for (f, s) in fast.iter().zip(&slow) {
+                assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
+            }
+            let btv = MatRef::row_major(&bt, n, k).unwrap().t();
+            matmul(&mut fast, av, btv, false, true).unwrap();
+            matmul_naive(&mut slow, av, btv, false).unwrap();
+            for (f, s) in fast.iter().zip(&slow) {
+                assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()));
+            }
+        }
+    }
+}
+
+#[test]
+fn fast_kernel_is_bitwise_independent_of_thread_count() {
+    let (m, k, n) = (300, 257, 190);
+    let a = filled(m * k, 5);
+    let b = filled(k * n, 6);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let mut out = vec![0.0; m * n];
+            let av = MatRef::row_major(&a, m, k).unwrap();
+            let bv = MatRef::row_major(&b, k, n).unwrap();
+            matmul(&mut out, av, bv, false, true).unwrap();
+            out
+        })
+    };
+    let one = run(1);
+    let two = run(2);
+    let four = run(4);
+    assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
+    assert!(one.iter().zip(&four).all(|(x, y)| x.to_bits() == y.to_bits()));
+}
+
+#[test]
+fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
+    // (m, k, n) with k ≥ 2·max(m, n): a weight gradient's shape; odd m splits unevenly, and
+    // k > SPLIT_DEPTH runs in depth blocks (a shorter last one for 300 and 1030, one or two
+    // deep for 257 and 258, where the crate takes its short-depth routine). The left
+    // side is xᵀ, a transposed view as in `xᵀ·dy`, or a row-major one (row stride k).
+    for &(m, k, n, transposed) in &[
+        (64, 128, 64, true),
+        (97, 300, 40, true),
+        (80, 512, 150, true),
+        (97, 300, 40, false),
+        (64, 1030, 8, true),
+        (64, 257, 8, true),
+        (64, 258, 8, false),
+    ] {
+        assert!(splits_rows(m, k, n));
+        let x = filled(k * m, 11);
+        let dy = filled(k * n, 12);
+        let lhs =
+            if transposed { MatRef::row_major(&x, k, m).unwrap().t() } else { MatRef::row_major(&x, m, k).unwrap() };
+        let rhs = MatRef::row_major(&dy, k, n).unwrap();
+        let scale = 0.375;
+        for accumulate in [false, true] {
+            let start = filled(m * n, 13);
+            let mut product = vec![0.0; m * n];
+            matmul_naive(&mut product, lhs, rhs, false).unwrap();
+            let slow: Vec<f64> =
+                start.iter().zip(&product).map(|(s, p)| if accumulate { s + scale * p } else { scale * p }).collect();
+            let run = |threads: usize, parallel: bool| {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                pool.install(|| {
+                    let mut out = start.clone();
+                    matmul_scaled(&mut out, lhs, rhs, scale, accumulate, parallel).unwrap();
+                    out
+                })
+            };
+            let fast = run(2, true);
+            for (f, s) in fast.iter().zip(&slow) {
+                assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{m}x{k}x{n}: {f} vs {s}");
+            }
+            for other in [run(1, true), run(2, false)] {
+                assert!(fast.iter().zip(&other).all(|(a, b)| a.to_bits() == b.to_bits()), "{m}x{k}x{n}");
+            }
+        }
+    }
+    // a wide output or a short inner dimension stays whole
+    assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
+    // row views past their end are empty, whatever their strides
+    let x = filled(12, 14);
+    let view = MatRef::row_major(&x, 3, 4).unwrap();
+    assert_eq!(view.rows_from(1).data.len(), 8);
+    assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
+    let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
+    assert!(no_columns.rows_from(2).data.is_empty());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn fast_kernel_equals_the_naive_kernel(
+        m in 1usize..40, k in 1usize..40, n in 1usize..40, seed in proptest::prelude::any::<u64>(),
+        lhs_t in proptest::prelude::any::<bool>(), rhs_t in proptest::prelude::any::<bool>(),
+        accumulate in proptest::prelude::any::<bool>(), scale in -2.0f64..2.0
+    ) {
+        let a = filled(m * k, seed);
+        let b = filled(k * n, seed ^ 1);
+        let av = if lhs_t { MatRef::row_major(&a, k, m).unwrap().t() } else { MatRef::row_major(&a, m, k).unwrap() };
+        let bv = if rhs_t { MatRef::row_major(&b, n, k).unwrap().t() } else { MatRef::row_major(&b, k, n).unwrap() };
+        let mut fast = filled(m * n, seed ^ 2);
+        let mut slow = fast.clone();
+        matmul_scaled(&mut fast, av, bv, scale, accumulate, true).unwrap();
+        let mut product = vec![0.0; m * n];
+        matmul_naive(&mut product, av, bv, false).unwrap();
+        for (s, p) in slow.iter_mut().zip(&product) {
+            *s = if accumulate { *s + scale * p } else { scale * p };
+        }
+        for (f, s) in fast.iter().zip(&slow) {
+            proptest::prop_assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{} vs {}", f, s);
+        }
+    }
+}
+
+#[test]
+fn one_row_times_a_matrix_equals_naive_and_ignores_the_thread_count() {
+    // m = 1 with a row-major right side takes the streaming path (decoding one token)
+    for &(k, n) in &[(300, 300), (512, 1000), (64, 129)] {
+        let a = filled(k, 7);
+        let b = filled(k * n, 8);
+        let (av, bv) = (MatRef::row_major(&a, 1, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
+        let mut slow = vec![0.0; n];
+        matmul_naive(&mut slow, av, bv, false).unwrap();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let mut out = filled(n, 9);
+                matmul_scaled(&mut out, av, bv, 0.5, true, true).unwrap();
+                out
+            })
+        };
+        let (one, two) = (run(1), run(2));
+        assert!(one.iter().zip(&two).all(|(x, y)| x.to_bits() == y.to_bits()));
+        for ((got, start), want) in one.iter().zip(filled(n, 9)).zip(&slow) {
+            assert!((got - (start + 0.5 * want)).abs() <= 1e-12 * (1.0 + want.abs()));
+        }
+    }
+}
+
+#[test]
+fn several_matrices_in_one_pass_equal_one_product_each_bitwise() {
+    let k = 300;
+    let row = filled(k, 10);
+    let shapes = [(k, 200), (k, 7), (k, 1000)];
+    let data: Vec<Vec<f64>> = shapes.iter().enumerate().map(|(i, &(r, c))| filled(r * c, 11 + i as u64)).collect();
+    let mut views: Vec<MatRef<'_>> =
+        shapes.iter().zip(&data).map(|(&(r, c), d)| MatRef::row_major(d, r, c).unwrap()).collect();
+    // a transposed view does not take the one-row path: it goes through `matmul` alone
+    let t = filled(k * 9, 20);
+    views.push(MatRef::row_major(&t, 9, k).unwrap().t());
+    let lhs = MatRef::row_major(&row, 1, k).unwrap();
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let together = pool.install(|| row_times_matrices(&row, &views, true)).unwrap();
+        for (got, &m) in together.iter().zip(&views) {
+            let mut alone = vec![0.0; m.cols()];
+            matmul(&mut alone, lhs, m, false, true).unwrap();
+            assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+    }
+    let wrong = MatRef::row_major(&data[0], 200, 300).unwrap();
+    assert!(row_times_matrices(&row, &[views[0], wrong], true).is_err());
+}
+
+#[test]
+fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
+    // (m, k, n): small loop, one-row path, fast kernel (plain and transposed), halves of rows
+    // (an odd m; the second in three depth blocks), empty depth
+    for &(m, k, n, transposed) in &[
+        (3, 4, 5, false),
+        (1, 300, 200, false),
+        (70, 129, 31, false),
+        (64, 40, 90, true),
+        (65, 200, 30, false),
+        (65, 600, 30, true),
+        (6, 0, 4, false),
+    ] {
+        let a = filled(m * k, 30);
+        let b = filled(k * n, 31);
+        let av = MatRef::row_major(&a, m, k).unwrap();
+        let bv =
+            if transposed { MatRef::row_major(&b, n, k).unwrap().t() } else { MatRef::row_major(&b, k, n).unwrap() };
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let (new, sequential, filled_in) = pool.install(|| {
+                let mut zeros = vec![0.0; m * n];
+                matmul(&mut zeros, av, bv, false, true).unwrap();
+                (matmul_new(av, bv, true).unwrap(), matmul_new(av, bv, false).unwrap(), zeros)
+            });
+            assert_eq!(new.len(), m * n);
+            assert!(new.iter().zip(&filled_in).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
+            assert!(new.iter().zip(&sequential).all(|(x, y)| x.to_bits() == y.to_bits()), "{m}x{k}x{n}");
+        }
+    }
+    let a = [1.0; 6];
+    assert!(matmul_new(MatRef::row_major(&a, 2, 3).unwrap(), MatRef::row_major(&a, 2, 3).unwrap(), true).is_err());
+}
+
+#[test]
+fn the_row_path_never_takes_overlapping_rows() {
+    // a zero-stride view describes 2³² rows over one value: the row path would keep a partial
+    // result per 64 of them (gigabytes), so such products take the general kernel
+    assert!(!takes_row_path(1, 1 << 32, 1, 0, 1));
+    assert!(!takes_row_path(1, 1 << 20, 512, 511, 1));
+    assert!(takes_row_path(1, 512, 512, 512, 1) && takes_row_path(1, 512, 512, 600, 1));
+}
+
+#[test]
+fn views_that_read_past_their_storage_are_rejected() {
+    let data = [0.0; 5];
+    assert!(MatRef::new(&data, 2, 3, 3, 1).is_err());
+    assert!(MatRef::new(&data, 0, 3, 3, 1).is_ok());
+    let a = [1.0; 6];
+    let mut c = [0.0; 4];
+    let av = MatRef::row_major(&a, 2, 3).unwrap();
+    let err = matmul(&mut c, av, av, false, false).unwrap_err();
+    assert!(err.to_string().contains("matmul kernel"));
+}

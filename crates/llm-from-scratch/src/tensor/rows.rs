@@ -1,0 +1,120 @@
+//! Building a tensor's values row by row, in parallel, straight into storage that was never
+//! filled: no pass of zeros before the real values, no copy after.
+//!
+//! RoPE's rotation and the row copies of a permutation build their outputs this way. The one
+//! `unsafe` step — telling the vector its values are there — is here, and the types make it
+//! true: each row reaches the caller as a [`RowOut`], whose only methods write every value of
+//! the row and hand back the [`Written`] receipt that the caller must return for that row.
+
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+/// One output row not yet written. Each method writes all of its values and returns the receipt.
+pub(crate) struct RowOut<'a>(&'a mut [MaybeUninit<f64>]);
+
+/// Proof that one [`RowOut`] was written whole. Only `RowOut`'s methods make one, and the lifetime
+/// is invariant, so a receipt cannot stand for another row.
+pub(crate) struct Written<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
+
+impl<'a> RowOut<'a> {
+    /// Copies `src`, which must be exactly as wide as the row (else a panic).
+    pub(crate) fn copy_from(self, src: &[f64]) -> Written<'a> {
+        self.0.write_copy_of_slice(src);
+        Written(PhantomData)
+    }
+
+    /// Writes the pairs `(i, i + w/2)` as `f(i)` for `i < w/2`; the width must be even.
+    #[inline(always)]
+    pub(crate) fn pairs_apart(self, mut f: impl FnMut(usize) -> (f64, f64)) -> Written<'a> {
+        assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
+        let (lo, hi) = self.0.split_at_mut(self.0.len() / 2);
+        for (i, (a, b)) in lo.iter_mut().zip(hi).enumerate() {
+            let (x, y) = f(i);
+            a.write(x);
+            b.write(y);
+        }
+        Written(PhantomData)
+    }
+
+    /// Writes the pairs `(2i, 2i + 1)` as `f(i)`; the width must be even.
+    #[inline(always)]
+    pub(crate) fn pairs_adjacent(self, mut f: impl FnMut(usize) -> (f64, f64)) -> Written<'a> {
+        assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
+        for (i, pair) in self.0.chunks_exact_mut(2).enumerate() {
+            let (x, y) = f(i);
+            pair[0].write(x);
+            pair[1].write(y);
+        }
+        Written(PhantomData)
+    }
+}
+
+/// How [`build_rows`] spreads the rows over threads.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowTasks {
+    /// Rows per task.
+    pub(crate) rows_per_task: usize,
+    /// `false`: every row on the calling thread.
+    pub(crate) parallel: bool,
+}
+
+/// `len` values as rows of `row_len`, row `r` written by `fill(state, r, row)`; `init` makes the
+/// state of each task (scratch it may reuse across rows). The rows of a task run in order; each
+/// value is computed the same way whatever the thread count.
+///
+/// # Panics
+/// If `row_len` is 0 or does not divide `len` (callers pass whole rows).
+pub(crate) fn build_rows<S>(
+    (len, row_len): (usize, usize),
+    tasks: RowTasks,
+    init: impl Fn() -> S + Sync + Send,
+    fill: impl for<'a> Fn(&mut S, usize, RowOut<'a>) -> Written<'a> + Sync + Send,
+) -> Vec<f64> {
+    assert!(row_len > 0 && len.is_multiple_of(row_len), "{len} values are not whole rows of {row_len}");
+    let rows_per_task = tasks.rows_per_task.max(1);
+    let task = |state: &mut S, (index, block): (usize, &mut [MaybeUninit<f64>])| {
+        for (k, row) in block.chunks_exact_mut(row_len).enumerate() {
+            let Written(_) = fill(state, index * rows_per_task + k, RowOut(row));
+        }
+    };
+    let mut out: Vec<f64> = Vec::with_capacity(len);
+    let unfilled = &mut out.spare_capacity_mut()[..len];
+    if tasks.parallel {
+        unfilled.par_chunks_mut(rows_per_task * row_len).enumerate().for_each_init(&init, task);
+    } else {
+        let mut state = init();
+        unfilled.chunks_mut(rows_per_task * row_len).enumerate().for_each(|block| task(&mut state, block));
+    }
+    // SAFETY: the capacity holds `len` values. The blocks cover `0..len`, and as `len` and the
+    // block size are multiples of `row_len`, each block is whole rows, every one of which went to
+    // `fill` as a `RowOut`. `fill` returned that row's `Written`, which (invariant in its lifetime,
+    // with a private field) only a `RowOut` method makes after writing every value of its row. A
+    // panic in `fill` leaves the length at 0.
+    #[allow(unsafe_code)]
+    unsafe {
+        out.set_len(len)
+    };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_layout_writes_whole_rows_on_one_thread_and_on_many() {
+        for parallel in [false, true] {
+            let tasks = RowTasks { rows_per_task: 3, parallel };
+            let apart = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_apart(|i| (r as f64, i as f64)));
+            assert_eq!(&apart[4..8], &[1.0, 1.0, 0.0, 1.0]);
+            let adjacent =
+                build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_adjacent(|i| (r as f64, i as f64)));
+            assert_eq!(&adjacent[28..], &[7.0, 0.0, 7.0, 1.0]);
+            let src: Vec<f64> = (0..10).map(f64::from).collect();
+            let copied = build_rows((10, 2), tasks, || (), |_, r, row| row.copy_from(&src[r * 2..r * 2 + 2]));
+            assert_eq!(copied, src);
+        }
+    }
+}
