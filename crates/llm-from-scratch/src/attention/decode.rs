@@ -126,7 +126,14 @@ fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64
     }
     // the sink joins the normaliser but adds nothing to the output
     let total = exp_shifted_sum(scores, max) + query.sink.map_or(0.0, |s| exp(s - max));
-    add_weighted_values(runs, scores, out);
+    // a weight of exactly 0 (a hidden key: e^−∞) must be skipped, not multiplied: 0 · NaN = NaN
+    // would let a key the query cannot see change its output; rows with none take the loop
+    // without the test (one-token decoding over a cache it sees whole)
+    if scores.contains(&0.0) {
+        add_weighted_values::<true>(runs, scores, out);
+    } else {
+        add_weighted_values::<false>(runs, scores, out);
+    }
     for o in out.iter_mut() {
         *o /= total;
     }
@@ -169,9 +176,10 @@ fn score_runs(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64]) -> usi
 }
 
 /// `out += Σ_j w_j v_j` over the values of `runs`, in the same stretches as the scores: one
-/// partial output per stretch, added in stretch order after the keys that were alone.
+/// partial output per stretch, added in stretch order after the keys that were alone. With
+/// `SKIP_ZEROS`, zero weights are skipped (the same sums for finite values).
 #[inline(always)]
-fn add_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
+fn add_weighted_values<const SKIP_ZEROS: bool>(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
     let d = out.len();
     let mut partial = vec![0.0; STREAMS * d];
     let mut at = 0;
@@ -180,12 +188,10 @@ fn add_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
         let weights = &weights[at..at + rows];
         at += rows;
-        // a weight of exactly 0 (a hidden key: e^−∞) is skipped, not multiplied: 0 · NaN = NaN
-        // would let a key the query cannot see change its output
         for i in 0..part {
             for (s, sums) in partial.chunks_exact_mut(d).enumerate() {
                 let (w, v) = (weights[s * part + i], &values[(s * part + i) * d..][..d]);
-                if w == 0.0 {
+                if SKIP_ZEROS && w == 0.0 {
                     continue;
                 }
                 for (o, x) in sums.iter_mut().zip(v) {
@@ -195,7 +201,7 @@ fn add_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
         }
         for r in STREAMS * part..rows {
             let (w, v) = (weights[r], &values[r * d..(r + 1) * d]);
-            if w == 0.0 {
+            if SKIP_ZEROS && w == 0.0 {
                 continue;
             }
             for (o, x) in out.iter_mut().zip(v) {

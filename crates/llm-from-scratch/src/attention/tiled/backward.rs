@@ -204,6 +204,8 @@ pub(super) struct Saved<'a> {
     pub(super) sinks: Option<&'a Tensor>,
     pub(super) o: &'a Tensor,
     pub(super) lse: &'a [f64],
+    /// `q`, `k` and `v` hold no NaN or ±∞ (checked by the forward).
+    pub(super) operands_finite: bool,
 }
 
 /// The gradient buffers of `q`, `k` and `v`, each written by one task per slice.
@@ -222,7 +224,7 @@ pub(super) fn backward(
     g: &Tensor,
     kernel: Kernel,
 ) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
-    let Saved { q, k, v, sinks, o, lse } = saved;
+    let Saved { q, k, v, sinks, o, lse, operands_finite } = saved;
     if q.is_empty() || k.is_empty() {
         // nothing attended: every adjoint is zero (and the sinks received no mass)
         let zeros = |t: &Tensor| Tensor::zeros(t.shape()).map(Some);
@@ -232,7 +234,7 @@ pub(super) fn backward(
         }
         return Ok(grads);
     }
-    if matches!(kernel, Kernel::Plain) || ![q, k, v, g].iter().all(|t| t.all_finite()) {
+    if matches!(kernel, Kernel::Plain) || !operands_finite || !g.all_finite() {
         return Ok(plain_backward(dims, vis, saved, g));
     }
     let delta = row_constants(g, o, dims.d);

@@ -74,6 +74,10 @@ pub(super) fn tiled_attention_on(
         Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), kernel, poisoned };
     // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
     let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
+    // whether q, k and v are all finite, for the backward (checked here, while they are at hand,
+    // so that the backward scans only its upstream)
+    let operands_finite =
+        !forward.poisoned.contains(&true) && (!needs_grad || crate::tensor::dense::all_finite(qt.as_slice()));
     let (out, lse) = forward.run(needs_grad).at(Stage::Softmax)?;
     let output = Tensor::new(&[dims.b, dims.h, dims.t_q, dims.d], out).at(Stage::WeightedValues)?;
     let mut parents = vec![q.clone(), k.clone(), v.clone()];
@@ -82,7 +86,7 @@ pub(super) fn tiled_attention_on(
     Ok(TensorValue::record("tiled_attention", parents, output, move |ctx| {
         let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
         let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
-        let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse };
+        let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse, operands_finite };
         backward(dims, &vis, saved, ctx.grad(), kernel)
     }))
 }
