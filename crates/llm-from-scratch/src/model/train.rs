@@ -147,27 +147,30 @@ impl Trainer {
     /// changed); tensor errors of the backward sweep.
     pub fn step(&mut self, batch: &TokenBatch) -> Result<StepReport, ModelError> {
         // forward, backward and update: one worker kept from parking throughout (crate::parallel)
-        crate::parallel::with_workers_awake(|| {
-            let lr = self.schedule.at(self.step);
-            let loss = self.model.loss(batch)?;
-            let value = loss.value()?.as_slice()[0];
-            let tape_grads = loss.backward()?;
-            let mut grads: Vec<Tensor> = self.parameters.gradients(&tape_grads).map(|(_, g)| g).collect();
-            let grad_norm = match self.clip_norm {
-                Some(c) => clip_global_norm(&mut grads, c)?,
-                None => {
-                    let n = global_norm(&grads);
-                    if !n.is_finite() {
-                        return Err(ModelError::NonFiniteGradient { norm: n });
-                    }
-                    n
+        crate::parallel::with_workers_awake(|| self.step_body(batch))
+    }
+
+    /// [`Trainer::step`]: loss, backward, clip, update.
+    fn step_body(&mut self, batch: &TokenBatch) -> Result<StepReport, ModelError> {
+        let lr = self.schedule.at(self.step);
+        let loss = self.model.loss(batch)?;
+        let value = loss.value()?.as_slice()[0];
+        let tape_grads = loss.backward()?;
+        let mut grads: Vec<Tensor> = self.parameters.gradients(&tape_grads).map(|(_, g)| g).collect();
+        let grad_norm = match self.clip_norm {
+            Some(c) => clip_global_norm(&mut grads, c)?,
+            None => {
+                let n = global_norm(&grads);
+                if !n.is_finite() {
+                    return Err(ModelError::NonFiniteGradient { norm: n });
                 }
-            };
-            self.optimizer.update(&self.parameters, &grads, lr)?;
-            let report = StepReport { step: self.step, lr, loss: value, grad_norm };
-            self.step += 1;
-            Ok(report)
-        })
+                n
+            }
+        };
+        self.optimizer.update(&self.parameters, &grads, lr)?;
+        let report = StepReport { step: self.step, lr, loss: value, grad_norm };
+        self.step += 1;
+        Ok(report)
     }
 }
 

@@ -23,15 +23,83 @@
 //! [`TensorValue::matmul_scores`] (it hides scores).
 
 use crate::autodiff::TensorValue;
-use crate::autodiff::ops::masked_fill::expand;
+use std::borrow::Cow;
+
+use rayon::prelude::*;
+
+use crate::autodiff::ops::masked_fill::{check_mask, expand};
 use crate::autodiff::ops::matmul::Plan;
 use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
 use crate::tensor::dense::all_finite;
 use crate::tensor::{Mask, Tensor};
 
-/// `values` with the hidden entries replaced by 0 (select, never multiply).
-fn select_visible(values: &[f64], hidden: &[bool]) -> Vec<f64> {
-    values.iter().zip(hidden).map(|(&x, &h)| if h { 0.0 } else { x }).collect()
+/// Which entries of a batch of `[m, n]` matrices a mask hides, without expanding a mask that
+/// broadcasts over the batch (a `[T, T]` causal mask over `[B, H, T, T]` scores stays `[T, T]`).
+struct Hidden {
+    /// The flags: the mask's own, or the mask expanded to the whole shape.
+    flags: Vec<bool>,
+    /// Per matrix of the batch, the offset of its `m·n` flags in `flags`.
+    offsets: Vec<usize>,
+    /// `m·n`.
+    size: usize,
+}
+
+impl Hidden {
+    fn new(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Self> {
+        check_mask(op, mask, shape)?;
+        let r = shape.len(); // ≥ 2: both products are of matrices
+        let size = shape[r - 2] * shape[r - 1];
+        let (lanes_shape, ms) = (&shape[..r - 2], mask.shape());
+        if ms.len() >= 2 && ms[ms.len() - 2..] == shape[r - 2..] {
+            // the mask's [m, n] block of each matrix, through the broadcast of its leading axes
+            let strides = broadcast_strides(&ms[..ms.len() - 2], lanes_shape);
+            let mut offsets = Vec::with_capacity(lanes_shape.iter().product());
+            for_each_broadcast(lanes_shape, &strides, &vec![0; lanes_shape.len()], |_, o, _| offsets.push(o * size));
+            if lanes_shape.is_empty() {
+                offsets = vec![0];
+            }
+            return Ok(Self { flags: mask.as_slice().to_vec(), offsets, size });
+        }
+        let flags = expand(op, mask, shape)?;
+        let offsets = (0..flags.len() / size.max(1)).map(|t| t * size).collect();
+        Ok(Self { flags, offsets, size })
+    }
+
+    /// The flags of matrix `t`, `m·n` of them.
+    fn lane(&self, t: usize) -> &[bool] {
+        &self.flags[self.offsets[t]..self.offsets[t] + self.size]
+    }
+
+    /// `true` when every hidden entry of `values` (the whole batch) is exactly 0.
+    fn all_zero(&self, values: &[f64]) -> bool {
+        values
+            .par_chunks(self.size.max(1))
+            .enumerate()
+            .all(|(t, m)| m.iter().zip(self.lane(t)).all(|(&x, &h)| !h || x == 0.0))
+    }
+
+    /// `values` with the hidden entries replaced by 0 (select, never multiply); borrowed when
+    /// they already are.
+    fn select<'a>(&self, values: &'a [f64]) -> Cow<'a, [f64]> {
+        if self.all_zero(values) {
+            return Cow::Borrowed(values);
+        }
+        let mut owned = values.to_vec();
+        self.zero(&mut owned);
+        Cow::Owned(owned)
+    }
+
+    /// Sets the hidden entries of `values` to 0, in place.
+    fn zero(&self, values: &mut [f64]) {
+        values.par_chunks_mut(self.size.max(1)).enumerate().for_each(|(t, m)| {
+            for (x, &h) in m.iter_mut().zip(self.lane(t)) {
+                if h {
+                    *x = 0.0;
+                }
+            }
+        });
+    }
 }
 
 /// The plan of `lhs · rhs`, refusing a lhs that is broadcast over the output's leading axes
@@ -71,9 +139,9 @@ impl TensorValue {
     pub fn matmul_visible(&self, values: &TensorValue, mask: &Mask) -> Result<TensorValue> {
         let op = "matmul_visible";
         let plan = plan(op, self.shape(), values.shape())?;
-        let hidden = expand(op, mask, self.shape())?;
+        let hidden = Hidden::new(op, mask, self.shape())?;
         let (w, v) = (self.read(op)?, values.read(op)?);
-        let w = select_visible(w.as_slice(), &hidden);
+        let w = hidden.select(w.as_slice());
         let out = if all_finite(v.as_slice()) {
             plan.products(&w, v.as_slice())?
         } else {
@@ -87,12 +155,14 @@ impl TensorValue {
             if ctx.wants(0) {
                 // forward: out[i] = Σ_j w_ij v_j (visible j)  =>  dw_ij = visible ? dout_i · v_j : 0
                 // (the product computes every entry; a hidden one is replaced, never used)
-                let dw = plan.lhs_adjoint(g, v)?;
-                grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), select_visible(&dw, &hidden)));
+                let mut dw = plan.lhs_adjoint(g, v)?;
+                hidden.zero(&mut dw);
+                grads[0] = Some(Tensor::from_parts(ctx.input_shape(0).to_vec(), dw));
             }
             if ctx.wants(1) {
                 // forward: out[i] = Σ_j w_ij v_j (visible j)  =>  dv_j = Σ_{i sees j} w_ij · dout_i
-                let w = select_visible(ctx.input(0)?.as_slice(), &hidden);
+                let w = ctx.input(0)?;
+                let w = hidden.select(w.as_slice());
                 let dv = if all_finite(g) {
                     plan.rhs_adjoint(&w, g)?
                 } else {
@@ -125,14 +195,14 @@ impl TensorValue {
     pub fn matmul_scores(&self, keys_t: &TensorValue, mask: &Mask) -> Result<TensorValue> {
         let op = "matmul_scores";
         let plan = plan(op, self.shape(), keys_t.shape())?;
-        let hidden = expand(op, mask, &plan.out_shape)?;
+        let hidden = Hidden::new(op, mask, &plan.out_shape)?;
         let (q, kt) = (self.read(op)?, keys_t.read(op)?);
         let out = Tensor::from_parts(plan.out_shape.clone(), plan.products(q.as_slice(), kt.as_slice())?);
         Ok(TensorValue::record(op, vec![self.clone(), keys_t.clone()], out, move |ctx| {
             let (q, kt) = (ctx.input(0)?, ctx.input(1)?);
             let (q, kt) = (q.as_slice(), kt.as_slice());
             // forward: s_ij = q_i · k_j  =>  dq_i = Σ_{j visible} ds_ij k_j,  dk_j = Σ_{i sees j} ds_ij q_i
-            let ds = select_visible(ctx.grad().as_slice(), &hidden);
+            let ds = hidden.select(ctx.grad().as_slice());
             let mut grads = vec![None, None];
             if ctx.wants(0) {
                 let dq = if all_finite(kt) {
@@ -157,13 +227,13 @@ impl TensorValue {
 
 /// The explicit loop of [`TensorValue::matmul_visible`]'s forward: `out[t][i] = Σ_{j visible}
 /// w[t][i][j] · v[r][j]`, hidden pairs skipped.
-fn visible_products(plan: &Plan, w: &[f64], v: &[f64], hidden: &[bool]) -> Vec<f64> {
+fn visible_products(plan: &Plan, w: &[f64], v: &[f64], hidden: &Hidden) -> Vec<f64> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let mut out = vec![0.0; plan.pairs.len() * m * n];
     for (t, &(_, r)) in plan.pairs.iter().enumerate() {
         for i in 0..m {
             let row = &mut out[(t * m + i) * n..(t * m + i + 1) * n];
-            for j in (0..k).filter(|&j| !hidden[(t * m + i) * k + j]) {
+            for j in (0..k).filter(|&j| !hidden.lane(t)[i * k + j]) {
                 let weight = w[(t * m + i) * k + j];
                 for (o, &x) in row.iter_mut().zip(&v[(r * k + j) * n..(r * k + j + 1) * n]) {
                     *o += weight * x;
@@ -175,13 +245,13 @@ fn visible_products(plan: &Plan, w: &[f64], v: &[f64], hidden: &[bool]) -> Vec<f
 }
 
 /// The explicit loop of `dv[r][j] = Σ_t Σ_{i sees j} w[t][i][j] · dout[t][i]`.
-fn visible_values_adjoint(plan: &Plan, w: &[f64], g: &[f64], hidden: &[bool]) -> Vec<f64> {
+fn visible_values_adjoint(plan: &Plan, w: &[f64], g: &[f64], hidden: &Hidden) -> Vec<f64> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let mut dv = vec![0.0; plan.rhs_count * k * n];
     for (t, &(_, r)) in plan.pairs.iter().enumerate() {
         for i in 0..m {
             let upstream = &g[(t * m + i) * n..(t * m + i + 1) * n];
-            for j in (0..k).filter(|&j| !hidden[(t * m + i) * k + j]) {
+            for j in (0..k).filter(|&j| !hidden.lane(t)[i * k + j]) {
                 let weight = w[(t * m + i) * k + j];
                 for (d, &x) in dv[(r * k + j) * n..(r * k + j + 1) * n].iter_mut().zip(upstream) {
                     *d += weight * x;
@@ -204,13 +274,13 @@ enum Side {
 /// The explicit loops of [`TensorValue::matmul_scores`]'s backward over visible pairs only:
 /// `dq[t][i][c] = Σ_j ds[t][i][j] kt[r][c][j]` (side `Lhs`, `other` = kt) or
 /// `dkt[r][c][j] = Σ_{t, i} q[t][i][c] ds[t][i][j]` (side `Rhs`, `other` = q).
-fn scores_adjoint(plan: &Plan, ds: &[f64], other: &[f64], hidden: &[bool], side: Side) -> Vec<f64> {
+fn scores_adjoint(plan: &Plan, ds: &[f64], other: &[f64], hidden: &Hidden, side: Side) -> Vec<f64> {
     let (m, k, n) = (plan.m, plan.k, plan.n);
     let len = if side == Side::Lhs { plan.lhs_count * m * k } else { plan.rhs_count * k * n };
     let mut grad = vec![0.0; len];
     for (t, &(l, r)) in plan.pairs.iter().enumerate() {
         for i in 0..m {
-            for j in (0..n).filter(|&j| !hidden[(t * m + i) * n + j]) {
+            for j in (0..n).filter(|&j| !hidden.lane(t)[i * n + j]) {
                 let s = ds[(t * m + i) * n + j];
                 for c in 0..k {
                     match side {
