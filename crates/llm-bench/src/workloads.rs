@@ -369,15 +369,7 @@ fn train_step() -> Result<Outcome, String> {
         .map(|_| TokenBatch::next_token(&(0..BATCH).map(|_| sequence()).collect::<Vec<_>>(), LENGTH))
         .collect::<Result<_, _>>()
         .map_err(err)?;
-    let runs = Runs { warmups: 3, timed: 21 };
-    let ms = median_ms(runs, |i| -> Result<(), String> {
-        let report = trainer.step(&batches[i % batches.len()]).map_err(err)?;
-        if !report.loss.is_finite() {
-            return Err(format!("train-step: loss {} at step {}", report.loss, report.step));
-        }
-        Ok(())
-    })?;
-    Ok(Outcome::Measured(vec![Measurement::new("train-step", "step", ms).with_flops(FLOPS)]))
+    time_steps("train-step", &mut trainer, &batches, FLOPS)
 }
 
 /// `train-text step`: one optimiser step of chapter 37's character model (the configuration of
@@ -413,15 +405,26 @@ fn train_text() -> Result<Outcome, String> {
         .map(|_| TokenBatch::next_token(&(0..BATCH).map(|_| window()).collect::<Vec<_>>(), 0))
         .collect::<Result<_, _>>()
         .map_err(err)?;
+    time_steps("train-text", &mut trainer, &batches, FLOPS)
+}
+
+/// The median time of one optimiser step of `trainer`, the `batches` rotating (the model keeps
+/// training from run to run); a non-finite loss fails the workload.
+fn time_steps(
+    workload: &'static str,
+    trainer: &mut Trainer,
+    batches: &[TokenBatch],
+    flops: f64,
+) -> Result<Outcome, String> {
     let runs = Runs { warmups: 3, timed: 21 };
     let ms = median_ms(runs, |i| -> Result<(), String> {
-        let report = trainer.step(&batches[i % batches.len()]).map_err(err)?;
+        let report = trainer.step(&batches[i % batches.len()]).map_err(|e| e.to_string())?;
         if !report.loss.is_finite() {
-            return Err(format!("train-text: loss {} at step {}", report.loss, report.step));
+            return Err(format!("{workload}: loss {} at step {}", report.loss, report.step));
         }
         Ok(())
     })?;
-    Ok(Outcome::Measured(vec![Measurement::new("train-text", "step", ms).with_flops(FLOPS)]))
+    Ok(Outcome::Measured(vec![Measurement::new(workload, "step", ms).with_flops(flops)]))
 }
 
 #[cfg(test)]
