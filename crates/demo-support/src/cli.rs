@@ -90,6 +90,49 @@ pub fn run_chapter<E, Err: Display>(
     ExitCode::SUCCESS
 }
 
+/// The `main` of a demo binary with options of its own: `parse` reads the arguments (`Ok(None)`
+/// asks for help: `usage` goes to standard output, exit 0; `Err` is a usage error: one line on
+/// standard error, exit 2), then `run` does the work (an error: one line on standard error,
+/// exit 1).
+///
+/// ```
+/// use std::process::ExitCode;
+/// use demo_support::cli::main_with_options;
+/// let parse = |args: &[String]| match args {
+///     [] => Ok(Some(())),
+///     [flag] if flag == "--help" => Ok(None),
+///     _ => Err("unknown argument".to_string()),
+/// };
+/// let code = main_with_options(&["--bogus".to_string()], "usage: demo", parse, |_: &()| Ok(()));
+/// assert_eq!(code, ExitCode::from(2));
+/// assert_eq!(main_with_options(&[], "usage: demo", parse, |_: &()| Ok(())), ExitCode::SUCCESS);
+/// ```
+pub fn main_with_options<O>(
+    args: &[String],
+    usage: &str,
+    parse: impl FnOnce(&[String]) -> Result<Option<O>, String>,
+    run: impl FnOnce(&O) -> Result<(), Box<dyn Error>>,
+) -> ExitCode {
+    let options = match parse(args) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            println!("{usage}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("error: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Writes `svg` to `path`, naming the path in the error.
 ///
 /// # Errors

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use llm_from_scratch::Tensor;
 use llm_from_scratch::attention::SlidingWindow;
 use llm_from_scratch::model::{
-    CheckpointError, Decoder, DecoderConfig, ModelError, hf_llama_config, load_checkpoint, load_hf_llama,
-    save_checkpoint,
+    CheckpointError, Decoder, DecoderConfig, ModelError, checkpoint_from_bytes, hf_llama_config, hf_llama_from_bytes,
+    load_checkpoint, load_hf_llama, save_checkpoint,
 };
 use llm_from_scratch::nn::{RopeLayout, SplitMix64};
 use safetensors::tensor::TensorView;
@@ -57,6 +57,27 @@ fn the_hugging_face_fixture_gives_the_logits_of_transformers() {
     // the weights are float32 in the file: widened exactly, so a float32 round trip changes nothing
     let gain = model.parameters().get("model.norm.weight").unwrap().value().value().unwrap();
     assert!(gain.as_slice().iter().all(|&g| f64::from(g as f32) == g));
+}
+
+#[test]
+fn loading_from_bytes_equals_loading_from_files() {
+    let (tokens, shape, _) = expected_logits();
+    let config = std::fs::read_to_string(fixture().join("config.json")).unwrap();
+    let weights = std::fs::read(fixture().join("model.safetensors")).unwrap();
+    let from_files = logits(&load_hf_llama(fixture()).unwrap(), &tokens, shape);
+    let from_bytes = logits(&hf_llama_from_bytes(&config, &weights).unwrap(), &tokens, shape);
+    assert!(from_files.bitwise_eq(&from_bytes));
+    let err = hf_llama_from_bytes(&config, &weights[..weights.len() / 2]).unwrap_err();
+    assert!(matches!(err, CheckpointError::Header { ref path, .. } if path == "model.safetensors"), "{err}");
+    let err = hf_llama_from_bytes("{", &weights).unwrap_err();
+    assert!(matches!(err, CheckpointError::Config { .. }), "{err}");
+    // ours: the bytes save_checkpoint wrote load back bitwise
+    let path = temp_path("bytes");
+    save_checkpoint(&load_hf_llama(fixture()).unwrap(), &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(logits(&checkpoint_from_bytes(&bytes).unwrap(), &tokens, shape).bitwise_eq(&from_files));
+    assert!(matches!(checkpoint_from_bytes(&bytes[..100]), Err(CheckpointError::Header { .. })));
 }
 
 #[test]

@@ -82,12 +82,14 @@ impl Hidden {
     /// `values` with the hidden entries replaced by 0 (select, never multiply); borrowed when
     /// they already are.
     fn select<'a>(&self, values: &'a [f64]) -> Cow<'a, [f64]> {
-        if self.all_zero(values) {
-            return Cow::Borrowed(values);
-        }
+        if self.all_zero(values) { Cow::Borrowed(values) } else { Cow::Owned(self.zeroed(values)) }
+    }
+
+    /// A copy of `values` with the hidden entries replaced by 0.
+    fn zeroed(&self, values: &[f64]) -> Vec<f64> {
         let mut owned = values.to_vec();
         self.zero(&mut owned);
-        Cow::Owned(owned)
+        owned
     }
 
     /// Sets the hidden entries of `values` to 0, in place.
@@ -133,6 +135,11 @@ impl TensorValue {
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
     ///
+    /// # Shapes
+    /// `self [..., m, k] · values [..., k, n] → [..., m, n]`, `mask` broadcasting to `[..., m, k]`;
+    /// `values` may broadcast over leading axes (one kv head for a group of query heads), `self`
+    /// may not.
+    ///
     /// # Errors
     /// As [`TensorValue::matmul`]; [`TensorAutodiffError::ShapeMismatch`] if the mask does not
     /// broadcast to `self`'s shape or `self` is broadcast over the output's leading axes.
@@ -142,6 +149,9 @@ impl TensorValue {
         let hidden = Hidden::new(op, mask, self.shape())?;
         let (w, v) = (self.read(op)?, values.read(op)?);
         let w = hidden.select(w.as_slice());
+        // the weights' hidden entries were already 0 (as a masked softmax leaves them): the
+        // backward can use the weights as they are, without checking again
+        let weights_clean = matches!(w, Cow::Borrowed(_));
         let out = if all_finite(v.as_slice()) {
             plan.products(&w, v.as_slice())?
         } else {
@@ -162,7 +172,8 @@ impl TensorValue {
             if ctx.wants(1) {
                 // forward: out[i] = Σ_j w_ij v_j (visible j)  =>  dv_j = Σ_{i sees j} w_ij · dout_i
                 let w = ctx.input(0)?;
-                let w = hidden.select(w.as_slice());
+                let w =
+                    if weights_clean { Cow::Borrowed(w.as_slice()) } else { Cow::Owned(hidden.zeroed(w.as_slice())) };
                 let dv = if all_finite(g) {
                     plan.rhs_adjoint(&w, g)?
                 } else {
@@ -189,6 +200,10 @@ impl TensorValue {
     /// assert_eq!(grads.get(&q).unwrap().as_slice(), &[0.5, 0.0]);
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
+    ///
+    /// # Shapes
+    /// `self [..., m, d] · keys_t [..., d, n] → scores [..., m, n]`, `mask` broadcasting to
+    /// `[..., m, n]`; `keys_t` may broadcast over leading axes, `self` may not.
     ///
     /// # Errors
     /// As [`TensorValue::matmul_visible`], with the mask broadcast to the scores' shape.
@@ -324,6 +339,33 @@ mod tests {
         })
         .unwrap();
         assert!(report.passed(), "{report:?}");
+    }
+
+    #[test]
+    fn a_mask_that_broadcasts_within_the_matrix_hides_the_same_pairs() {
+        // a [1, 4] padding mask (key 2 hidden from every query) is expanded; the same mask
+        // written out as [4, 4] is read block by block: both skip the same pairs, forward and
+        // backward, with key 2 poisoned
+        let narrow = Mask::new(&[1, 4], vec![false, false, true, false]).unwrap();
+        let wide = Mask::new(&[4, 4], (0..16).map(|e| e % 4 == 2).collect()).unwrap();
+        let run = |mask: &Mask| {
+            let w = parameter(&[2, 4, 4], random(&[2, 4, 4], 11).as_slice()).unwrap();
+            let mut v = random(&[2, 4, 3], 12).into_vec();
+            v[6..9].fill(f64::NAN);
+            v[18..21].fill(f64::INFINITY);
+            let v = parameter(&[2, 4, 3], &v).unwrap();
+            let out = w.matmul_visible(&v, mask).unwrap();
+            let grads = out.backward_with(&random(&[2, 4, 3], 13)).unwrap();
+            let (dw, dv) = (grads.get(&w).unwrap().clone(), grads.get(&v).unwrap().clone());
+            (out.value().unwrap(), dw, dv)
+        };
+        let (a, b) = (run(&narrow), run(&wide));
+        for (x, y) in [(&a.0, &b.0), (&a.1, &b.1), (&a.2, &b.2)] {
+            assert!(x.all_finite() && x.bitwise_eq(y), "{x:?} {y:?}");
+        }
+        // hidden weights get no adjoint; the hidden value rows get none either
+        assert!(a.1.as_slice().iter().skip(2).step_by(4).all(|&g| g == 0.0));
+        assert!(a.2.as_slice()[6..9].iter().chain(&a.2.as_slice()[18..21]).all(|&g| g == 0.0));
     }
 
     #[test]
