@@ -4,25 +4,34 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// One output line: `<workload> <variant> median_ms=<float> [gflops=<float>] [peak_mib=<float>]`.
+/// One output line: `<workload> <variant> median_ms=<float> [gflops=<float> [of_gemm=<float>]]
+/// [peak_mib=<float>]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measurement {
     pub workload: &'static str,
     pub variant: &'static str,
     pub median_ms: f64,
     pub gflops: Option<f64>,
+    /// `gflops` as a fraction of the matrix product's rate in the same run and on the same target.
+    pub of_gemm: Option<f64>,
     pub peak_mib: Option<f64>,
 }
 
 impl Measurement {
     /// A line with the time only.
     pub fn new(workload: &'static str, variant: &'static str, median_ms: f64) -> Self {
-        Self { workload, variant, median_ms, gflops: None, peak_mib: None }
+        Self { workload, variant, median_ms, gflops: None, of_gemm: None, peak_mib: None }
     }
 
     /// Adds the rate `flops / median time`, in GFLOP/s.
     pub fn with_flops(mut self, flops: f64) -> Self {
         self.gflops = Some(flops / (self.median_ms * 1e6));
+        self
+    }
+
+    /// Adds the rate as a fraction of `gemm_gflops` (nothing for a line without a rate).
+    pub fn relative_to_gemm(mut self, gemm_gflops: f64) -> Self {
+        self.of_gemm = self.gflops.map(|g| g / gemm_gflops);
         self
     }
 
@@ -38,6 +47,9 @@ impl fmt::Display for Measurement {
         write!(f, "{} {} median_ms={:.3}", self.workload, self.variant, self.median_ms)?;
         if let Some(gflops) = self.gflops {
             write!(f, " gflops={gflops:.1}")?;
+        }
+        if let Some(fraction) = self.of_gemm {
+            write!(f, " of_gemm={fraction:.2}")?;
         }
         if let Some(mib) = self.peak_mib {
             write!(f, " peak_mib={mib:.2}")?;
@@ -168,6 +180,9 @@ mod tests {
     fn lines_have_the_documented_format() {
         let line = Measurement::new("gemm", "f64", 10.0).with_flops(2e9);
         assert_eq!(line.to_string(), "gemm f64 median_ms=10.000 gflops=200.0");
+        let line = Measurement::new("long-causal", "tiled", 100.0).with_flops(17.2e9).relative_to_gemm(200.0);
+        assert_eq!(line.to_string(), "long-causal tiled median_ms=100.000 gflops=172.0 of_gemm=0.86");
+        assert_eq!(Measurement::new("a", "b", 1.0).relative_to_gemm(200.0).of_gemm, None);
         let line = Measurement::new("long-causal", "tiled", 1.5).with_peak_mib(2.5);
         assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.50");
     }

@@ -60,6 +60,12 @@ impl Workload {
         NAMES.iter().find(|(w, _)| *w == self).map_or("?", |(_, n)| n)
     }
 
+    /// Whether the workload measures attention, whose lines also give their rate as a fraction of
+    /// the matrix product's (`of_gemm`).
+    pub fn is_attention(self) -> bool {
+        matches!(self, Workload::MhaTrain | Workload::Decode | Workload::LongCausal)
+    }
+
     /// Runs the workload on the current rayon pool. Errors are messages for the user.
     pub fn run(self) -> Result<Outcome, String> {
         match self {
@@ -97,6 +103,15 @@ fn random_values(len: usize, seed: u64) -> Vec<f64> {
 /// of the previous one; after timing, entries of the last product are checked against a plain dot
 /// product, so a kernel that skipped work would fail rather than look fast.
 fn gemm() -> Result<Outcome, String> {
+    gemm_with(Runs { warmups: 3, timed: 15 }).map(|m| Outcome::Measured(vec![m]))
+}
+
+/// The rate of [`gemm`] with fewer runs, for the `of_gemm` fraction of the attention workloads.
+pub fn gemm_gflops() -> Result<f64, String> {
+    gemm_with(Runs { warmups: 2, timed: 7 })?.gflops.ok_or_else(|| "no rate".to_string())
+}
+
+fn gemm_with(runs: Runs) -> Result<Measurement, String> {
     const N: usize = 1024;
     const SETS: usize = 4;
     const FLOPS: f64 = 2.0 * (N * N * N) as f64;
@@ -104,7 +119,6 @@ fn gemm() -> Result<Outcome, String> {
         (0..SETS as u64).map(|s| (random_values(N * N, 2 * s), random_values(N * N, 2 * s + 1))).collect();
     let mut out = vec![0.0; N * N];
     let mut last = 0;
-    let runs = Runs { warmups: 3, timed: 15 };
     let ms = median_ms(runs, |i| {
         last = i % SETS;
         let (a, b) = &inputs[last];
@@ -114,7 +128,7 @@ fn gemm() -> Result<Outcome, String> {
     .map_err(|err| err.to_string())?;
     let (a, b) = &inputs[last];
     check_product(&out, a, b, N)?;
-    Ok(Outcome::Measured(vec![Measurement::new("gemm", "f64", ms).with_flops(FLOPS)]))
+    Ok(Measurement::new("gemm", "f64", ms).with_flops(FLOPS))
 }
 
 /// Checks a spread of entries of the `n×n` product `c = a·b` against a left-to-right dot product,

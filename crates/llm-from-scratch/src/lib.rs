@@ -26,6 +26,7 @@
 pub mod allocator;
 pub mod attention;
 pub mod autodiff;
+pub mod dispatch;
 pub mod error;
 /// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`); their property tests run in
 /// every `cargo test`.

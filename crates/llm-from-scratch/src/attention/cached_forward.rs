@@ -84,6 +84,7 @@ impl GroupedQueryAttention {
         let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
         let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
         let mut heads = vec![0.0; q.len()];
+        let target = crate::dispatch::active();
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
             let (bi, hi) = (lane / h, lane % h);
             let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
@@ -96,7 +97,7 @@ impl GroupedQueryAttention {
             for step in 0..t {
                 // the new keys after `step` are in the future of this query: the mask hides them
                 let q = &q.as_slice()[(lane * t + step) * d..][..d];
-                let query = RowQuery { q, position: first + step, window: c.window, scale, sink };
+                let query = RowQuery { q, position: first + step, window: c.window, scale, sink, target };
                 attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
             }
         });

@@ -12,7 +12,9 @@
 
 use crate::attention::{SlidingWindow, visible};
 use crate::autodiff::ops::softmax::softmax_row;
-use crate::tensor::exp::{exp, exp_shifted_sum};
+use crate::dispatch::Target;
+use crate::dispatch::isa::{self, Plain};
+use crate::tensor::exp::{exp_inline, exp_shifted_sum_inline};
 
 /// `Σ aᵢ·bᵢ` with eight running partial sums combined in a fixed order: vectorisable, and the same
 /// result on every run.
@@ -61,28 +63,17 @@ pub(super) struct RowQuery<'a> {
     pub(super) scale: f64,
     /// The head's sink logit, if any.
     pub(super) sink: Option<f64>,
+    /// The instruction set to run on (the one in force when the step began).
+    pub(super) target: Target,
 }
 
 /// Softmax-weighted sum for one query row over the keys of `runs` (chronological), with an
 /// optional sink logit (a key with a zero value vector); `scores` is scratch space for at least
 /// as many scores as there are keys.
 pub(super) fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        #[target_feature(enable = "avx512f")]
-        fn wide(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-            attend_row_portable(query, runs, scores, out);
-        }
-        // SAFETY: the processor has AVX-512F (checked just above). Both versions perform the
-        // same IEEE operations in the same order (the scores and sums use no fused multiply-add;
-        // the exponentials pick their own version at run time), so they agree bitwise.
-        #[allow(unsafe_code)]
-        unsafe {
-            wide(query, runs, scores, out)
-        };
-        return;
-    }
-    attend_row_portable(query, runs, scores, out);
+    // every target performs the same IEEE operations in the same order (the scores and sums use
+    // no fused multiply-add; the exponentials use the same fused ones everywhere): the same bits
+    isa::run(query.target, Plain(|| attend_row_portable(query, runs, scores, out)));
 }
 
 /// The plain twin of [`attend_row`]: every visible key of `runs` scored, one softmax with the
@@ -125,7 +116,7 @@ fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64
         return; // no visible key: attend to nothing (zeros), as in the full pass
     }
     // the sink joins the normaliser but adds nothing to the output
-    let total = exp_shifted_sum(scores, max) + query.sink.map_or(0.0, |s| exp(s - max));
+    let total = exp_shifted_sum_inline(scores, max) + query.sink.map_or(0.0, |s| exp_inline(s - max));
     // a weight of exactly 0 (a hidden key: e^−∞) must be skipped, not multiplied: 0 · NaN = NaN
     // would let a key the query cannot see change its output; rows with none take the loop
     // without the test (one-token decoding over a cache it sees whole)
@@ -243,12 +234,19 @@ mod tests {
         ] {
             let runs: Vec<Run<'_>> =
                 vec![(0, &k[..split * d], &v[..split * d]), (split, &k[split * d..], &v[split * d..])];
-            let query = RowQuery { q: &q, position, window, scale: 1.0 / (d as f64).sqrt(), sink };
-            let (mut fast, mut naive, mut scores) = (vec![0.0; d], vec![0.0; d], vec![0.0; 40]);
-            attend_row(&query, &runs, &mut scores, &mut fast);
-            attend_row_naive(&query, &runs, &mut naive);
-            for (x, y) in fast.iter().zip(&naive) {
-                assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{split} {window:?} {sink:?} {position}: {x} vs {y}");
+            let mut first = None;
+            for target in Target::available() {
+                let scale = 1.0 / (d as f64).sqrt();
+                let query = RowQuery { q: &q, position, window, scale, sink, target };
+                let (mut fast, mut naive, mut scores) = (vec![0.0; d], vec![0.0; d], vec![0.0; 40]);
+                attend_row(&query, &runs, &mut scores, &mut fast);
+                attend_row_naive(&query, &runs, &mut naive);
+                for (x, y) in fast.iter().zip(&naive) {
+                    let case = format!("{target} {split} {window:?} {sink:?} {position}");
+                    assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{case}: {x} vs {y}");
+                }
+                let bits: Vec<u64> = fast.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(first.get_or_insert_with(|| bits.clone()), &bits, "{target}: not bitwise the portable row");
             }
         }
     }

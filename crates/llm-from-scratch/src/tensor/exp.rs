@@ -23,6 +23,9 @@
 //! multiply-add is a library call, and the exponential is many times slower: x86-64 processors
 //! have had FMA since 2013, ARM64 always.)
 
+use crate::dispatch::active;
+use crate::dispatch::isa::{self, Plain};
+
 /// Below this, `eˣ` is 0 in f64 (the smallest subnormal is 4.9e-324 = e^−744.4).
 const UNDERFLOW: f64 = -745.2;
 /// Above this, `eˣ` overflows to +∞.
@@ -53,18 +56,10 @@ fn select(take_a: bool, a: f64, b: f64) -> f64 {
 }
 
 /// `eˣ` (see the module docs). NaN gives NaN, +∞ gives +∞, −∞ gives 0.
+///
+/// Compiled for the [`active`] target, like every kernel (all targets give the same bits).
 pub fn exp(x: f64) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("fma") {
-        #[target_feature(enable = "fma")]
-        fn with_fma(x: f64) -> f64 {
-            exp_inline(x)
-        }
-        // SAFETY: the processor has FMA (checked just above).
-        #[allow(unsafe_code)]
-        return unsafe { with_fma(x) };
-    }
-    exp_inline(x)
+    isa::run(active(), Plain(|| exp_inline(x)))
 }
 
 /// The body of [`exp`], inlined into each loop that is compiled for a given instruction set.
@@ -126,42 +121,16 @@ pub(crate) fn exp_weight(x: f64) -> f64 {
 /// `xᵢ ← e^{xᵢ − shift}` for every value, returning their sum.
 ///
 /// The sum runs over eight interleaved partial sums added in a fixed order, so it vectorises and
-/// is the same on every machine. On x86-64 the loop is compiled again for AVX-512 and for AVX2
-/// with FMA, and the widest the processor has is picked at run time; every version performs the
-/// same IEEE operations in the same order, so they agree bitwise.
+/// is the same on every machine. The loop is compiled for each target (`crate::dispatch`) and
+/// runs on the [`active`] one; every version performs the same IEEE operations in the same order,
+/// so they agree bitwise.
 pub fn exp_shifted_sum(values: &mut [f64], shift: f64) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the processor has AVX-512F (checked just above).
-            #[allow(unsafe_code)]
-            return unsafe { exp_shifted_sum_avx512(values, shift) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the processor has AVX2 and FMA (checked just above).
-            #[allow(unsafe_code)]
-            return unsafe { exp_shifted_sum_avx2(values, shift) };
-        }
-    }
-    exp_shifted_sum_portable(values, shift)
+    isa::run(active(), Plain(|| exp_shifted_sum_inline(values, shift)))
 }
 
-/// [`exp_shifted_sum_portable`] compiled for AVX-512 (callers check the processor first).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-fn exp_shifted_sum_avx512(values: &mut [f64], shift: f64) -> f64 {
-    exp_shifted_sum_portable(values, shift)
-}
-
-/// [`exp_shifted_sum_portable`] compiled for AVX2 with FMA (callers check the processor first).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn exp_shifted_sum_avx2(values: &mut [f64], shift: f64) -> f64 {
-    exp_shifted_sum_portable(values, shift)
-}
-
+/// The body of [`exp_shifted_sum`], inlined into kernels that are already compiled per target.
 #[inline(always)]
-fn exp_shifted_sum_portable(values: &mut [f64], shift: f64) -> f64 {
+pub(crate) fn exp_shifted_sum_inline(values: &mut [f64], shift: f64) -> f64 {
     let mut lanes = [0.0; 8];
     let mut chunks = values.chunks_exact_mut(8);
     for chunk in &mut chunks {
@@ -204,47 +173,28 @@ mod tests {
     }
 
     #[test]
-    fn every_compiled_version_agrees_bitwise_with_the_scalar_exp() {
+    fn every_target_agrees_bitwise_with_the_scalar_exp() {
         // the softmax range, the edges, and a length that leaves a tail after the 8-wide chunks
         let mut base: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
         base.extend([f64::NEG_INFINITY, -750.0, -744.0, 0.0, 3.5, 709.5, f64::NAN]);
         let shift = -1.5;
         let mut portable = base.clone();
-        let sum = exp_shifted_sum_portable(&mut portable, shift);
-        let mut versions = vec![("dispatched", exp_shifted_sum(&mut base.clone(), shift), {
-            let mut v = base.clone();
-            exp_shifted_sum(&mut v, shift);
-            v
-        })];
-        #[cfg(target_arch = "x86_64")]
-        #[allow(unsafe_code)]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                let mut v = base.clone();
-                // SAFETY: the feature was detected just above.
-                let s = unsafe { exp_shifted_sum_avx512(&mut v, shift) };
-                versions.push(("avx512", s, v));
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                let mut v = base.clone();
-                // SAFETY: the features were detected just above.
-                let s = unsafe { exp_shifted_sum_avx2(&mut v, shift) };
-                versions.push(("avx2", s, v));
-            }
-        }
-        for (name, s, values) in versions {
-            assert!(s.is_nan() && sum.is_nan(), "{name}: the NaN input poisons the sum");
+        let sum = exp_shifted_sum_inline(&mut portable, shift);
+        assert!(sum.is_nan(), "the NaN input poisons the sum");
+        let finite: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
+        let finite_sum = exp_shifted_sum_inline(&mut finite.clone(), shift);
+        for target in crate::dispatch::Target::available() {
+            let mut values = base.clone();
+            let s = crate::dispatch::with_target(target, || exp_shifted_sum(&mut values, shift)).unwrap();
+            assert!(s.is_nan(), "{target}: the NaN input poisons the sum");
             for ((x, y), input) in values.iter().zip(&portable).zip(&base) {
-                assert_eq!(x.to_bits(), y.to_bits(), "{name} at input {input}");
-                assert_eq!(y.to_bits(), exp(input - shift).to_bits(), "the scalar exp at input {input}");
+                assert_eq!(x.to_bits(), y.to_bits(), "{target} at input {input}");
+                let scalar = crate::dispatch::with_target(target, || exp(input - shift)).unwrap();
+                assert_eq!(y.to_bits(), scalar.to_bits(), "{target}: the scalar exp at input {input}");
             }
+            let s = crate::dispatch::with_target(target, || exp_shifted_sum(&mut finite.clone(), shift)).unwrap();
+            assert_eq!(s.to_bits(), finite_sum.to_bits(), "{target}");
         }
-        let mut finite: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
-        let mut again = finite.clone();
-        assert_eq!(
-            exp_shifted_sum(&mut finite, shift).to_bits(),
-            exp_shifted_sum_portable(&mut again, shift).to_bits()
-        );
     }
 
     #[test]

@@ -20,6 +20,8 @@
 
 use crate::error::{Result, Shape, TensorAutodiffError};
 
+mod gemm_targets;
+pub(crate) use gemm_targets::gemm_kernel;
 mod row_path;
 
 pub use row_path::row_times_matrices;
@@ -359,7 +361,7 @@ unsafe fn gemm_raw(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, 
     // SAFETY: `MatRef::new` proved every strided read of both views in bounds; the caller
     // vouches for `dst` (see the function's contract).
     unsafe {
-        gemm_f64::gemm::f64::get_gemm_fn()(
+        gemm_targets::gemm_for(crate::dispatch::active())(
             n,
             m,
             k,

@@ -185,9 +185,11 @@ fn add_product(c: &mut [f64], a: MatRef<'_>, b: MatRef<'_>) -> Result<(), Tensor
 /// compare with the other two.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Kernel {
-    /// The AVX-512 strip kernel (module `strips`).
+    /// The strip kernel (module `strips`) for one target.
     Strips(strips::StripKernel),
-    /// Block matrix products (module `reference` and this module).
+    /// Block matrix products (module `reference` and this module): the reference the strip
+    /// kernel is tested against.
+    #[cfg_attr(not(test), expect(dead_code, reason = "only tests run a whole call on block products"))]
     Blocks,
     /// One query row at a time (module `plain`).
     #[cfg_attr(not(test), expect(dead_code, reason = "only tests run a whole call on the plain twin"))]

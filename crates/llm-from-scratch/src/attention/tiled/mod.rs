@@ -28,8 +28,9 @@
 //! spread the work over more tasks. Either way each output element is summed by one task in a
 //! fixed order: results do not depend on the number of threads.
 //!
-//! Forward and backward above, written with block matrix products, are the reference. On
-//! processors with AVX-512 both run instead on the *strip kernel* (module `strips`): the same
+//! Forward and backward above, written with block matrix products, are the reference. Both run
+//! instead on the *strip kernel* (module `strips`), compiled for each instruction set
+//! (`crate::dispatch`): the same
 //! online softmax for 32 queries at a time held across vector lanes, with scores, weights and
 //! the weighted sum of each key block computed in registers, and a backward with keys across the
 //! lanes (one task per kv lane; two passes with fewer than 8 lanes). It keeps data in registers
@@ -51,7 +52,7 @@
 //! | `reference` | the forward with block matrix products |
 //! | `backward` | the backward with block matrix products, and which kernel runs it |
 //! | `operation` | [`tiled_attention`]: checks, a task per query block, the record on the tape |
-//! | `strips` | the same forward and backward in AVX-512 registers |
+//! | `strips` | the same forward and backward in vector registers, per instruction set |
 
 mod backward;
 mod online_softmax;

@@ -52,7 +52,7 @@ pub fn tiled_attention(
     sinks: Option<&TensorValue>,
     visibility: &Visibility,
 ) -> Result<TensorValue, AttentionError> {
-    let kernel = strips::StripKernel::detect().map_or(Kernel::Blocks, Kernel::Strips);
+    let kernel = Kernel::Strips(strips::StripKernel::new(crate::dispatch::active()));
     tiled_attention_on(q, k, v, sinks, visibility, kernel)
 }
 

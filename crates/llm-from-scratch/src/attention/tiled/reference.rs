@@ -1,5 +1,5 @@
 //! The tiled forward written with block matrix products: the reference the strip kernel is tested
-//! against, and what runs on processors without AVX-512.
+//! against (the strip kernel runs in its place on every processor).
 //!
 //! ```text
 //! for each query block i0..i1 of a lane, each row starting from its (m, ℓ) and n = 0:

@@ -5,7 +5,7 @@
 //! transposed once (`Qᵀ`, `d × 32`), so that each score row `Sᵀ[j] = K[j] · Qᵀ`, each running
 //! maximum and normaliser, and each output column `Oᵀ[c] += Σ_j V[j,c] · Pᵀ[j]` is a row of 32
 //! numbers — one per query, four AVX-512 registers. Every key and value element is read once
-//! as a scalar and multiplied into all 32 queries, and the softmax of a block needs no
+//! per register chunk as a scalar and multiplied into its queries, and the softmax of a block needs no
 //! reductions across lanes:
 //!
 //! ```text
@@ -24,10 +24,15 @@
 //! ten whole tiles) run in the outer loop so that a block of keys and values is read from memory
 //! once for all strips of a task (several query blocks).
 //!
-//! The gradients run on the same tiles with keys across the lanes (module `backward`). On
-//! processors without AVX-512 the block path runs instead. The result equals the block path
-//! to rounding (tests: 1e-12 relative) and, as every number is computed by one task in a fixed
-//! order, does not depend on the thread count.
+//! The gradients run on the same tiles with keys across the lanes (module `backward`).
+//!
+//! The kernel is written once, generic over the dispatch module's lane trait, and compiled for
+//! each target: on AVX-512 a register tile is 6 rows × 4 registers of 8 (all 32 lanes); AVX2
+//! has 16 registers, so a tile is 6 rows × 2 registers of 4 and a row of 32 lanes is covered in
+//! four chunks of 8; the portable version works on pairs. Each lane's numbers go through the
+//! same fused multiply-adds in the same order on every target, so the three agree bitwise
+//! (tests), and they equal the block path to rounding (tests: 1e-12 relative). As every number is
+//! computed by one task in a fixed order, results do not depend on the thread count.
 
 mod backward;
 mod tiles;
@@ -36,14 +41,15 @@ pub(super) use backward::{KeyValueGradients, LaneGradients, QueryGradients};
 
 use super::shapes::Dims;
 use crate::attention::Visibility;
-#[cfg(target_arch = "x86_64")]
+use crate::dispatch::Target;
+use crate::dispatch::isa::{self, Isa, Kernel};
 use tiles::{pack_values, score_tiles, softmax_block, weighted_packed, weighted_tiles};
 
-/// Queries per strip: the vector lanes of the kernel (four AVX-512 registers).
+/// Queries per strip: the vector lanes of the kernel (four AVX-512 registers, eight AVX2 ones).
 pub(super) const STRIP: usize = 32;
 
 /// Key rows (scores) or value columns (outputs) per register tile: 6 × 4 accumulators, plus 4
-/// loaded registers and a broadcast, of AVX-512's 32 vector registers.
+/// loaded registers and a broadcast, of AVX-512's 32 vector registers (on AVX2, 6 × 2 of 16).
 const TILE: usize = 6;
 
 /// Query blocks ([`super::block_size`]) per forward task. The strips of a task share each block
@@ -67,70 +73,76 @@ impl Lanes {
     }
 }
 
-/// Proof, found at run time, that the processor runs the strip kernel (AVX-512F with FMA).
+/// The strip kernel compiled for one [`Target`] (the dispatch module's [`active`] target
+/// when the call began; worker threads run the same one).
+///
+/// [`active`]: crate::dispatch::active
 #[derive(Clone, Copy, Debug)]
-pub(super) struct StripKernel(());
+pub(super) struct StripKernel(Target);
 
 impl StripKernel {
-    /// The kernel, if this processor has the instructions it is written in.
-    pub(super) fn detect() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
-            return Some(Self(()));
-        }
-        None
+    /// The kernel for `target` (a target the processor lacks runs the portable version).
+    pub(super) fn new(target: Target) -> Self {
+        Self(target)
     }
 
     /// Output rows and `log Σ eˢ` of one task's query rows.
     pub(super) fn forward_block(self, task: QueryBlock<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        with_scratch(self, &SCRATCH, task, run);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = task;
+        SCRATCH.with_borrow_mut(|s| isa::run(self.0, Forward(task, s)));
     }
 
     /// `dQ` of one query block (the backward's first pass).
     pub(super) fn query_gradients(self, task: QueryGradients<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        with_scratch(self, &BACKWARD_SCRATCH, task, backward::query_gradients);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = task;
+        BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, QueryPass(task, s)));
     }
 
     /// `dQ`, `dK` and `dV` of one kv lane (the one-pass backward).
     pub(super) fn lane_gradients(self, task: LaneGradients<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        with_scratch(self, &BACKWARD_SCRATCH, task, backward::lane_gradients);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = task;
+        BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, LanePass(task, s)));
     }
 
     /// `dK` and `dV` of one key block (the backward's second pass).
     pub(super) fn key_value_gradients(self, task: KeyValueGradients<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        with_scratch(self, &BACKWARD_SCRATCH, task, backward::key_value_gradients);
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = task;
+        BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, KeyValuePass(task, s)));
     }
 }
 
-/// Runs `kernel` (one of this module's AVX-512 functions) on `task` with this thread's buffers
-/// from `scratch`; the `StripKernel` is the proof that the processor runs it.
-#[cfg(target_arch = "x86_64")]
-fn with_scratch<S: 'static, T>(
-    _proof: StripKernel,
-    scratch: &'static std::thread::LocalKey<std::cell::RefCell<S>>,
-    task: T,
-    kernel: unsafe fn(T, &mut S),
-) {
-    scratch.with_borrow_mut(|buffers| {
-        // SAFETY: the kernels passed here require AVX-512F and FMA and nothing else; a
-        // `StripKernel` exists only where `detect` found both.
-        #[allow(unsafe_code)]
-        unsafe {
-            kernel(task, buffers)
-        }
-    });
+/// The four entry points as [`Kernel`]s: each body is compiled once per target.
+struct Forward<'t, 's>(QueryBlock<'t>, &'s mut Scratch);
+struct QueryPass<'t, 's>(QueryGradients<'t>, &'s mut backward::Scratch);
+struct LanePass<'t, 's>(LaneGradients<'t>, &'s mut backward::Scratch);
+struct KeyValuePass<'t, 's>(KeyValueGradients<'t>, &'s mut backward::Scratch);
+
+impl Kernel for Forward<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        run(isa, self.0, self.1);
+    }
+}
+
+impl Kernel for QueryPass<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        backward::query_gradients(isa, self.0, self.1);
+    }
+}
+
+impl Kernel for LanePass<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        backward::lane_gradients(isa, self.0, self.1);
+    }
+}
+
+impl Kernel for KeyValuePass<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        backward::key_value_gradients(isa, self.0, self.1);
+    }
 }
 
 thread_local! {
@@ -182,9 +194,8 @@ pub(super) struct QueryBlock<'a> {
 }
 
 /// The kernel (see the module docs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-fn run(task: QueryBlock<'_>, s: &mut Scratch) {
+#[inline(always)]
+fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
     let QueryBlock { out, lse, q, k, v, sink, dims, b, i0, vis } = task;
     let Dims { t_k, d, .. } = dims;
     let n = out.len() / d;
@@ -221,7 +232,7 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             };
             let w = j1 - j0;
             let qt = &s.queries[strip * d..(strip + 1) * d];
-            score_tiles(&mut s.scores[..w], &k[j0 * d..j1 * d], qt);
+            score_tiles(isa, &mut s.scores[..w], &k[j0 * d..j1 * d], qt);
             let scores = &mut s.scores[..w];
             if !vis.block_open(a0, a1, j0, j1) {
                 hide_keys_in_rows(scores, j0, (a0, a1), vis, b, t_k);
@@ -230,7 +241,7 @@ fn run(task: QueryBlock<'_>, s: &mut Scratch) {
             // once the maxima settle (most blocks), nothing needs rescaling
             let alpha = alpha.0.iter().any(|&a| a != 1.0).then_some(alpha);
             let ot = &mut s.outputs[strip * d..(strip + 1) * d];
-            weighted_packed(ot, &s.values, j_end - j0, scores, alpha);
+            weighted_packed(isa, ot, &s.values, j_end - j0, scores, alpha);
         }
     }
     for (strip, ot) in s.outputs.chunks(d).enumerate() {
@@ -338,10 +349,6 @@ fn hide_queries_in_rows(
         }
     }
 }
-
-/// The AVX-512 operations on one [`Lanes`]: four 8-wide registers.
-#[cfg(target_arch = "x86_64")]
-mod simd;
 
 #[cfg(test)]
 mod tests;

@@ -5,6 +5,8 @@
 use rayon::prelude::*;
 
 use super::{MatRef, SMALL_PRODUCT, check_dims, matmul};
+use crate::dispatch::Target;
+use crate::dispatch::isa::{self, Plain};
 use crate::error::Result;
 
 /// Whether [`matmul_scaled`](super::matmul_scaled) computes an `m × k · k × n` product (right side with column stride
@@ -51,10 +53,11 @@ fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<
         let n = jobs[job].1.cols;
         tasks.extend(partial.chunks_mut(n.max(1)).enumerate().map(|(b, sums)| (job, b, sums)));
     }
+    let target = crate::dispatch::active();
     let block = |(job, b, sums): (usize, usize, &mut [f64])| {
         let (row, m) = jobs[job];
         let rows = b * ROWS_PER_TASK..row.len().min((b + 1) * ROWS_PER_TASK);
-        axpy_rows(sums, rows.map(|p| (row[p], &m.data[p * m.row_stride..][..m.cols])));
+        axpy_rows(target, sums, rows.map(|p| (row[p], &m.data[p * m.row_stride..][..m.cols])));
     };
     if parallel && tasks.len() > 1 {
         tasks.into_par_iter().for_each(block);
@@ -107,29 +110,17 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
     Ok(outputs)
 }
 
-/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for AVX-512 when the processor
-/// has it (the same operations in the same order, so the same bits).
-fn axpy_rows<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-    #[inline(always)]
-    fn portable<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-        for (a, row) in rows {
-            for (sum, &w) in sums.iter_mut().zip(row) {
-                *sum += a * w;
+/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for `target` (the same
+/// operations in the same order on every target, so the same bits).
+fn axpy_rows<'a>(target: Target, sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
+    isa::run(
+        target,
+        Plain(|| {
+            for (a, row) in rows {
+                for (sum, &w) in sums.iter_mut().zip(row) {
+                    *sum += a * w;
+                }
             }
-        }
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        #[target_feature(enable = "avx512f")]
-        fn wide<'a>(sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-            portable(sums, rows);
-        }
-        // SAFETY: the processor has AVX-512F (checked just above).
-        #[allow(unsafe_code)]
-        unsafe {
-            wide(sums, rows)
-        };
-        return;
-    }
-    portable(sums, rows);
+        }),
+    );
 }

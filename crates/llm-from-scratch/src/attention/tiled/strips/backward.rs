@@ -26,6 +26,7 @@
 use super::{KEYS, Lanes, STRIP};
 use crate::attention::Visibility;
 use crate::attention::tiled::shapes::{Dims, Operands};
+use crate::dispatch::isa::Isa;
 
 /// `dQ` of one (batch, query head) lane's query block: rows `i0..i0 + dq.len() / d`.
 pub(in crate::attention::tiled) struct QueryGradients<'a> {
@@ -107,9 +108,8 @@ fn weights_and_gradients(w: &mut Lanes, dw: &mut Lanes, lse: &Lanes, delta: &Lan
 }
 
 /// Pass 1 (see the module docs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
+#[inline(always)]
+pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut Scratch) {
     let QueryGradients { dq, lane, dims, b, i0, vis } = task;
     let Operands { q, k, v, g, lse, delta } = lane;
     let Dims { t_k, d, .. } = dims;
@@ -142,15 +142,15 @@ pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
             let w = j1 - j0;
             let rows = strip * d..(strip + 1) * d;
             let (keys, values) = (&k[j0 * d..j1 * d], &v[j0 * d..j1 * d]);
-            super::score_tiles(&mut s.weights[..w], keys, &s.first[rows.clone()]);
+            super::score_tiles(isa, &mut s.weights[..w], keys, &s.first[rows.clone()]);
             if !vis.block_open(a0, a1, j0, j1) {
                 super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), vis, b, t_k);
             }
-            super::score_tiles(&mut s.dweights[..w], values, &s.second[rows.clone()]);
+            super::score_tiles(isa, &mut s.dweights[..w], values, &s.second[rows.clone()]);
             for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
                 weights_and_gradients(p, ds, &s.lse[strip], &s.delta[strip]);
             }
-            super::weighted_tiles(&mut s.grad_a[rows], keys, &s.dweights[..w]);
+            super::weighted_tiles(isa, &mut s.grad_a[rows], keys, &s.dweights[..w]);
         }
     }
     for (strip, rows) in dq.chunks_mut(STRIP * d).enumerate() {
@@ -159,9 +159,8 @@ pub(super) fn query_gradients(task: QueryGradients<'_>, s: &mut Scratch) {
 }
 
 /// Pass 2 (see the module docs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) {
+#[inline(always)]
+pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s: &mut Scratch) {
     let KeyValueGradients { dk, dv, heads, dims, b, j0, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
     let n = dk.len() / d;
@@ -197,16 +196,16 @@ pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) 
                 let rows = i1 - r0;
                 let lanes = strip * d..(strip + 1) * d;
                 let (queries, upstream) = (&head.q[r0 * d..i1 * d], &head.g[r0 * d..i1 * d]);
-                super::score_tiles(&mut s.weights[..rows], queries, &s.first[lanes.clone()]);
+                super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first[lanes.clone()]);
                 if !vis.block_open(r0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), vis, b, t_k);
                 }
-                super::score_tiles(&mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
+                super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
                 for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(&mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows]);
-                super::weighted_tiles(&mut s.grad_a[lanes], queries, &s.dweights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_a[lanes], queries, &s.dweights[..rows]);
             }
         }
     }
@@ -217,16 +216,15 @@ pub(super) fn key_value_gradients(task: KeyValueGradients<'_>, s: &mut Scratch) 
 }
 
 /// The one-pass backward of a kv lane (see the module docs).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
+#[inline(always)]
+pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Scratch) {
     let LaneGradients { dq, dk, dv, heads, dims, b, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
     let Some(lane) = heads.first() else {
         return;
     };
     let scale = 1.0 / (d as f64).sqrt();
-    let width = d.div_ceil(simd::WIDTH) * simd::WIDTH;
+    let width = d.div_ceil(I::WIDTH) * I::WIDTH;
     for buffer in [&mut s.first, &mut s.second, &mut s.grad_a, &mut s.grad_b] {
         buffer.resize(d, Lanes::splat(0.0));
     }
@@ -262,18 +260,18 @@ pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
                 }
                 let rows = i1 - i0;
                 let (queries, upstream) = (&head.q[i0 * d..i1 * d], &head.g[i0 * d..i1 * d]);
-                super::score_tiles(&mut s.weights[..rows], queries, &s.first);
+                super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first);
                 if !vis.block_open(i0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), vis, b, t_k);
                 }
-                super::score_tiles(&mut s.dweights[..rows], upstream, &s.second);
+                super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second);
                 for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(&mut s.grad_b, upstream, &s.weights[..rows]);
-                super::weighted_tiles(&mut s.grad_a, queries, &s.dweights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_b, upstream, &s.weights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_a, queries, &s.dweights[..rows]);
                 let dq_rows = &mut sums[(h * t_q + i0) * width..(h * t_q + i1) * width];
-                row_products(dq_rows, &s.dweights[..rows], &s.key_rows, width);
+                row_products(isa, dq_rows, &s.dweights[..rows], &s.key_rows, width);
             }
         }
         transpose_out(&mut dk[k0 * d..k1 * d], &s.grad_a, scale);
@@ -291,21 +289,20 @@ pub(super) fn lane_gradients(task: LaneGradients<'_>, s: &mut Scratch) {
 }
 
 /// `dq[r] += Σ_c ds[r].0[c] · key_rows[c]` for rows of `width` values (a multiple of
-/// [`simd::WIDTH`]), in tiles of up to 6 rows × 4 vectors.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-fn row_products(dq: &mut [f64], ds: &[Lanes], key_rows: &[f64], width: usize) {
+/// `I::WIDTH`), in tiles of up to 6 rows × `I::TILE_VECTORS` vectors.
+#[inline(always)]
+fn row_products<I: Isa>(isa: I, dq: &mut [f64], ds: &[Lanes], key_rows: &[f64], width: usize) {
     for r0 in (0..ds.len()).step_by(ROW_TILE) {
         let rows = (ds.len() - r0).min(ROW_TILE);
-        for c0 in (0..width).step_by(4 * simd::WIDTH) {
-            let vectors = ((width - c0) / simd::WIDTH).min(4);
+        for c0 in (0..width).step_by(I::TILE_VECTORS * I::WIDTH) {
+            let vectors = ((width - c0) / I::WIDTH).min(I::TILE_VECTORS);
             match rows {
-                6 => row_tile_of::<6>(dq, ds, key_rows, width, (r0, c0), vectors),
-                5 => row_tile_of::<5>(dq, ds, key_rows, width, (r0, c0), vectors),
-                4 => row_tile_of::<4>(dq, ds, key_rows, width, (r0, c0), vectors),
-                3 => row_tile_of::<3>(dq, ds, key_rows, width, (r0, c0), vectors),
-                2 => row_tile_of::<2>(dq, ds, key_rows, width, (r0, c0), vectors),
-                _ => row_tile_of::<1>(dq, ds, key_rows, width, (r0, c0), vectors),
+                6 => row_tile_of::<I, 6>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
+                5 => row_tile_of::<I, 5>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
+                4 => row_tile_of::<I, 4>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
+                3 => row_tile_of::<I, 3>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
+                2 => row_tile_of::<I, 2>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
+                _ => row_tile_of::<I, 1>(isa, dq, ds, key_rows, width, (r0, c0), vectors),
             }
         }
     }
@@ -314,9 +311,9 @@ fn row_products(dq: &mut [f64], ds: &[Lanes], key_rows: &[f64], width: usize) {
 /// Rows per tile of [`row_products`].
 const ROW_TILE: usize = 6;
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-fn row_tile_of<const R: usize>(
+#[inline(always)]
+fn row_tile_of<I: Isa, const R: usize>(
+    isa: I,
     dq: &mut [f64],
     ds: &[Lanes],
     key_rows: &[f64],
@@ -325,53 +322,49 @@ fn row_tile_of<const R: usize>(
     vectors: usize,
 ) {
     match vectors {
-        4 => row_tile::<R, 4>(dq, ds, key_rows, width, at),
-        3 => row_tile::<R, 3>(dq, ds, key_rows, width, at),
-        2 => row_tile::<R, 2>(dq, ds, key_rows, width, at),
-        _ => row_tile::<R, 1>(dq, ds, key_rows, width, at),
+        4 => row_tile::<I, R, 4>(isa, dq, ds, key_rows, width, at),
+        3 => row_tile::<I, R, 3>(isa, dq, ds, key_rows, width, at),
+        2 => row_tile::<I, R, 2>(isa, dq, ds, key_rows, width, at),
+        _ => row_tile::<I, R, 1>(isa, dq, ds, key_rows, width, at),
     }
 }
 
 /// `R` rows × `V` vectors of `dq` from column `c0`: per key `c`, `V` loads of its row and `R`
 /// broadcasts of `dS[r, c]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-fn row_tile<const R: usize, const V: usize>(
+#[inline(always)]
+fn row_tile<I: Isa, const R: usize, const V: usize>(
+    isa: I,
     dq: &mut [f64],
     ds: &[Lanes],
     key_rows: &[f64],
     width: usize,
     (r0, c0): (usize, usize),
 ) {
-    if ds.len() < r0 + R
-        || dq.len() < (r0 + R) * width
-        || key_rows.len() < STRIP * width
-        || c0 + V * simd::WIDTH > width
-    {
+    if ds.len() < r0 + R || dq.len() < (r0 + R) * width || key_rows.len() < STRIP * width || c0 + V * I::WIDTH > width {
         return; // callers pass whole tiles; this check lets the loops below read without bounds checks
     }
-    // SAFETY (every `load_at` and `store_at` below): with r < R, v < V and c < STRIP, the 8
-    // values from (r0 + r)·width + c0 + 8v end by (r0 + R)·width ≤ dq.len(), and those from
-    // c·width + c0 + 8v by STRIP·width ≤ key_rows.len(), as c0 + 8V ≤ width (checked above).
-    let mut acc = [[simd::zero(); V]; R];
+    // SAFETY (every `load` and `store` below): with r < R, v < V and c < STRIP, the W = I::WIDTH
+    // values from (r0 + r)·width + c0 + W·v end by (r0 + R)·width ≤ dq.len(), and those from
+    // c·width + c0 + W·v by STRIP·width ≤ key_rows.len(), as c0 + W·V ≤ width (checked above).
+    let mut acc = [[isa.splat(0.0); V]; R];
     for (r, a) in acc.iter_mut().enumerate() {
         for (v, a) in a.iter_mut().enumerate() {
             #[allow(unsafe_code)]
-            let x = unsafe { simd::load_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH) };
+            let x = unsafe { isa.load(dq, (r0 + r) * width + c0 + v * I::WIDTH) };
             *a = x;
         }
     }
     for c in 0..STRIP {
-        let mut keys = [simd::zero(); V];
+        let mut keys = [isa.splat(0.0); V];
         for (v, k) in keys.iter_mut().enumerate() {
             #[allow(unsafe_code)]
-            let x = unsafe { simd::load_at(key_rows, c * width + c0 + v * simd::WIDTH) };
+            let x = unsafe { isa.load(key_rows, c * width + c0 + v * I::WIDTH) };
             *k = x;
         }
         for (r, a) in acc.iter_mut().enumerate() {
-            let x = ds[r0 + r].0[c];
+            let x = isa.splat(ds[r0 + r].0[c]);
             for (a, &k) in a.iter_mut().zip(&keys) {
-                *a = simd::mul_add_one(x, k, *a);
+                *a = isa.mul_add(x, k, *a);
             }
         }
     }
@@ -379,11 +372,8 @@ fn row_tile<const R: usize, const V: usize>(
         for (v, &a) in a.iter().enumerate() {
             #[allow(unsafe_code)]
             unsafe {
-                simd::store_at(dq, (r0 + r) * width + c0 + v * simd::WIDTH, a);
+                isa.store(dq, (r0 + r) * width + c0 + v * I::WIDTH, a);
             }
         }
     }
 }
-
-#[cfg(target_arch = "x86_64")]
-use super::simd;

@@ -1,59 +1,122 @@
 //! The register tiles of the strip kernel: 6 key rows (scores) or 6 value columns (outputs)
-//! × 32 queries, and the online softmax of one block of scores across the lanes.
+//! × one chunk of the 32 queries (all 32 on AVX-512, 8 on AVX2 and portable), and the online
+//! softmax of one block of scores across the lanes. Every function here is `#[inline(always)]`
+//! and generic over the [`Isa`], so it is compiled into each target's kernel.
 
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use super::{Lanes, STRIP, TILE};
-#[cfg(target_arch = "x86_64")]
+use crate::dispatch::isa::Isa;
 use crate::tensor::exp::exp_weight;
 
+/// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
+/// cover the lanes `c0..c0 + chunk::<I>()`.
+type Chunk<I> = [<I as Isa>::V; 4];
+
+/// Lanes per register chunk: 32 on AVX-512 (four registers, the whole row), 8 on AVX2 and on the
+/// portable target.
+#[inline(always)]
+pub(super) const fn chunk<I: Isa>() -> usize {
+    const { assert!(STRIP.is_multiple_of(I::WIDTH * I::TILE_VECTORS) && I::TILE_VECTORS <= 4) };
+    I::WIDTH * I::TILE_VECTORS
+}
+
+/// The registers of lanes `c0..c0 + chunk::<I>()` of `x` (`c0` a multiple of the chunk).
+#[inline(always)]
+pub(super) fn load<I: Isa>(isa: I, x: &Lanes, c0: usize) -> Chunk<I> {
+    let mut y = [isa.splat(0.0); 4];
+    if c0 + chunk::<I>() <= STRIP {
+        for (v, y) in y.iter_mut().enumerate().take(I::TILE_VECTORS) {
+            // SAFETY: c0 + (v + 1)·WIDTH ≤ c0 + chunk ≤ STRIP = x.0.len() (checked above).
+            #[allow(unsafe_code)]
+            let loaded = unsafe { isa.load(&x.0, c0 + v * I::WIDTH) };
+            *y = loaded;
+        }
+    }
+    y
+}
+
+/// Writes the registers of lanes `c0..c0 + chunk::<I>()` of `x`.
+#[inline(always)]
+pub(super) fn store<I: Isa>(isa: I, v: Chunk<I>, x: &mut Lanes, c0: usize) {
+    if c0 + chunk::<I>() <= STRIP {
+        for (i, &v) in v.iter().enumerate().take(I::TILE_VECTORS) {
+            // SAFETY: as in `load`.
+            #[allow(unsafe_code)]
+            unsafe {
+                isa.store(&mut x.0, c0 + i * I::WIDTH, v);
+            }
+        }
+    }
+}
+
+/// `x · y + a` in every lane of a chunk, rounded once.
+#[inline(always)]
+fn mul_add<I: Isa>(isa: I, x: f64, y: &Chunk<I>, a: &mut Chunk<I>) {
+    let x = isa.splat(x);
+    for (a, &y) in a.iter_mut().zip(y).take(I::TILE_VECTORS) {
+        *a = isa.mul_add(x, y, *a);
+    }
+}
+
+/// `values[i]` without a bounds check: callers check once per tile instead of once per
+/// multiply-add in the innermost loop.
+///
+/// # Safety
+/// `i < values.len()`.
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(super) unsafe fn element(values: &[f64], i: usize) -> f64 {
+    debug_assert!(i < values.len());
+    // SAFETY: the caller's promise.
+    unsafe { *values.get_unchecked(i) }
+}
+
 /// `scores[j] = K[j] · Qᵀ` (`Qᵀ` already scaled) for the key rows `k` (`[w, d]`, `w = scores.len()`).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn score_tiles(scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
+#[inline(always)]
+pub(super) fn score_tiles<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
     let d = qt.len();
     let full = scores.len() - scores.len() % TILE;
     for (tile, keys) in scores[..full].chunks_exact_mut(TILE).zip(k.chunks_exact(TILE * d)) {
-        score_tile::<TILE>(tile, keys, qt);
+        score_tile::<I, TILE>(isa, tile, keys, qt);
     }
     let (tile, keys) = (&mut scores[full..], &k[full * d..]);
     match tile.len() {
-        1 => score_tile::<1>(tile, keys, qt),
-        2 => score_tile::<2>(tile, keys, qt),
-        3 => score_tile::<3>(tile, keys, qt),
-        4 => score_tile::<4>(tile, keys, qt),
-        5 => score_tile::<5>(tile, keys, qt),
+        1 => score_tile::<I, 1>(isa, tile, keys, qt),
+        2 => score_tile::<I, 2>(isa, tile, keys, qt),
+        3 => score_tile::<I, 3>(isa, tile, keys, qt),
+        4 => score_tile::<I, 4>(isa, tile, keys, qt),
+        5 => score_tile::<I, 5>(isa, tile, keys, qt),
         _ => {}
     }
 }
 
-/// `G` score rows in `G` × 4 registers: per key element `p`, `G` scalars times `Qᵀ[p]`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn score_tile<const G: usize>(tile: &mut [Lanes], keys: &[f64], qt: &[Lanes]) {
+/// `G` score rows, a chunk of lanes at a time in `G` × `I::TILE_VECTORS` registers: per key
+/// element `p`, `G` scalars times `Qᵀ[p]`.
+#[inline(always)]
+pub(super) fn score_tile<I: Isa, const G: usize>(isa: I, tile: &mut [Lanes], keys: &[f64], qt: &[Lanes]) {
     let d = qt.len();
     if tile.len() < G || keys.len() < G * d {
         return; // callers pass whole tiles; this check lets the loop below read without bounds checks
     }
-    let mut acc = [simd::splat(0.0); G];
-    for (p, query) in qt.iter().enumerate() {
-        let y = simd::load(query);
-        for (g, a) in acc.iter_mut().enumerate() {
-            // SAFETY: g < G and p < d, so g·d + p < G·d ≤ keys.len() (checked above).
-            #[allow(unsafe_code)]
-            let x = unsafe { simd::element(keys, g * d + p) };
-            *a = simd::mul_add(x, y, *a);
+    for c0 in (0..STRIP).step_by(chunk::<I>()) {
+        let mut acc = [[isa.splat(0.0); 4]; G];
+        for (p, query) in qt.iter().enumerate() {
+            let y = load(isa, query, c0);
+            for (g, a) in acc.iter_mut().enumerate() {
+                // SAFETY: g < G and p < d, so g·d + p < G·d ≤ keys.len() (checked above).
+                #[allow(unsafe_code)]
+                let x = unsafe { element(keys, g * d + p) };
+                mul_add(isa, x, &y, a);
+            }
         }
-    }
-    for (out, a) in tile.iter_mut().zip(acc) {
-        simd::store(a, out);
+        for (out, a) in tile.iter_mut().zip(acc) {
+            store(isa, a, out, c0);
+        }
     }
 }
 
 /// Folds one block of scores into the running maximum and normaliser of a strip, turning the
 /// scores into weights `e^{s − M}`; returns each lane's rescale factor `α = e^{m − M}`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
+#[inline(always)]
 pub(super) fn softmax_block(scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lanes) -> Lanes {
     let mut top = *max;
     for row in scores.iter() {
@@ -105,9 +168,9 @@ pub(super) fn pack_values(packed: &mut Vec<[f64; TILE]>, v: &[f64], d: usize) {
 }
 
 /// [`weighted_tiles`] over values from [`pack_values`] (`w ≥ weights.len()` keys per tile).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn weighted_packed(
+#[inline(always)]
+pub(super) fn weighted_packed<I: Isa>(
+    isa: I,
     ot: &mut [Lanes],
     values: &[[f64; TILE]],
     w: usize,
@@ -116,91 +179,103 @@ pub(super) fn weighted_packed(
 ) {
     let full = ot.len() - ot.len() % TILE;
     for (tile, values) in ot[..full].chunks_exact_mut(TILE).zip(values.chunks_exact(w)) {
-        packed_tile::<TILE>(tile, values, weights, alpha);
+        packed_tile::<I, TILE>(isa, tile, values, weights, alpha);
     }
     let (tile, values) = (&mut ot[full..], &values[full / TILE * w..]);
     match tile.len() {
-        1 => packed_tile::<1>(tile, values, weights, alpha),
-        2 => packed_tile::<2>(tile, values, weights, alpha),
-        3 => packed_tile::<3>(tile, values, weights, alpha),
-        4 => packed_tile::<4>(tile, values, weights, alpha),
-        5 => packed_tile::<5>(tile, values, weights, alpha),
+        1 => packed_tile::<I, 1>(isa, tile, values, weights, alpha),
+        2 => packed_tile::<I, 2>(isa, tile, values, weights, alpha),
+        3 => packed_tile::<I, 3>(isa, tile, values, weights, alpha),
+        4 => packed_tile::<I, 4>(isa, tile, values, weights, alpha),
+        5 => packed_tile::<I, 5>(isa, tile, values, weights, alpha),
         _ => {}
     }
 }
 
-/// `G` output columns in `G` × 4 registers: per key, `G` scalars of its packed values times its
-/// weights.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn packed_tile<const G: usize>(
+/// `G` output columns, a chunk of lanes at a time in `G` × `I::TILE_VECTORS` registers: per key,
+/// `G` scalars of its packed values times its weights.
+#[inline(always)]
+pub(super) fn packed_tile<I: Isa, const G: usize>(
+    isa: I,
     tile: &mut [Lanes],
     values: &[[f64; TILE]],
     weights: &[Lanes],
     alpha: Option<Lanes>,
 ) {
-    let mut acc = [simd::splat(0.0); G];
-    for (a, o) in acc.iter_mut().zip(tile.iter()) {
-        *a = match &alpha {
-            Some(alpha) => simd::mul(simd::load(o), simd::load(alpha)),
-            None => simd::load(o),
-        };
-    }
-    for (weight, value) in weights.iter().zip(values) {
-        let y = simd::load(weight);
-        for (a, &x) in acc.iter_mut().zip(value) {
-            *a = simd::mul_add(x, y, *a);
+    for c0 in (0..STRIP).step_by(chunk::<I>()) {
+        let mut acc = [[isa.splat(0.0); 4]; G];
+        for (a, o) in acc.iter_mut().zip(tile.iter()) {
+            *a = load(isa, o, c0);
+            if let Some(alpha) = &alpha {
+                let alpha = load(isa, alpha, c0);
+                for (a, &s) in a.iter_mut().zip(&alpha).take(I::TILE_VECTORS) {
+                    *a = isa.mul(*a, s);
+                }
+            }
         }
-    }
-    for (out, a) in tile.iter_mut().zip(acc) {
-        simd::store(a, out);
+        for (weight, value) in weights.iter().zip(values) {
+            let y = load(isa, weight, c0);
+            for (a, &x) in acc.iter_mut().zip(value) {
+                mul_add(isa, x, &y, a);
+            }
+        }
+        for (out, a) in tile.iter_mut().zip(acc) {
+            store(isa, a, out, c0);
+        }
     }
 }
 
 /// `Oᵀ[c] += Σ_j V[j,c] · weights[j]` for every value column `c` (`v` is `[w, d]`,
 /// `w = weights.len()`), a tile of [`TILE`] columns at a time.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn weighted_tiles(ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
+#[inline(always)]
+pub(super) fn weighted_tiles<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
     let d = ot.len();
     let full = d - d % TILE;
     for (c0, tile) in (0..full).step_by(TILE).zip(ot[..full].chunks_exact_mut(TILE)) {
-        weighted_tile::<TILE>(tile, v, d, c0, weights);
+        weighted_tile::<I, TILE>(isa, tile, v, d, c0, weights);
     }
     let tile = &mut ot[full..];
     match tile.len() {
-        1 => weighted_tile::<1>(tile, v, d, full, weights),
-        2 => weighted_tile::<2>(tile, v, d, full, weights),
-        3 => weighted_tile::<3>(tile, v, d, full, weights),
-        4 => weighted_tile::<4>(tile, v, d, full, weights),
-        5 => weighted_tile::<5>(tile, v, d, full, weights),
+        1 => weighted_tile::<I, 1>(isa, tile, v, d, full, weights),
+        2 => weighted_tile::<I, 2>(isa, tile, v, d, full, weights),
+        3 => weighted_tile::<I, 3>(isa, tile, v, d, full, weights),
+        4 => weighted_tile::<I, 4>(isa, tile, v, d, full, weights),
+        5 => weighted_tile::<I, 5>(isa, tile, v, d, full, weights),
         _ => {}
     }
 }
 
-/// `G` output columns `c0..c0 + G` in `G` × 4 registers: per key, `G` scalars times its
-/// weights.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-pub(super) fn weighted_tile<const G: usize>(tile: &mut [Lanes], v: &[f64], d: usize, c0: usize, weights: &[Lanes]) {
-    let mut acc = [simd::splat(0.0); G];
-    for (a, o) in acc.iter_mut().zip(tile.iter()) {
-        *a = simd::load(o);
-    }
+/// `G` output columns `c0..c0 + G`, a chunk of lanes at a time in `G` × `I::TILE_VECTORS`
+/// registers: per key, `G` scalars times its weights.
+#[inline(always)]
+pub(super) fn weighted_tile<I: Isa, const G: usize>(
+    isa: I,
+    tile: &mut [Lanes],
+    v: &[f64],
+    d: usize,
+    c0: usize,
+    weights: &[Lanes],
+) {
     if c0 + G > d || v.len() < weights.len() * d {
         return; // callers pass whole rows; this check lets the loop below read without bounds checks
     }
-    for (j, weight) in weights.iter().enumerate() {
-        let y = simd::load(weight);
-        for (g, a) in acc.iter_mut().enumerate() {
-            // SAFETY: j < weights.len() and c0 + g < d, so the index is below
-            // weights.len()·d ≤ v.len() (checked above).
-            #[allow(unsafe_code)]
-            let x = unsafe { simd::element(v, j * d + c0 + g) };
-            *a = simd::mul_add(x, y, *a);
+    for l0 in (0..STRIP).step_by(chunk::<I>()) {
+        let mut acc = [[isa.splat(0.0); 4]; G];
+        for (a, o) in acc.iter_mut().zip(tile.iter()) {
+            *a = load(isa, o, l0);
         }
-    }
-    for (out, a) in tile.iter_mut().zip(acc) {
-        simd::store(a, out);
+        for (j, weight) in weights.iter().enumerate() {
+            let y = load(isa, weight, l0);
+            for (g, a) in acc.iter_mut().enumerate() {
+                // SAFETY: j < weights.len() and c0 + g < d, so the index is below
+                // weights.len()·d ≤ v.len() (checked above).
+                #[allow(unsafe_code)]
+                let x = unsafe { element(v, j * d + c0 + g) };
+                mul_add(isa, x, &y, a);
+            }
+        }
+        for (out, a) in tile.iter_mut().zip(acc) {
+            store(isa, a, out, l0);
+        }
     }
 }

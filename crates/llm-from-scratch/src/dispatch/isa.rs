@@ -1,0 +1,253 @@
+//! The small lane trait the kernels are written against, its three implementations, and the one
+//! place where a [`Target`] becomes compiled code.
+//!
+//! A kernel is written once as [`Kernel::run`], generic over an [`Isa`] value: a zero-sized proof
+//! that the processor has the instructions. [`run`] compiles that body three times — inside a
+//! function with `#[target_feature(enable = "avx512f,avx2,fma")]`, one with `avx2,fma`, and a
+//! plain one — and calls the version the target names. Everything the body calls is
+//! `#[inline(always)]`, so it is compiled with the features of the function it lands in: the
+//! same source becomes AVX-512, AVX2 or baseline code.
+
+use super::Target;
+
+/// Vector operations on `f64` lanes. Every operation is lane-wise and exactly rounded, so a
+/// kernel computes the same bits whatever the implementation.
+#[allow(unsafe_code)] // `load` and `store` read and write without bounds checks
+pub(crate) trait Isa: Copy + Send + Sync {
+    /// One vector register of [`Self::WIDTH`] values.
+    type V: Copy;
+    /// Values per register.
+    const WIDTH: usize;
+    /// Registers per row of the strip kernels' register tiles: a row covers `TILE_VECTORS ·
+    /// WIDTH` lanes, and a tile of 6 rows leaves registers for the loads (AVX-512 has 32, AVX2
+    /// 16).
+    const TILE_VECTORS: usize;
+
+    /// `x` in every lane.
+    fn splat(self, x: f64) -> Self::V;
+    /// `values[at..at + WIDTH]`.
+    ///
+    /// # Safety
+    /// `at + WIDTH <= values.len()`.
+    unsafe fn load(self, values: &[f64], at: usize) -> Self::V;
+    /// Writes `values[at..at + WIDTH]`.
+    ///
+    /// # Safety
+    /// `at + WIDTH <= values.len()`.
+    unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V);
+    /// `a · b + c` in every lane, rounded once.
+    fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `a · b` in every lane.
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+}
+
+/// A kernel body, compiled once per target by [`run`].
+pub(crate) trait Kernel {
+    /// What the kernel returns.
+    type Output;
+    /// The body; mark it `#[inline(always)]` so that it is compiled inside each target's
+    /// function.
+    fn run<I: Isa>(self, isa: I) -> Self::Output;
+}
+
+/// Runs `kernel` compiled for `target`, or for the portable target when the processor cannot run
+/// `target` (callers pass [`super::active`], which is always available).
+pub(crate) fn run<K: Kernel>(target: Target, kernel: K) -> K::Output {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if target == Target::Avx512 && target.is_available() {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            fn avx512<K: Kernel>(kernel: K) -> K::Output {
+                kernel.run(x86::Avx512(()))
+            }
+            // SAFETY: the processor has AVX-512F, AVX2 and FMA (checked just above).
+            #[allow(unsafe_code)]
+            return unsafe { avx512(kernel) };
+        }
+        if target >= Target::Avx2 && Target::Avx2.is_available() {
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2<K: Kernel>(kernel: K) -> K::Output {
+                kernel.run(x86::Avx2(()))
+            }
+            // SAFETY: the processor has AVX2 and FMA (checked just above).
+            #[allow(unsafe_code)]
+            return unsafe { avx2(kernel) };
+        }
+    }
+    let _ = target;
+    kernel.run(Portable)
+}
+
+/// Plain Rust on pairs of values: one NEON register on aarch64, one SSE2 register on x86-64.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Portable;
+
+impl Isa for Portable {
+    type V = [f64; 2];
+    const WIDTH: usize = 2;
+    const TILE_VECTORS: usize = 4;
+
+    #[inline(always)]
+    fn splat(self, x: f64) -> Self::V {
+        [x; 2]
+    }
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn load(self, values: &[f64], at: usize) -> Self::V {
+        debug_assert!(at + 2 <= values.len());
+        // SAFETY: the caller's promise: both values lie in `values`.
+        unsafe { [*values.get_unchecked(at), *values.get_unchecked(at + 1)] }
+    }
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V) {
+        debug_assert!(at + 2 <= values.len());
+        // SAFETY: as in `load`.
+        unsafe {
+            *values.get_unchecked_mut(at) = v[0];
+            *values.get_unchecked_mut(at + 1) = v[1];
+        }
+    }
+    #[inline(always)]
+    fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        [a[0].mul_add(b[0], c[0]), a[1].mul_add(b[1], c[1])]
+    }
+    #[inline(always)]
+    fn mul(self, a: Self::V, b: Self::V) -> Self::V {
+        [a[0] * b[0], a[1] * b[1]]
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m256d, __m512d, _mm256_fmadd_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
+        _mm512_fmadd_pd, _mm512_loadu_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_storeu_pd,
+    };
+
+    use super::Isa;
+
+    /// Proof that the processor has AVX-512F, AVX2 and FMA; only [`super::run`] makes one,
+    /// after checking.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Avx512(pub(super) ());
+
+    /// Proof that the processor has AVX2 and FMA; only [`super::run`] makes one, after checking.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Avx2(pub(super) ());
+
+    // SAFETY (every intrinsic call below): an `Avx512` or `Avx2` value exists only where the
+    // processor has the instructions (see `run`), and loads and stores stay inside the slice by
+    // the caller's promise.
+    #[allow(unsafe_code)]
+    impl Isa for Avx512 {
+        type V = __m512d;
+        const WIDTH: usize = 8;
+        const TILE_VECTORS: usize = 4;
+
+        #[inline(always)]
+        fn splat(self, x: f64) -> Self::V {
+            unsafe { _mm512_set1_pd(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(self, values: &[f64], at: usize) -> Self::V {
+            debug_assert!(at + 8 <= values.len());
+            unsafe { _mm512_loadu_pd(values.as_ptr().add(at)) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V) {
+            debug_assert!(at + 8 <= values.len());
+            unsafe { _mm512_storeu_pd(values.as_mut_ptr().add(at), v) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            unsafe { _mm512_fmadd_pd(a, b, c) }
+        }
+        #[inline(always)]
+        fn mul(self, a: Self::V, b: Self::V) -> Self::V {
+            unsafe { _mm512_mul_pd(a, b) }
+        }
+    }
+
+    #[allow(unsafe_code)]
+    impl Isa for Avx2 {
+        type V = __m256d;
+        const WIDTH: usize = 4;
+        const TILE_VECTORS: usize = 2;
+
+        #[inline(always)]
+        fn splat(self, x: f64) -> Self::V {
+            unsafe { _mm256_set1_pd(x) }
+        }
+        #[inline(always)]
+        unsafe fn load(self, values: &[f64], at: usize) -> Self::V {
+            debug_assert!(at + 4 <= values.len());
+            unsafe { _mm256_loadu_pd(values.as_ptr().add(at)) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V) {
+            debug_assert!(at + 4 <= values.len());
+            unsafe { _mm256_storeu_pd(values.as_mut_ptr().add(at), v) }
+        }
+        #[inline(always)]
+        fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            unsafe { _mm256_fmadd_pd(a, b, c) }
+        }
+        #[inline(always)]
+        fn mul(self, a: Self::V, b: Self::V) -> Self::V {
+            unsafe { _mm256_mul_pd(a, b) }
+        }
+    }
+}
+
+/// A kernel that runs `f` as written, inside each target's function: plain loops in `f` are
+/// vectorised for the target's registers (the multiply-adds of `f` must be explicit
+/// `mul_add` calls or plain `a * b + c`, never left to the compiler to contract, so every target
+/// gives the same bits).
+pub(crate) struct Plain<F>(pub F);
+
+impl<R, F: FnOnce() -> R> Kernel for Plain<F> {
+    type Output = R;
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) -> R {
+        (self.0)()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(a·b + ½)·b` lane by lane, through every operation of the trait.
+    struct Lanewise<'a>(&'a [f64], &'a [f64]);
+
+    impl Kernel for Lanewise<'_> {
+        type Output = Vec<f64>;
+        #[inline(always)]
+        fn run<I: Isa>(self, isa: I) -> Vec<f64> {
+            let mut out = vec![0.0; self.0.len()];
+            for at in (0..self.0.len() - self.0.len() % I::WIDTH).step_by(I::WIDTH) {
+                #[allow(unsafe_code)]
+                // SAFETY: at + WIDTH ≤ len (the range stops at the last whole vector).
+                unsafe {
+                    let (a, b) = (isa.load(self.0, at), isa.load(self.1, at));
+                    isa.store(&mut out, at, isa.mul(isa.mul_add(a, b, isa.splat(0.5)), b));
+                }
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn every_available_target_gives_the_same_bits() {
+        let a: Vec<f64> = (0..48).map(|i| (i as f64 * 0.37).sin()).collect();
+        let b: Vec<f64> = (0..48).map(|i| (i as f64 * 0.11).cos()).collect();
+        let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect();
+        for t in Target::available() {
+            let got = run(t, Lanewise(&a, &b));
+            assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "{t}");
+            let one = run(t, Plain(|| a[3].mul_add(b[3], 0.25)));
+            assert_eq!(one.to_bits(), a[3].mul_add(b[3], 0.25).to_bits(), "{t}");
+        }
+    }
+}

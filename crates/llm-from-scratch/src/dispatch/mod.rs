@@ -1,0 +1,316 @@
+//! Which instruction set the fast kernels run on: chosen once per process, forced on request.
+//!
+//! The hot loops of the crate — the strip kernels of tiled attention (forward and backward), the
+//! exponential and softmax, RoPE, one-token decoding over a KV cache, the matrix product — are
+//! written once and compiled for three [`Target`]s:
+//!
+//! | target | instructions | who runs it |
+//! |---|---|---|
+//! | [`Target::Avx512`] | AVX-512F with FMA, 8 values per register | recent Xeons, AMD Zen 4/5 |
+//! | [`Target::Avx2`] | AVX2 with FMA, 4 values per register | x86-64 processors since 2013 |
+//! | [`Target::Portable`] | plain Rust, vectorised by the compiler for the build's baseline | aarch64 (Apple silicon), anything else |
+//!
+//! Every target performs the same IEEE operations in the same order on every value — a fused
+//! multiply-add is one exactly rounded operation whether a register or the C library computes
+//! it — so **our kernels give bitwise the same results on all three** (tests hold them to it).
+//! The matrix product is `gemm-f64`'s: forcing AVX2 on an AVX-512 processor runs its AVX2
+//! micro-kernels, and the portable target leaves it to `gemm-f64`'s own choice (its scalar
+//! kernels round differently; see `tensor::kernels`). The golden reports are byte-identical on
+//! every target (`.ci/run` runs them with the portable target forced): a learner's report does
+//! not depend on their processor, only the time does. (On x86-64 the portable target is built
+//! for the baseline instruction set, which has no FMA instruction: each fused multiply-add is
+//! then a library call and the portable kernels are many times slower. It exists there to be
+//! checked; on aarch64 FMA is part of the baseline.)
+//!
+//! By default the widest target the processor runs is used. `LLM_KERNELS=portable|avx2|avx512`
+//! forces one for the whole process (read once, at the first kernel call); [`with_target`]
+//! forces one for the calls made on this thread. Forcing a target the processor lacks is a
+//! [`KernelsError`], never a crash: binaries call [`configured`] at start and stop with the
+//! message; a library call that meets a bad `LLM_KERNELS` prints it once and uses the widest
+//! target instead.
+//!
+//! ```
+//! use llm_from_scratch::dispatch::{self, Target};
+//!
+//! // the portable target runs everywhere
+//! let y = dispatch::with_target(Target::Portable, || dispatch::active()).unwrap();
+//! assert_eq!(y, Target::Portable);
+//! assert!(Target::available().contains(&Target::Portable));
+//! ```
+
+pub(crate) mod isa;
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::OnceLock;
+
+use thiserror::Error;
+
+/// The environment variable that forces a target for the whole process.
+pub const ENV_VAR: &str = "LLM_KERNELS";
+
+/// An instruction set the fast kernels are compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// Plain Rust for the build's baseline instruction set; runs everywhere.
+    Portable,
+    /// x86-64 with AVX2 and FMA.
+    Avx2,
+    /// x86-64 with AVX-512F, AVX2 and FMA.
+    Avx512,
+}
+
+impl Target {
+    /// Every target, narrowest first.
+    pub const ALL: [Target; 3] = [Target::Portable, Target::Avx2, Target::Avx512];
+
+    /// The name `LLM_KERNELS` and `--kernels` take: `portable`, `avx2` or `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Portable => "portable",
+            Target::Avx2 => "avx2",
+            Target::Avx512 => "avx512",
+        }
+    }
+
+    /// The target called `name` (as [`Target::name`] spells it).
+    ///
+    /// # Errors
+    /// [`KernelsError::Unknown`] for any other name.
+    pub fn parse(name: &str) -> Result<Target, KernelsError> {
+        Target::ALL
+            .into_iter()
+            .find(|t| t.name() == name.trim())
+            .ok_or_else(|| KernelsError::Unknown { name: name.to_string() })
+    }
+
+    /// Whether this processor has the instructions of the target.
+    pub fn is_available(self) -> bool {
+        match self {
+            Target::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Target::Avx2 => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Target::Avx512 => Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Target::Avx2 | Target::Avx512 => false,
+        }
+    }
+
+    /// The targets this processor runs, narrowest first.
+    pub fn available() -> Vec<Target> {
+        Target::ALL.into_iter().filter(|t| t.is_available()).collect()
+    }
+
+    /// The widest target this processor runs.
+    pub fn widest() -> Target {
+        Target::available().into_iter().next_back().unwrap_or(Target::Portable)
+    }
+
+    /// This target if the processor runs it.
+    ///
+    /// # Errors
+    /// [`KernelsError::Unavailable`] when it does not.
+    pub fn check(self) -> Result<Target, KernelsError> {
+        if self.is_available() {
+            Ok(self)
+        } else {
+            Err(KernelsError::Unavailable { target: self, found: features_found().join(" ") })
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A target that cannot be used.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum KernelsError {
+    /// The name is none of `portable`, `avx2`, `avx512`.
+    #[error("unknown kernel target {name:?}: expected portable, avx2 or avx512")]
+    Unknown {
+        /// The name given.
+        name: String,
+    },
+    /// The processor lacks the target's instructions.
+    #[error("this processor cannot run the {target} kernels (SIMD features found: {found})")]
+    Unavailable {
+        /// The target asked for.
+        target: Target,
+        /// The SIMD features the processor has, as [`features_found`] lists them.
+        found: String,
+    },
+    /// [`force`] came after the first kernel call, which chose another target.
+    #[error("cannot force the {target} kernels: the process already runs {chosen}")]
+    AlreadyChosen {
+        /// The target asked for.
+        target: Target,
+        /// The target in use.
+        chosen: Target,
+    },
+}
+
+/// The target `LLM_KERNELS` asks for, or the widest available when it is not set.
+///
+/// Read once per process; binaries call it at start so that a bad value stops them with its
+/// message.
+///
+/// # Errors
+/// [`KernelsError::Unknown`] or [`KernelsError::Unavailable`] for a bad `LLM_KERNELS`.
+pub fn configured() -> Result<Target, KernelsError> {
+    CONFIGURED
+        .get_or_init(|| match std::env::var(ENV_VAR) {
+            Ok(name) if !name.trim().is_empty() => Target::parse(&name).and_then(Target::check),
+            _ => Ok(Target::widest()),
+        })
+        .clone()
+}
+
+/// The process's target, chosen at the first kernel call (or by [`force`] before it).
+static CONFIGURED: OnceLock<Result<Target, KernelsError>> = OnceLock::new();
+
+/// Forces `target` for the whole process, in place of `LLM_KERNELS` (what `llm-bench --kernels`
+/// does). Call it before the first kernel runs; returns the target in force.
+///
+/// # Errors
+/// [`KernelsError::Unavailable`] when the processor cannot run `target`;
+/// [`KernelsError::AlreadyChosen`] when another target was already in use.
+pub fn force(target: Target) -> Result<Target, KernelsError> {
+    target.check()?;
+    let chosen = CONFIGURED.get_or_init(|| Ok(target)).clone();
+    match chosen {
+        Ok(t) if t == target => Ok(t),
+        Ok(t) => Err(KernelsError::AlreadyChosen { target, chosen: t }),
+        // a bad LLM_KERNELS was read first: the process has been using the widest target
+        Err(_) if target == Target::widest() => Ok(target),
+        Err(_) => Err(KernelsError::AlreadyChosen { target, chosen: Target::widest() }),
+    }
+}
+
+thread_local! {
+    /// The target [`with_target`] forces on this thread, if any.
+    static SCOPED: Cell<Option<Target>> = const { Cell::new(None) };
+}
+
+/// The target the next kernel call on this thread runs: the one [`with_target`] forces, else the
+/// [`configured`] one. A bad `LLM_KERNELS` is reported on standard error once and the widest
+/// available target is used.
+pub fn active() -> Target {
+    if let Some(target) = SCOPED.get() {
+        return target;
+    }
+    configured().unwrap_or_else(|error| {
+        static WARNED: OnceLock<()> = OnceLock::new();
+        WARNED.get_or_init(|| eprintln!("warning: {ENV_VAR}: {error}; using {}", Target::widest()));
+        Target::widest()
+    })
+}
+
+/// Runs `f` with the kernels it calls on this thread forced to `target` (operations hand the
+/// target on to the worker threads they use).
+///
+/// # Errors
+/// [`KernelsError::Unavailable`] when the processor cannot run `target`; `f` is not called.
+pub fn with_target<R>(target: Target, f: impl FnOnce() -> R) -> Result<R, KernelsError> {
+    struct Restore(Option<Target>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCOPED.set(self.0);
+        }
+    }
+    target.check()?;
+    let _restore = Restore(SCOPED.replace(Some(target)));
+    Ok(f())
+}
+
+/// The kernel each fast operation runs on when `target` is in force, as `llm-bench` prints them:
+/// the matrix product (`gemm-f64`'s micro-kernels), the strip kernels of tiled attention, the
+/// exponential and softmax, RoPE, and one-token decoding over a KV cache.
+pub fn kernels_for(target: Target) -> Vec<(&'static str, &'static str)> {
+    let mut ops = vec![("gemm", crate::tensor::kernels::gemm_kernel(target))];
+    ops.extend(["strips", "softmax", "rope", "decode"].map(|op| (op, target.name())));
+    ops
+}
+
+/// The SIMD features of this processor that the targets use, e.g. `["avx2", "fma", "avx512f"]`
+/// (`["neon"]` on aarch64).
+pub fn features_found() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut found = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            found.push("avx2");
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            found.push("fma");
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            found.push("avx512f");
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("neon") {
+        found.push("neon");
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_typed_errors() {
+        for t in Target::ALL {
+            assert_eq!(Target::parse(t.name()), Ok(t));
+            assert_eq!(t.to_string(), t.name());
+        }
+        assert_eq!(Target::parse(" avx2\n"), Ok(Target::Avx2));
+        assert!(matches!(Target::parse("sse9"), Err(KernelsError::Unknown { name }) if name == "sse9"));
+    }
+
+    #[test]
+    fn the_portable_target_runs_everywhere_and_the_widest_is_available() {
+        assert!(Target::Portable.is_available());
+        assert_eq!(Target::available().first(), Some(&Target::Portable));
+        assert!(Target::widest().is_available());
+        if let Ok(t) = configured() {
+            assert!(t.is_available());
+        }
+    }
+
+    #[test]
+    fn forcing_a_target_the_processor_lacks_is_an_error_and_runs_nothing() {
+        for t in Target::ALL.into_iter().filter(|t| !t.is_available()) {
+            let mut ran = false;
+            let got = with_target(t, || ran = true);
+            assert!(matches!(got, Err(KernelsError::Unavailable { target, .. }) if target == t));
+            assert!(!ran);
+            assert!(got.unwrap_err().to_string().contains("cannot run"));
+        }
+    }
+
+    #[test]
+    fn forcing_after_the_first_kernel_call_is_an_error_unless_it_agrees() {
+        let chosen = active();
+        assert_eq!(force(chosen), Ok(chosen));
+        for t in Target::available().into_iter().filter(|&t| t != chosen) {
+            assert_eq!(force(t), Err(KernelsError::AlreadyChosen { target: t, chosen }));
+        }
+    }
+
+    #[test]
+    fn with_target_forces_this_thread_and_restores_after() {
+        let before = active();
+        for t in Target::available() {
+            assert_eq!(with_target(t, active), Ok(t));
+            let nested = with_target(t, || with_target(Target::Portable, active).map(|inner| (inner, active())));
+            assert_eq!(nested, Ok(Ok((Target::Portable, t))));
+            assert_eq!(active(), before);
+        }
+    }
+}
