@@ -1,10 +1,12 @@
 //! The tiled (flash-style) kernel against the explicit path: outputs and every gradient agree to
-//! 1e-12 relative across causal, window, grouped, padding and offset cases.
+//! 1e-12 relative across causal, window, grouped, padding and offset cases, on every kernel
+//! target this processor runs (`dispatch`), and the targets agree with each other bitwise.
 
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax,
     SHORT_BLOCK, SlidingWindow, Visibility, block_size, grouped_attention, tiled_attention,
 };
+use llm_from_scratch::dispatch::{Target, with_target};
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::{GradcheckConfig, Tensor, TensorValue, gradcheck};
 
@@ -31,7 +33,8 @@ struct Case {
     vis: Visibility,
 }
 
-/// Runs both paths with the same inputs and upstream adjoint; compares outputs and gradients.
+/// Runs both paths with the same inputs and upstream adjoint, the tiled one on every available
+/// target; compares outputs and gradients.
 fn compare(case: &Case, seed: u64) {
     let mut rng = SplitMix64::new(seed);
     let q = TensorValue::leaf(random(&[case.b, case.h, case.t_q, case.d], &mut rng, 2.0), true);
@@ -39,16 +42,29 @@ fn compare(case: &Case, seed: u64) {
     let v = TensorValue::leaf(random(&[case.b, case.g, case.t_k, case.d], &mut rng, 1.0), true);
     let s = case.sinks.then(|| TensorValue::leaf(random(&[case.h], &mut rng, 1.0), true));
     let upstream = random(&[case.b, case.h, case.t_q, case.d], &mut rng, 1.0);
-    let tiled = tiled_attention(&q, &k, &v, s.as_ref(), &case.vis).unwrap();
     let explicit = grouped_attention(&q, &k, &v, s.as_ref(), &case.vis).unwrap().output().clone();
-    assert_close("output", &tiled.value().unwrap(), &explicit.value().unwrap());
-    let (gt, ge) = (tiled.backward_with(&upstream).unwrap(), explicit.backward_with(&upstream).unwrap());
+    let ge = explicit.backward_with(&upstream).unwrap();
     let mut leaves = vec![("q", &q), ("k", &k), ("v", &v)];
     if let Some(s) = &s {
         leaves.push(("sinks", s));
     }
-    for (name, leaf) in leaves {
-        assert_close(name, &gt.get_or_zeros(leaf), &ge.get_or_zeros(leaf));
+    let mut first: Option<Vec<Vec<u64>>> = None;
+    for target in Target::available() {
+        let (tiled, gt) = with_target(target, || {
+            let tiled = tiled_attention(&q, &k, &v, s.as_ref(), &case.vis).unwrap();
+            let gt = tiled.backward_with(&upstream).unwrap();
+            (tiled.value().unwrap(), gt)
+        })
+        .unwrap();
+        assert_close(&format!("{target} output"), &tiled, &explicit.value().unwrap());
+        let mut all = vec![tiled];
+        for (name, leaf) in &leaves {
+            let grad = gt.get_or_zeros(leaf);
+            assert_close(&format!("{target} d{name}"), &grad, &ge.get_or_zeros(leaf));
+            all.push(grad);
+        }
+        let bits: Vec<Vec<u64>> = all.iter().map(|t| t.as_slice().iter().map(|x| x.to_bits()).collect()).collect();
+        assert!(first.get_or_insert_with(|| bits.clone()) == &bits, "{target}: not bitwise the portable result");
     }
 }
 
@@ -78,6 +94,18 @@ fn long_sequences_take_larger_blocks_and_still_equal_the_explicit_path() {
     assert_eq!((block_size(LONG_SEQUENCE), block_size(100_000)), (LONG_BLOCK, LONG_BLOCK));
     // the last 130 queries over 2088 keys: blocks of 128, two query blocks, 17 key blocks
     compare(&case(1, 2, 1, 130, LONG_SEQUENCE + 40, 4), 15);
+}
+
+#[test]
+fn head_widths_of_one_three_sixty_four_and_one_twenty_eight() {
+    // d_h = 1 and 3: less than a register; 64 and 128: the widths of real models
+    for (seed, d) in [1, 3, 64, 128].into_iter().enumerate() {
+        compare(&case(1, 2, 1, 70, 70, d), 20 + seed as u64);
+    }
+    let mut c = case(2, 4, 2, 97, 97, 64);
+    c.sinks = true;
+    c.vis.window = Some(SlidingWindow::Exclusive(40));
+    compare(&c, 30);
 }
 
 #[test]
