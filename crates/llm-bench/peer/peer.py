@@ -11,9 +11,29 @@ Set-up (not part of the build or the tests; nothing in `.ci/run` needs it):
 
     python3 -m venv /tmp/peer
     /tmp/peer/bin/pip install torch==2.15.0 jax==0.10.2 jaxlib==0.10.2
-    /tmp/peer/bin/python crates/llm-bench/peer/peer.py [workload ...] [--threads N]
+    /tmp/peer/bin/python crates/llm-bench/peer/peer.py [workload ...] [--threads N] [--kernels TARGET]
 
 (PyPI's torch wheel for Linux brings about 2.8 GB of CUDA libraries with it, unused on CPU.)
+
+Targets. `--kernels portable|avx2|avx512` (else `LLM_KERNELS`, as for `llm-bench`) holds the
+peers to the instruction set our binary is forced to, so that `llm-bench --kernels avx2` is
+compared with peers on AVX2 too; any other name, or a target this processor lacks, is a usage
+error (exit code 2). Without a target the peers run as installed, on whatever the environment
+says. PyTorch is held by two environment variables, set before torch is imported: ATen's
+`ATEN_CPU_CAPABILITY` (`default`, `avx2`, `avx512`: its vectorised element-wise, softmax and
+attention kernels) and MKL's `MKL_ENABLE_INSTRUCTIONS` (`SSE4_2`, `AVX2`, `AVX512`: the matrix
+products; `SSE4_2`, the lowest MKL offers, is the nearest to our portable target: neither uses FMA on
+x86-64). JAX can only be held in part: `--xla_cpu_max_isa` (appended to `XLA_FLAGS`)
+caps the code XLA:CPU compiles, but most of its matrix products (and some reductions) run in
+YNNPACK, which picks its micro-kernels from the processor at run time and ignores the cap (on an
+AVX-512 machine JAX's gemm stays on `ynn::dot_fp64_*_avx512` whatever the target), the others in
+Eigen as compiled into jaxlib. Before the measurements the script prints comment
+lines, which `bench-rounds` and any reader of the format skip: the machine, then for each peer
+what it was asked for and what it reports using —
+
+    # machine cpu="<model>" threads=<N> simd=<features> kernels=<target or host>
+    # peer torch-2.15.0 kernels=avx2 (ATEN_CPU_CAPABILITY=avx2 -> get_cpu_capability()=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2 -> MKL runs AVX2)
+    # peer jax-0.10.2 kernels=avx2 only in part: ...
 
 A peer that is not installed is skipped. Each figure is the median of at least 5 timed runs after
 warm-ups, with inputs rotating between runs, as in `llm-bench`.
@@ -41,8 +61,11 @@ The workloads follow docs/performance.md:
 import argparse
 import math
 import os
+import platform
+import re
 import statistics
 import sys
+import tempfile
 import time
 
 B, T, D, H = 4, 256, 256, 8
@@ -53,6 +76,91 @@ CAUSAL_FLOPS = 2 * 2 * LONG_H * (LONG_T * (LONG_T + 1) // 2) * LONG_DH
 TEXT_V, TEXT_D, TEXT_L, TEXT_H, TEXT_G, TEXT_FFN, TEXT_B, TEXT_T = 57, 64, 2, 4, 2, 176, 16, 64
 # as `llm-bench train-text` counts them: products, attention, AdamW
 TEXT_FLOPS = 690.6e6
+
+
+# target -> (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, --xla_cpu_max_isa, /proc/cpuinfo flags it needs);
+# the flags are those `llm-bench` checks before it forces the same target
+TARGETS = {
+    "portable": ("default", "SSE4_2", "SSE4_2", ()),
+    "avx2": ("avx2", "AVX2", "AVX2", ("avx2", "fma")),
+    "avx512": ("avx512", "AVX512", "AVX512", ("avx2", "fma", "avx512f")),
+}
+KERNELS_VAR = "LLM_KERNELS"
+TORCH_VARS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def cpuinfo():
+    """The processor's model name and its flags, from /proc/cpuinfo (Linux); (None, None) elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return None, None
+    model = re.search(r"^model name\s*:\s*(.*)$", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    return (model.group(1).strip() if model else None), (set(flags.group(1).split()) if flags else None)
+
+
+def machine_line(threads, target):
+    """A comment in the form of `llm-bench`'s first line."""
+    model, flags = cpuinfo()
+    model = (model or platform.machine() or "unknown").replace('"', "'")
+    simd = ",".join(f for f in ("avx2", "fma", "avx512f") if flags and f in flags)
+    return f'# machine cpu="{model}" threads={threads} simd={simd} kernels={target or "host"}'
+
+
+def constrain(target):
+    """Sets the variables that hold the peers to `target`, before either is imported.
+
+    ATen reads ATEN_CPU_CAPABILITY at its first dispatch and MKL reads MKL_ENABLE_INSTRUCTIONS
+    when it initialises, both with getenv, which sees what os.environ sets. Should torch or jax
+    already be loaded (a sitecustomize, an embedding), the script runs itself again with the new
+    environment.
+    """
+    aten, mkl, xla, _ = TARGETS[target]
+    wanted = {"ATEN_CPU_CAPABILITY": aten, "MKL_ENABLE_INSTRUCTIONS": mkl}
+    flags = os.environ.get("XLA_FLAGS", "")
+    if f"--xla_cpu_max_isa={xla}" not in flags.split():
+        # the last occurrence of a flag wins
+        wanted["XLA_FLAGS"] = f"{flags} --xla_cpu_max_isa={xla}".strip()
+    changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+    os.environ.update(changed)
+    if changed and any(m in sys.modules for m in ("torch", "jax", "jaxlib")):
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+
+def mkl_isa(torch):
+    """The instruction set MKL dispatches to, from the first line of its verbose mode ("?" if none).
+
+    MKL writes that line with C stdio on file descriptor 1: it is caught in a temporary file so
+    that it cannot mix with the measurement lines.
+    """
+    import ctypes
+
+    a = torch.ones(8, 8, dtype=torch.float64)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 1)
+            try:
+                with torch.backends.mkl.verbose(torch.backends.mkl.VERBOSE_ON):
+                    torch.matmul(a, a)
+                ctypes.CDLL(None).fflush(None)
+            finally:
+                os.dup2(saved, 1)
+            caught.seek(0)
+            text = caught.read().decode(errors="replace")
+    except Exception:  # a build without MKL, or without its verbose mode
+        return "?"
+    finally:
+        os.close(saved)
+    # "... architecture Intel(R) Advanced Vector Extensions 2 (Intel(R) AVX2) enabled processors, Lnx 2.60GHz ..."
+    header = re.search(r"architecture (.*?), \S+ [\d.]+GHz", text)
+    if not header:
+        return "?"
+    names = re.findall(r"\(Intel\(R\) ([\w.-]+)\)", header.group(1))
+    return "+".join(names) if names else header.group(1)
 
 
 def median_ms(run, warmups=3, timed=11):
@@ -91,7 +199,7 @@ def rope_tables(positions, head_width, base=10_000.0):
 # PyTorch
 
 
-def torch_peer(workloads, threads):
+def torch_peer(workloads, threads, target):
     try:
         import torch
         import torch.nn.functional as F
@@ -102,6 +210,18 @@ def torch_peer(workloads, threads):
     torch.manual_seed(0)
     f64 = torch.float64
     peer = f"torch-{torch.__version__.split('+')[0]}"
+
+    # what each library was asked for, and what it reports using
+    aten, mkl = (os.environ.get(k) for k in TORCH_VARS)
+    capability = torch.backends.cpu.get_cpu_capability()
+    mkl_runs = mkl_isa(torch)
+    print(
+        f"# peer {peer} kernels={target or 'host'} (ATEN_CPU_CAPABILITY={aten or '(unset)'} -> "
+        f"get_cpu_capability()={capability}, MKL_ENABLE_INSTRUCTIONS={mkl or '(unset)'} -> MKL runs {mkl_runs})",
+        flush=True,
+    )
+    if target and capability.lower() != TARGETS[target][0]:
+        print(f"peer.py: warning: torch runs {capability}, not the {target} target", file=sys.stderr)
 
     def rope(x, cos, sin):
         # x [B, H, T, d_h]; pairs (2i, 2i+1)
@@ -273,7 +393,7 @@ def torch_peer(workloads, threads):
 # JAX
 
 
-def jax_peer(workloads, threads):
+def jax_peer(workloads, threads, target):
     # XLA sizes its thread pool to the cores the process may use: `--threads 1` pins the process
     # to one core (Linux), so both peers run on one thread
     if threads < (os.cpu_count() or 1) and hasattr(os, "sched_setaffinity"):
@@ -286,6 +406,22 @@ def jax_peer(workloads, threads):
         return
     jax.config.update("jax_enable_x64", True)
     peer = f"jax-{jax.__version__}"
+    cap = re.findall(r"--xla_cpu_max_isa=(\S+)", os.environ.get("XLA_FLAGS", ""))
+    if target:
+        print(
+            f"# peer {peer} kernels={target} only in part: XLA_FLAGS --xla_cpu_max_isa={cap[-1] if cap else '?'} caps "
+            "the code XLA:CPU compiles, but its matrix products (and some reductions) run in YNNPACK, which "
+            "picks its kernels from the host CPU and ignores the cap, or in Eigen as built into jaxlib "
+            f"(jax reports device {jax.devices()[0].device_kind}, no instruction set)",
+            flush=True,
+        )
+    else:
+        print(
+            f"# peer {peer} kernels=host (XLA:CPU compiles for "
+            f"{'at most ' + cap[-1] if cap else 'the host CPU'}; its matrix products run in YNNPACK, which picks "
+            "its kernels from the host CPU, or in Eigen as built into jaxlib)",
+            flush=True,
+        )
     keys = iter(jax.random.split(jax.random.PRNGKey(0), 64))
 
     def normal(*shape):
@@ -372,16 +508,34 @@ def main():
     parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(everything)} (default: all)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--peer", choices=["torch", "jax", "both"], default="both")
+    parser.add_argument(
+        "--kernels",
+        metavar="TARGET",
+        help=f"{', '.join(TARGETS)}: hold the peers to that instruction set (default: {KERNELS_VAR}, else as installed)",
+    )
     args = parser.parse_args()
     workloads = set(args.workloads or everything)
     unknown = workloads - set(everything)
     if unknown:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}; choose from {', '.join(everything)}")
+    target, source = args.kernels, "--kernels"
+    if target is None:
+        target, source = (os.environ.get(KERNELS_VAR) or "").strip() or None, KERNELS_VAR
+    if target is not None:
+        if target.strip() not in TARGETS:
+            parser.error(f"{source}: unknown target `{target}`; choose from {', '.join(TARGETS)}")
+        target = target.strip()
+        _, flags = cpuinfo()
+        missing = [f for f in TARGETS[target][3] if flags is not None and f not in flags]
+        if missing:
+            parser.error(f"{source}: this processor cannot run the {target} target (no {', '.join(missing)})")
+        constrain(target)
+    print(machine_line(args.threads, target), flush=True)
     if args.peer in ("torch", "both"):
-        torch_peer(workloads, args.threads)
+        torch_peer(workloads, args.threads, target)
     if args.peer in ("jax", "both"):
         # last: it may pin the process to fewer cores
-        jax_peer(workloads, args.threads)
+        jax_peer(workloads, args.threads, target)
 
 
 if __name__ == "__main__":
