@@ -7,7 +7,7 @@ use crate::autodiff::{TensorValue, constant};
 use crate::tensor::{Mask, Tensor};
 
 /// The latent KV cache: `C` and `k_R` per token, nothing else.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LatentKvCache {
     batch: usize,
     latent_width: usize,
@@ -17,6 +17,22 @@ pub struct LatentKvCache {
     /// `[B][len · d_r]`.
     rope_key: Vec<Vec<f64>>,
     next_position: usize,
+}
+
+impl Clone for LatentKvCache {
+    /// A copy with the same reserved capacity (a derived clone would trim it, and the next append
+    /// would then reallocate and copy every row).
+    fn clone(&self) -> Self {
+        let rows = |rows: &[Vec<f64>]| rows.iter().map(with_capacity_of).collect();
+        Self { latent: rows(&self.latent), rope_key: rows(&self.rope_key), ..*self }
+    }
+}
+
+/// A copy of `row` that keeps its capacity.
+fn with_capacity_of(row: &Vec<f64>) -> Vec<f64> {
+    let mut copy = Vec::with_capacity(row.capacity());
+    copy.extend_from_slice(row);
+    copy
 }
 
 impl LatentKvCache {
