@@ -11,13 +11,19 @@
 //! ```text
 //! S = ((Q·Aᵀ)·C[..n]ᵀ + Q_R·k_R[..n]ᵀ) / √(d_h + d_r)    [H, n]   (heads as rows)
 //! P = softmax(S) per row;   O = P·C[..n]                 [H, d_c]
-//! out = [O of every head] · (B·W_O)                      [d]
+//! out = [O_h·B_h of every head h] · W_O                  [d]
 //! ```
+//!
+//! The keys are absorbed as in the chapter (`Q·Aᵀ` meets `C` itself). On the value side
+//! `O_h·B_h·W_O,h` is the chapter's `(P_h·C)·(B_h·W_O,h)` taken in the other order: `B_h` is applied
+//! to the one weighted latent of each new token, so no value is rebuilt per cached token and the
+//! merged `B·W_O` (`H·d_c·d_h·d` multiply-adds to form) is not formed on every step.
 //!
 //! # Cost
 //! Per new token and batch row: `H·n·(2·d_c + d_r)` multiply-adds over the `n` tokens it sees —
-//! each cached value is read twice (scores, then weighted latents), never copied — plus the
-//! token's projections. Only reading grows with the cache.
+//! each cached value is read twice (scores, then weighted latents), never copied — plus
+//! `H·d_h·(2·d_c + d)` for `Aᵀ`, `B` and `W_O` and the token's projections. Only reading grows with
+//! the cache.
 
 use rayon::prelude::*;
 
@@ -151,21 +157,67 @@ impl LatentAttention {
         let first = cache.next_position;
         let [latent, q, q_rope, k_rope] = self.pieces(x, first)?;
         let (b, t) = (x.shape()[0], x.shape()[1]);
-        let (a_t, merged_out) = self.absorbed_matrices().at(Stage::Projection)?;
         let read = |v: &TensorValue| v.value().at(Stage::Scores);
+        let (up_key, up_value) = (read(&self.weights.up_key)?, read(&self.weights.up_value)?);
         // (q·Aᵀ): the queries in latent space [B,H,T,d_c]; the rotated positional ones [B,H,T,d_r]
-        let q_latent = read(&q.matmul(&a_t).at(Stage::Scores)?)?;
+        let q_latent = self.queries_in_latent_space(&read(&q)?, &up_key).at(Stage::Scores)?;
         let q_rope = read(&q_rope)?;
         cache.append(&read(&latent)?, &read(&k_rope)?, t);
-        let mixed = self.attend_cache(cache, &q_latent, &q_rope, first).and_then(|mixed| {
-            // Σ_h (P_h·C)·(B_h·W_O,h): [B,T,H·d_c] · [H·d_c, d]
-            let mixed = TensorValue::leaf(Tensor::new(&[b, t, c.heads * c.latent_width], mixed)?, false);
-            mixed.matmul(&merged_out)?.value()
+        let out = self.attend_cache(cache, &q_latent, &q_rope, first).and_then(|mixed| {
+            // Σ_h (P_h·C)·B_h·W_O,h: the heads' values [B,T,H·d_h], then the output projection
+            let heads = self.values_of_latents(&mixed, b * t, &up_value)?;
+            let heads = TensorValue::leaf(Tensor::new(&[b, t, c.heads * c.head_width], heads)?, false);
+            heads.matmul(&self.weights.output)?.value()
         });
-        mixed.map_err(|source| {
+        out.map_err(|source| {
             cache.truncate(first);
             AttentionError::Stage { stage: Stage::OutputProjection, source }
         })
+    }
+
+    /// `q_h·A_hᵀ` for every head: queries `[B,H,T,d_h]` moved into latent space `[B,H,T,d_c]`,
+    /// each head reading its columns of `A = W_UK [d_c, H·d_h]` as a strided view (the weight is
+    /// not permuted into a copy).
+    fn queries_in_latent_space(&self, q: &Tensor, up_key: &Tensor) -> Result<Vec<f64>, TensorAutodiffError> {
+        let (h, dh, dc) = (self.config.heads, self.config.head_width, self.config.latent_width);
+        let t = q.shape()[2];
+        let mut out = vec![0.0; q.len() / dh * dc];
+        // one task per (batch row, head) lane: [T, d_h] · A_hᵀ [d_h, d_c]
+        out.par_chunks_mut(t * dc).zip(q.as_slice().par_chunks(t * dh)).enumerate().try_for_each(
+            |(lane, (out, q))| {
+                let a_h = MatRef::new(&up_key.as_slice()[(lane % h) * dh..], dc, dh, h * dh, 1)?; // A_h [d_c, d_h]
+                matmul(out, MatRef::row_major(q, t, dh)?, a_h.t(), false, false)
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// `(P_h·C)·B_h` for every head, side by side: the weighted latents `[rows, H·d_c]` (a row per
+    /// new token) into the heads' values `[rows, H·d_h]`, each head reading its columns of
+    /// `B = W_UV [d_c, H·d_h]` as a strided view.
+    ///
+    /// The chapter merges `B_h·W_O,h` into one matrix instead; formed on every call that would cost
+    /// `H·d_c·d_h·d` multiply-adds, and the merged `[H·d_c, d]` is `d_c/d_h` times `W_O` to read.
+    fn values_of_latents(
+        &self,
+        mixed: &[f64],
+        rows: usize,
+        up_value: &Tensor,
+    ) -> Result<Vec<f64>, TensorAutodiffError> {
+        let (h, dh, dc) = (self.config.heads, self.config.head_width, self.config.latent_width);
+        let mut values = vec![0.0; rows * h * dh];
+        if rows == 0 {
+            return Ok(values);
+        }
+        for hi in 0..h {
+            let weighted = MatRef::new(&mixed[hi * dc..], rows, dc, h * dc, 1)?; // P_h·C [rows, d_c]
+            let b_h = MatRef::new(&up_value.as_slice()[hi * dh..], dc, dh, h * dh, 1)?; // B_h [d_c, d_h]
+            let head = matmul_new(weighted, b_h, true)?; // [rows, d_h]
+            for (row, head_row) in values.chunks_exact_mut(h * dh).zip(head.chunks_exact(dh)) {
+                row[hi * dh..(hi + 1) * dh].copy_from_slice(head_row);
+            }
+        }
+        Ok(values)
     }
 
     /// The weighted latents `P·C` of every new token, `[B, T, H·d_c]` (token-major, the heads of
@@ -177,12 +229,12 @@ impl LatentAttention {
     fn attend_cache(
         &self,
         cache: &LatentKvCache,
-        q_latent: &Tensor,
+        q_latent: &[f64],
         q_rope: &Tensor,
         first: usize,
     ) -> Result<Vec<f64>, TensorAutodiffError> {
         let (h, dc, dr) = (self.config.heads, self.config.latent_width, self.config.rope_width);
-        let (b, t) = (q_latent.shape()[0], q_latent.shape()[2]);
+        let (b, t) = (q_rope.shape()[0], q_rope.shape()[2]);
         let scale = self.scale();
         let token = |job: usize, out: &mut [f64], parallel: bool| -> Result<(), TensorAutodiffError> {
             let (bi, ti) = (job / t, job % t);
@@ -191,7 +243,7 @@ impl LatentAttention {
             let rope_key = MatRef::row_major(&cache.rope_key[bi][..seen * dr], seen, dr)?; // k_R [n, d_r]
             // the H heads of token ti as the rows of one view: head hi at ((bi·H + hi)·T + ti)·w
             let at = bi * h * t + ti;
-            let q_latent = MatRef::new(&q_latent.as_slice()[at * dc..], h, dc, t * dc, 1)?; // [H, d_c]
+            let q_latent = MatRef::new(&q_latent[at * dc..], h, dc, t * dc, 1)?; // [H, d_c]
             let q_rope = MatRef::new(&q_rope.as_slice()[at * dr..], h, dr, t * dr, 1)?; // [H, d_r]
             // content + position, then scaled, as the full pass adds them: [H, n]
             let mut scores = matmul_new(q_latent, latent.t(), parallel)?;
