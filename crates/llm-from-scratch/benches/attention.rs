@@ -168,12 +168,13 @@ fn decode_step(c: &mut Criterion) {
 }
 
 /// One decode step of latent attention, d = 512, H = 8, d_h = 64, d_c = 256, d_r = 32, batch 1,
-/// RoPE over 4096 positions, against 255 and 2047 cached tokens. Per step: the projections of the
-/// token (`W_Q`, `W_QR`, `W_DKV`, `W_KR`: 2·512·(512 + 256 + 256 + 32) = 1.08 MFLOP), the queries
-/// moved into latent space (2·8·64·256 = 0.26 MFLOP), scores and weighted latents against every
-/// cached token (8 heads × 2·(256 + 32) + 8 × 2·256 flops per token: 8.7 kFLOP, so 2.2 MFLOP at
-/// 256 tokens and 18 MFLOP at 2048), and the output through `B·W_O`. What grows with the cache is
-/// reading it: `(d_c + d_r)` values per token, 0.56 MiB at 256 tokens and 4.5 MiB at 2048.
+/// RoPE over 4096 positions, against 255 and 2047 cached tokens. Per step, whatever the cache
+/// length: the token's projections (`W_Q`, `W_QR`, `W_DKV`, `W_KR`: 2·512·(512 + 256 + 256 + 32) =
+/// 1.08 MFLOP), its queries through `A_hᵀ`, its weighted latents through `B_h` and the output
+/// projection (2·8·64·(256 + 256 + 512) = 1.05 MFLOP): 8.1 MiB of weights read. Per cached token:
+/// scores and weighted latents of 8 heads, 8·2·(256 + 32 + 256) = 8.7 kFLOP (2.2 MFLOP at 256
+/// tokens, 18 MFLOP at 2048), reading its `d_c + d_r` = 288 values (0.56 MiB of cache at 256 tokens,
+/// 4.5 MiB at 2048) — the only part that grows with the cache.
 /// The prefilled cache is cloned in the untimed setup (capacity kept, so the append never copies).
 fn latent_decode(c: &mut Criterion) {
     let config = LatentConfig {

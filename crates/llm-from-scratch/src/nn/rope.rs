@@ -17,6 +17,10 @@
 //! - [`RopeLayout::AdjacentPairs`]: `(0,1), (2,3), …` — the original paper and the course.
 //! - [`RopeLayout::SplitHalves`]: `(i, i + d_h/2)` — the "rotate half" convention of Hugging Face
 //!   checkpoints. Choosing it lets such weights be used without permuting their rows.
+//!
+//! Cost: one pass over the input, 6 flops per pair (4 multiplies, 2 additions), reading the angles
+//! from tables. The backward is the same pass over the upstream adjoint with the opposite angle
+//! (a rotation's inverse is its transpose), so it costs what the forward costs.
 
 use thiserror::Error;
 
