@@ -20,7 +20,7 @@ use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Bencher, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, LatentAttention, LatentConfig, LatentKvCache, Visibility,
     block_size, causal_scaled_dot_product_self_attention, tiled_attention,
@@ -133,6 +133,19 @@ fn tiled_causal(c: &mut Criterion) {
     group.finish();
 }
 
+/// Times `step` on a clone of `prefilled` made in the untimed setup; the clone and the step's
+/// output are dropped outside the timed region.
+fn time_step<C: Clone, O>(bench: &mut Bencher<'_>, prefilled: &C, step: impl Fn(&mut C) -> O) {
+    bench.iter_batched(
+        || prefilled.clone(),
+        |mut cache| {
+            let out = step(&mut cache);
+            (out, cache)
+        },
+        BatchSize::LargeInput,
+    );
+}
+
 /// One decode step of MHA d = 512, H = 8 (d_h = 64), RoPE over 2048 positions, against 2047 cached
 /// positions: Q/K/V projections 3·2·512² = 1.57 MFLOP, attention 8·2048·64·4 = 4.19 MFLOP, output
 /// projection 0.52 MFLOP, so 6.3 MFLOP; memory-bound: 16.8 MB of cache and 8.4 MB of weights read.
@@ -155,14 +168,9 @@ fn decode_step(c: &mut Criterion) {
             layer.forward_cached(&prompt, &mut cache).expect("prompt fits the positions");
             cache
         });
-        bench.iter_batched(
-            || prefilled.clone(),
-            |mut cache| {
-                let out = layer.forward_cached(black_box(&token), &mut cache).expect("position 2047 fits");
-                (out, cache) // dropped outside the timed region
-            },
-            BatchSize::LargeInput,
-        );
+        time_step(bench, prefilled, |cache| {
+            layer.forward_cached(black_box(&token), cache).expect("position 2047 fits")
+        });
     });
     group.finish();
 }
@@ -206,14 +214,9 @@ fn latent_decode(c: &mut Criterion) {
                 }
                 cache
             });
-            bench.iter_batched(
-                || prefilled.clone(),
-                |mut cache| {
-                    let out = layer.forward_cached(black_box(&token), &mut cache).expect("the position fits");
-                    (out, cache) // dropped outside the timed region
-                },
-                BatchSize::LargeInput,
-            );
+            time_step(bench, prefilled, |cache| {
+                layer.forward_cached(black_box(&token), cache).expect("the position fits")
+            });
         });
     }
     group.finish();
