@@ -1,5 +1,6 @@
 //! Micro-benchmarks of the attention family (`cargo bench -p llm-from-scratch --bench attention`):
-//! RoPE, the causal attention kernel on its explicit and tiled paths, and one cached decode step.
+//! RoPE forward and backward, the causal attention kernel on its explicit and tiled paths, one
+//! cached decode step, and one decode step of latent attention at two cache lengths.
 //!
 //! Throughput is in elements/s with one element = one floating-point operation (a multiply-add
 //! counts 2, an exponential counts 1), so `Gelem/s` reads as GFLOP/s. Each benchmark's doc comment
@@ -7,15 +8,22 @@
 //! (`docs/performance.md`). Inputs are uniform in [−1, 1) (never zeros), gradients flow to parameter leaves and
 //! the backward takes one fixed upstream adjoint. Sizes and times are small so that a full run
 //! takes well under a minute; the workload numbers of `docs/performance.md` live in `llm-bench`.
+//!
+//! Like `llm-bench`, the process first pins the C allocator's thresholds
+//! ([`llm_from_scratch::allocator::keep_freed_memory`]); `LLM_BENCH_MALLOC=default` measures with
+//! the allocator's defaults. Without the setting, whether a benchmark's buffers of a few MiB go
+//! back to the system after each iteration (and fault in again in the next) depends on the order
+//! of its allocations: RoPE's forward + backward, freeing two 2 MiB buffers a round, paid about
+//! 1 000 page faults (4 MiB) every iteration and looked six times slower than the forward.
 
 use std::cell::OnceCell;
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
+use criterion::{BatchSize, Bencher, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use llm_from_scratch::attention::{
-    AttentionConfig, GroupedQueryAttention, KvCache, Visibility, block_size, causal_scaled_dot_product_self_attention,
-    tiled_attention,
+    AttentionConfig, GroupedQueryAttention, KvCache, LatentAttention, LatentConfig, LatentKvCache, Visibility,
+    block_size, causal_scaled_dot_product_self_attention, tiled_attention,
 };
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
 use llm_from_scratch::{Tensor, TensorValue, constant};
@@ -38,8 +46,9 @@ fn random_parameter(shape: &[usize], seed: u64) -> TensorValue {
 }
 
 /// RoPE on `[4,8,256,32]` at positions 0..256: 131 072 pairs × 6 flops (4 mul, 2 add) = 0.79 MFLOP
-/// forward, twice that (1.57 MFLOP) with the backward's inverse rotation; memory-bound: 2 MiB read
-/// and 2 MiB written per pass (+ 32 KiB of tables).
+/// per pass; memory-bound: 2 MiB read and 2 MiB written per pass (+ 32 KiB of tables). The backward
+/// is the same rotation by the opposite angle over the upstream adjoint, so its floor is the
+/// forward's; `backward` times the sweep alone, from a graph whose forward ran in the untimed setup.
 fn rope(c: &mut Criterion) {
     let rope = RotaryEmbedding::new(HEADS_SHAPE[3], HEADS_SHAPE[2], 10_000.0).expect("valid rope");
     let x = random_parameter(&HEADS_SHAPE, 1);
@@ -51,12 +60,15 @@ fn rope(c: &mut Criterion) {
     group.bench_function("forward/4x8x256x32", |bench| {
         bench.iter(|| rope.rotate(black_box(&x), 0).expect("positions fit"));
     });
-    group.throughput(Throughput::Elements(2 * flops));
-    group.bench_function("forward_backward/4x8x256x32", |bench| {
-        bench.iter(|| {
-            let y = rope.rotate(black_box(&x), 0).expect("positions fit");
-            y.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
-        });
+    group.bench_function("backward/4x8x256x32", |bench| {
+        bench.iter_batched(
+            || rope.rotate(&x, 0).expect("positions fit"),
+            |y| {
+                let gradients = y.backward_with(black_box(&upstream)).expect("upstream has the output's shape");
+                (gradients, y) // dropped outside the timed region
+            },
+            BatchSize::LargeInput,
+        );
     });
     group.finish();
 }
@@ -121,6 +133,19 @@ fn tiled_causal(c: &mut Criterion) {
     group.finish();
 }
 
+/// Times `step` on a clone of `prefilled` made in the untimed setup; the clone and the step's
+/// output are dropped outside the timed region.
+fn time_step<C: Clone, O>(bench: &mut Bencher<'_>, prefilled: &C, step: impl Fn(&mut C) -> O) {
+    bench.iter_batched(
+        || prefilled.clone(),
+        |mut cache| {
+            let out = step(&mut cache);
+            (out, cache)
+        },
+        BatchSize::LargeInput,
+    );
+}
+
 /// One decode step of MHA d = 512, H = 8 (d_h = 64), RoPE over 2048 positions, against 2047 cached
 /// positions: Q/K/V projections 3·2·512² = 1.57 MFLOP, attention 8·2048·64·4 = 4.19 MFLOP, output
 /// projection 0.52 MFLOP, so 6.3 MFLOP; memory-bound: 16.8 MB of cache and 8.4 MB of weights read.
@@ -143,24 +168,71 @@ fn decode_step(c: &mut Criterion) {
             layer.forward_cached(&prompt, &mut cache).expect("prompt fits the positions");
             cache
         });
-        bench.iter_batched(
-            || prefilled.clone(),
-            |mut cache| {
-                let out = layer.forward_cached(black_box(&token), &mut cache).expect("position 2047 fits");
-                (out, cache) // dropped outside the timed region
-            },
-            BatchSize::LargeInput,
-        );
+        time_step(bench, prefilled, |cache| {
+            layer.forward_cached(black_box(&token), cache).expect("position 2047 fits")
+        });
     });
     group.finish();
 }
 
+/// One decode step of latent attention, d = 512, H = 8, d_h = 64, d_c = 256, d_r = 32, batch 1,
+/// RoPE over 4096 positions, against 255 and 2047 cached tokens. Per step, whatever the cache
+/// length: the token's projections (`W_Q`, `W_QR`, `W_DKV`, `W_KR`: 2·512·(512 + 256 + 256 + 32) =
+/// 1.08 MFLOP), its queries through `A_hᵀ`, its weighted latents through `B_h` and the output
+/// projection (2·8·64·(256 + 256 + 512) = 1.05 MFLOP): 8.1 MiB of weights read. Per cached token:
+/// scores and weighted latents of 8 heads, 8·2·(256 + 32 + 256) = 8.7 kFLOP (2.2 MFLOP at 256
+/// tokens, 18 MFLOP at 2048), reading its `d_c + d_r` = 288 values (0.56 MiB of cache at 256 tokens,
+/// 4.5 MiB at 2048) — the only part that grows with the cache.
+/// The prefilled cache is cloned in the untimed setup (capacity kept, so the append never copies).
+fn latent_decode(c: &mut Criterion) {
+    let config = LatentConfig {
+        model_width: 512,
+        heads: 8,
+        head_width: 64,
+        latent_width: 256,
+        rope_width: 32,
+        max_positions: 4096,
+        rope_base: 10_000.0,
+    };
+    let layer = LatentAttention::new(config, &mut SplitMix64::new(14)).expect("valid config");
+    let token = random_tensor(&[1, 1, 512], 15);
+    let token = constant(token.shape(), token.as_slice()).expect("values fill the shape");
+    let mut group = c.benchmark_group("latent_decode");
+    for cached in [255, 2047] {
+        // prefilled once, and only when this benchmark is selected
+        let prefilled: OnceCell<LatentKvCache> = OnceCell::new();
+        group.bench_function(format!("mla512x8_c256_r32/cache{cached}"), |bench| {
+            let prefilled = prefilled.get_or_init(|| {
+                let prompt = random_tensor(&[1, cached, 512], 16);
+                let mut cache = layer.new_cache(1);
+                // in chunks of 256 tokens, so the prefill's scores stay small
+                for start in (0..cached).step_by(256) {
+                    let end = cached.min(start + 256);
+                    let chunk = constant(&[1, end - start, 512], &prompt.as_slice()[start * 512..end * 512])
+                        .expect("values fill the shape");
+                    layer.forward_cached(&chunk, &mut cache).expect("the prompt fits the positions");
+                }
+                cache
+            });
+            time_step(bench, prefilled, |cache| {
+                layer.forward_cached(black_box(&token), cache).expect("the position fits")
+            });
+        });
+    }
+    group.finish();
+}
+
+/// The benchmarks' settings, after pinning the allocator's thresholds (see the module docs).
+fn config() -> Criterion {
+    if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
+        llm_from_scratch::allocator::keep_freed_memory();
+    }
+    Criterion::default().sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2))
+}
+
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(10)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2));
-    targets = rope, explicit_causal, tiled_causal, decode_step
+    config = config();
+    targets = rope, explicit_causal, tiled_causal, decode_step, latent_decode
 }
 criterion_main!(benches);

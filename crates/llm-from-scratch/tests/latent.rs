@@ -1,7 +1,7 @@
 //! Multi-head latent attention: the absorbed path equals the direct one, the latent cache equals
 //! the full pass, and RoPE on the reconstructed key breaks absorption.
 
-use llm_from_scratch::attention::{AttentionError, LatentAttention, LatentConfig};
+use llm_from_scratch::attention::{AttentionError, LatentAttention, LatentConfig, LatentKvCache};
 use llm_from_scratch::nn::{RopeError, SplitMix64};
 use llm_from_scratch::{GradcheckConfig, Tensor, TensorValue, constant, gradcheck};
 
@@ -50,23 +50,78 @@ fn latent_cache_decoding_equals_the_full_pass_and_stores_only_c_and_k_rope() {
     let x = random(&[2, 7, 12], &mut rng);
     let full = layer.forward(&constant(&[2, 7, 12], x.as_slice()).unwrap(), 0).unwrap().output.value().unwrap();
     for chunk in [1, 3, 7] {
-        let mut cache = layer.new_cache(2);
-        let mut rows = vec![Vec::new(); 2];
-        let mut start = 0;
-        while start < 7 {
-            let len = chunk.min(7 - start);
-            let part = constant(&[2, 7, 12], x.as_slice()).unwrap().slice_axis(1, start, start + len).unwrap();
-            let out = layer.forward_cached(&part, &mut cache).unwrap();
-            for (b, row) in rows.iter_mut().enumerate() {
-                row.extend_from_slice(&out.as_slice()[b * len * 12..(b + 1) * len * 12]);
-            }
-            start += len;
-        }
-        assert!(close(&Tensor::new(&[2, 7, 12], rows.concat()).unwrap(), &full, 1e-12), "chunk {chunk}");
+        let (decoded, cache) = decode_in_chunks(&layer, &x, &[chunk]);
+        assert!(close(&decoded, &full, 1e-12), "chunk {chunk}");
         assert_eq!(cache.len(), 7);
         assert_eq!(cache.stored_values(), 2 * 7 * (5 + 2), "C and k_R only");
     }
     assert_eq!(config().cached_per_token(), 7);
+}
+
+/// Feeds `x [B, T, d]` through a fresh cache in chunks of `schedule` (cycled until `T` tokens are
+/// in) and stitches the outputs back into `[B, T, d]`; returns them and the cache.
+fn decode_in_chunks(layer: &LatentAttention, x: &Tensor, schedule: &[usize]) -> (Tensor, LatentKvCache) {
+    let (b, t, d) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    let mut cache = layer.new_cache(b);
+    let mut rows = vec![Vec::new(); b];
+    let mut start = 0;
+    for &chunk in schedule.iter().cycle() {
+        if start == t {
+            break;
+        }
+        let len = chunk.min(t - start);
+        let part = constant(x.shape(), x.as_slice()).unwrap().slice_axis(1, start, start + len).unwrap();
+        let out = layer.forward_cached(&part, &mut cache).unwrap();
+        for (bi, row) in rows.iter_mut().enumerate() {
+            row.extend_from_slice(&out.as_slice()[bi * len * d..(bi + 1) * len * d]);
+        }
+        start += len;
+    }
+    (Tensor::new(&[b, t, d], rows.concat()).unwrap(), cache)
+}
+
+#[test]
+fn a_long_decode_over_several_batch_rows_equals_both_full_passes() {
+    // 3 sequences of 60 tokens: a prefill of 7, then one token at a time with a chunk of 3 now
+    // and then. The cache is read in place and its products sum in another order than the full
+    // pass's, so the outputs agree to rounding: 1e-12 relative (as chapter 35 checks).
+    let config = LatentConfig { max_positions: 64, ..config() };
+    let mut rng = SplitMix64::new(6);
+    let layer = LatentAttention::new(config, &mut rng).unwrap();
+    let x = random(&[3, 60, 12], &mut rng);
+    let input = constant(&[3, 60, 12], x.as_slice()).unwrap();
+    let absorbed = layer.forward_absorbed(&input, 0).unwrap().output.value().unwrap();
+    let direct = layer.forward(&input, 0).unwrap().output.value().unwrap();
+    let schedule = [7, 1, 1, 1, 3, 1, 1, 1, 1];
+    let (decoded, cache) = decode_in_chunks(&layer, &x, &schedule);
+    assert_eq!(cache.len(), 60);
+    assert!(close(&decoded, &absorbed, 1e-12) && close(&decoded, &direct, 1e-12));
+    // one row alone decodes as it does beside the others, bit for bit
+    let row = Tensor::new(&[1, 60, 12], x.as_slice()[60 * 12..2 * 60 * 12].to_vec()).unwrap();
+    let (alone, _) = decode_in_chunks(&layer, &row, &schedule);
+    assert_eq!(alone.as_slice(), &decoded.as_slice()[60 * 12..2 * 60 * 12]);
+}
+
+#[test]
+fn cached_decoding_is_bitwise_the_same_on_one_thread_and_on_several() {
+    let mut rng = SplitMix64::new(7);
+    // batch 1 (the kernels use the threads) and batch 3 (one task per row and token)
+    for batch in [1, 3] {
+        let x = random(&[batch, 40, 12], &mut rng);
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                // the layer is built inside: its weights live on the tape, which stays on one thread
+                let config = LatentConfig { max_positions: 64, ..config() };
+                let layer = LatentAttention::new(config, &mut SplitMix64::new(8)).unwrap();
+                decode_in_chunks(&layer, &x, &[5, 1, 1, 2]).0
+            })
+        };
+        let one = on(1);
+        for threads in [2, 3] {
+            assert_eq!(on(threads).as_slice(), one.as_slice(), "batch {batch}, {threads} threads");
+        }
+    }
 }
 
 #[test]

@@ -25,28 +25,36 @@ impl<'a> RowOut<'a> {
         Written(PhantomData)
     }
 
-    /// Writes the pairs `(i, i + w/2)` as `f(i)` for `i < w/2`; the width must be even.
+    /// Writes the pairs `(i, i + w/2)` from `pairs`, the `i`-th item to pair `i`; `pairs` must
+    /// yield at least `w/2` items and the width must be even (else a panic).
+    ///
+    /// A zip of slice iterators, not indices: the loop carries no bounds checks and vectorises.
     #[inline(always)]
-    pub(crate) fn pairs_apart(self, mut f: impl FnMut(usize) -> (f64, f64)) -> Written<'a> {
+    pub(crate) fn pairs_apart(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
         assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
         let (lo, hi) = self.0.split_at_mut(self.0.len() / 2);
-        for (i, (a, b)) in lo.iter_mut().zip(hi).enumerate() {
-            let (x, y) = f(i);
+        let mut written = 0;
+        for ((a, b), (x, y)) in lo.iter_mut().zip(hi.iter_mut()).zip(pairs) {
             a.write(x);
             b.write(y);
+            written += 1;
         }
+        assert_eq!(written, lo.len(), "every pair of the row is written");
         Written(PhantomData)
     }
 
-    /// Writes the pairs `(2i, 2i + 1)` as `f(i)`; the width must be even.
+    /// Writes the pairs `(2i, 2i + 1)` from `pairs`, as [`RowOut::pairs_apart`] does.
     #[inline(always)]
-    pub(crate) fn pairs_adjacent(self, mut f: impl FnMut(usize) -> (f64, f64)) -> Written<'a> {
-        assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
-        for (i, pair) in self.0.chunks_exact_mut(2).enumerate() {
-            let (x, y) = f(i);
-            pair[0].write(x);
-            pair[1].write(y);
+    pub(crate) fn pairs_adjacent(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
+        let (out, odd) = self.0.as_chunks_mut::<2>();
+        assert!(odd.is_empty(), "a row of pairs has an even width");
+        let mut written = 0;
+        for ([a, b], (x, y)) in out.iter_mut().zip(pairs) {
+            a.write(x);
+            b.write(y);
+            written += 1;
         }
+        assert_eq!(written, out.len(), "every pair of the row is written");
         Written(PhantomData)
     }
 }
@@ -107,14 +115,33 @@ mod tests {
     fn every_layout_writes_whole_rows_on_one_thread_and_on_many() {
         for parallel in [false, true] {
             let tasks = RowTasks { rows_per_task: 3, parallel };
-            let apart = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_apart(|i| (r as f64, i as f64)));
+            let pairs = |r: usize| (0..2).map(move |i| (r as f64, i as f64));
+            let apart = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_apart(pairs(r)));
             assert_eq!(&apart[4..8], &[1.0, 1.0, 0.0, 1.0]);
-            let adjacent =
-                build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_adjacent(|i| (r as f64, i as f64)));
+            let adjacent = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_adjacent(pairs(r)));
             assert_eq!(&adjacent[28..], &[7.0, 0.0, 7.0, 1.0]);
             let src: Vec<f64> = (0..10).map(f64::from).collect();
             let copied = build_rows((10, 2), tasks, || (), |_, r, row| row.copy_from(&src[r * 2..r * 2 + 2]));
             assert_eq!(copied, src);
+        }
+    }
+
+    #[test]
+    fn too_few_pairs_panic_instead_of_leaving_values_unwritten() {
+        let tasks = RowTasks { rows_per_task: 2, parallel: false };
+        for adjacent in [false, true] {
+            let short = std::panic::catch_unwind(|| {
+                build_rows(
+                    (4 * 4, 4),
+                    tasks,
+                    || (),
+                    |_, _, row| {
+                        let one_pair = std::iter::once((1.0, 2.0));
+                        if adjacent { row.pairs_adjacent(one_pair) } else { row.pairs_apart(one_pair) }
+                    },
+                )
+            });
+            assert!(short.is_err(), "adjacent {adjacent}");
         }
     }
 }
