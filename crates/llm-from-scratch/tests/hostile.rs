@@ -17,14 +17,14 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionKernel, AttentionOptions, GroupedQueryAttention, LatentAttention,
-    LatentConfig, SlidingWindow, Visibility, generate_with_cache, grouped_attention, tiled_attention,
+    AttentionConfig, AttentionError, AttentionKernel, AttentionOptions, GroupedQueryAttention, KvCache,
+    LatentAttention, LatentConfig, SlidingWindow, Visibility, generate_with_cache, grouped_attention, tiled_attention,
 };
 use llm_from_scratch::model::{
     AdamW, AdamWConfig, CheckpointError, Decoder, DecoderConfig, ModelError, hf_llama_config, load_hf_llama,
 };
 use llm_from_scratch::nn::{Linear, NamedParameter, NamedParameters, QkvProjections, RotaryEmbedding, SplitMix64};
-use llm_from_scratch::{Mask, Tensor, constant, parameter};
+use llm_from_scratch::{Mask, Tensor, TensorValue, constant, parameter};
 
 /// The address-space limit of a child, in KiB (1 GiB): far below any of the allocations the
 /// cases used to attempt (16 GiB to 1 TiB), far above what they need now.
@@ -112,6 +112,17 @@ const CASES: &[(&str, Case)] = &[
             Err(CheckpointError::Config { reason, .. }) if reason.contains("more than twice") => Ok(()),
             other => Err(format!("{other:?}")),
         }
+    }),
+    ("a KV cache for a layer of 2^40 positions decodes", || {
+        // the cache reserved every position at the first append: 2^40 · d_h values aborted
+        let config = AttentionConfig::new(4, 2, 1, 2).with_rope(1 << 40, 100.0);
+        let layer = GroupedQueryAttention::new("g", config, &mut SplitMix64::new(0)).map_err(|e| e.to_string())?;
+        let mut cache = KvCache::for_layer(&layer, 1);
+        for step in 0..3 {
+            let x = TensorValue::leaf(Tensor::new(&[1, 1, 4], vec![0.1 * step as f64; 4]).unwrap(), false);
+            layer.forward_cached(&x, &mut cache).map_err(|e| e.to_string())?;
+        }
+        (cache.len() == 3).then_some(()).ok_or_else(|| "three positions not cached".to_string())
     }),
     ("a RoPE of 2^40 positions rotates a far position", || {
         let rope = RotaryEmbedding::new(64, 1 << 40, 10_000.0).map_err(|e| e.to_string())?;

@@ -29,7 +29,9 @@ use crate::tensor::Tensor;
 /// Keys and values of one layer for a batch of sequences that advance together.
 ///
 /// Storage for every position it may keep (the window's need, or `max_positions`) is reserved at
-/// the first append, so decoding never reallocates — and never copies — what is stored.
+/// the first append, so decoding never reallocates — and never copies — what is stored. Where
+/// that is more than the machine can reserve (a capacity of 2⁴⁰ positions, say), the storage
+/// grows with what is stored instead, doubling, so it is copied at most log₂(len) times.
 ///
 /// # Shapes
 /// Per layer, keys and values `[B, G, len, d_h]` ([`KvCache::key_shape`]); each call of
@@ -215,10 +217,13 @@ impl KvCache {
     /// window's ring is full. Never copies what is already stored.
     pub(super) fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
         let (t, d) = (k.shape()[2], self.head_width);
-        let reserve = self.slots() * d;
+        // every slot at the first append; `max_positions` comes from the caller, so a reservation
+        // the machine refuses (or that overflows) falls back to growing with what is stored
+        let reserve = self.slots().checked_mul(d);
         for lane in self.keys.iter_mut().chain(self.values.iter_mut()) {
-            if lane.capacity() < reserve {
-                lane.reserve_exact(reserve - lane.len());
+            let whole = lane.capacity() == 0 && reserve.is_some_and(|r| lane.try_reserve_exact(r).is_ok());
+            if !whole {
+                lane.reserve(t * d);
             }
         }
         for step in 0..t {

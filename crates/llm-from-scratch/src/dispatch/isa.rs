@@ -53,29 +53,52 @@ pub(crate) trait Kernel {
 /// Runs `kernel` compiled for `target`, or for the portable target when the processor cannot run
 /// `target` (callers pass [`super::active`], which is always available).
 pub(crate) fn run<K: Kernel>(target: Target, kernel: K) -> K::Output {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if target == Target::Avx512 && target.is_available() {
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            fn avx512<K: Kernel>(kernel: K) -> K::Output {
-                kernel.run(x86::Avx512(()))
+    Checked::new(target).run(kernel)
+}
+
+/// A target the processor runs, checked once: [`Checked::run`] then only matches on it (for
+/// kernels called once per row).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Checked(Target);
+
+impl Checked {
+    /// `target` if the processor runs it, else the widest narrower target it runs.
+    pub(crate) fn new(target: Target) -> Self {
+        let available = Target::ALL.into_iter().rev().find(|t| *t <= target && t.is_available());
+        Self(available.unwrap_or(Target::Portable))
+    }
+
+    /// Runs `kernel` compiled for the checked target.
+    #[inline]
+    pub(crate) fn run<K: Kernel>(self, kernel: K) -> K::Output {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            Target::Avx512 => {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                fn avx512<K: Kernel>(kernel: K) -> K::Output {
+                    kernel.run(x86::Avx512(()))
+                }
+                // SAFETY: a `Checked` holds only targets the processor runs (`new`).
+                #[allow(unsafe_code)]
+                unsafe {
+                    avx512(kernel)
+                }
             }
-            // SAFETY: the processor has AVX-512F, AVX2 and FMA (checked just above).
-            #[allow(unsafe_code)]
-            return unsafe { avx512(kernel) };
-        }
-        if target >= Target::Avx2 && Target::Avx2.is_available() {
-            #[target_feature(enable = "avx2,fma")]
-            fn avx2<K: Kernel>(kernel: K) -> K::Output {
-                kernel.run(x86::Avx2(()))
+            #[cfg(target_arch = "x86_64")]
+            Target::Avx2 => {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2<K: Kernel>(kernel: K) -> K::Output {
+                    kernel.run(x86::Avx2(()))
+                }
+                // SAFETY: as above.
+                #[allow(unsafe_code)]
+                unsafe {
+                    avx2(kernel)
+                }
             }
-            // SAFETY: the processor has AVX2 and FMA (checked just above).
-            #[allow(unsafe_code)]
-            return unsafe { avx2(kernel) };
+            _ => kernel.run(Portable),
         }
     }
-    let _ = target;
-    kernel.run(Portable)
 }
 
 /// Plain Rust on pairs of values: one NEON register on aarch64, one SSE2 register on x86-64.
@@ -127,12 +150,13 @@ mod x86 {
 
     use super::Isa;
 
-    /// Proof that the processor has AVX-512F, AVX2 and FMA; only [`super::run`] makes one,
-    /// after checking.
+    /// Proof that the processor has AVX-512F, AVX2 and FMA; only [`super::Checked::run`] makes
+    /// one, after checking.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Avx512(pub(super) ());
 
-    /// Proof that the processor has AVX2 and FMA; only [`super::run`] makes one, after checking.
+    /// Proof that the processor has AVX2 and FMA; only [`super::Checked::run`] makes one, after
+    /// checking.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Avx2(pub(super) ());
 

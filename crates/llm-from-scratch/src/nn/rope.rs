@@ -25,6 +25,7 @@
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
+use crate::dispatch::isa::{Checked, Plain};
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
 use crate::tensor::rows::{RowOut, RowTasks, Written, build_rows};
@@ -386,15 +387,18 @@ impl RotaryEmbedding {
         let rows = RowPositions::new(x.shape(), positions);
         let tables = self.tables();
         let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
+        // the row loops compiled for the target in force (no fused operations: the same bits on
+        // every target)
+        let target = Checked::new(crate::dispatch::active());
         // per task: the angles of a position past the tables, computed when needed
         let far_angles = || (Vec::new(), Vec::new());
         let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
             let (cos, sin) = self.angles(tables, rows.position(r), far);
             let input = &x.as_slice()[r * d..(r + 1) * d];
-            match self.layout {
+            target.run(Plain(|| match self.layout {
                 RopeLayout::SplitHalves => rotate_row_apart(cos, sin, input, row, sign),
                 RopeLayout::AdjacentPairs => rotate_row_adjacent(cos, sin, input, row, sign),
-            }
+            }))
         });
         Tensor::from_parts(x.shape().to_vec(), out)
     }

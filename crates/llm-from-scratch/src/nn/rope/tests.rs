@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+use crate::dispatch::{Target, with_target};
 use crate::nn::SplitMix64;
 
 #[test]
@@ -61,10 +62,11 @@ fn explicit_per_row_positions_match_offsets() {
 }
 
 #[test]
-fn the_parallel_path_equals_rotating_each_lane_alone() {
+fn the_parallel_path_equals_rotating_each_lane_alone_on_every_target() {
     // [B=2, H=3, T=2050, d=8] = 98 400 values: rotated in parallel blocks of 256 rows, the
     // last one partial; each lane [T, d] alone (16 400 values) takes the one-thread path,
-    // per-row positions included. Both equal the rotation written out value by value.
+    // per-row positions included. Both equal the rotation written out value by value, on every
+    // kernel target this processor runs.
     let (b, h, t, d) = (2, 3, 2050, 8);
     let mut rng = SplitMix64::new(21);
     let values: Vec<f64> = (0..b * h * t * d).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -73,8 +75,9 @@ fn the_parallel_path_equals_rotating_each_lane_alone() {
         let rope = RotaryEmbedding::new(d, 4096, 10_000.0).unwrap().with_layout(layout);
         let x = Tensor::new(&[b, h, t, d], values.clone()).unwrap();
         assert!(x.len() >= PARALLEL_VALUES && t * d < PARALLEL_VALUES);
-        for sign in [1.0, -1.0] {
-            let whole = rope.apply(&x, &positions, sign);
+        for (sign, target) in [1.0, -1.0].into_iter().flat_map(|s| Target::available().into_iter().map(move |t| (s, t)))
+        {
+            let whole = with_target(target, || rope.apply(&x, &positions, sign)).unwrap();
             for (lane, got) in whole.as_slice().chunks(t * d).enumerate() {
                 let alone = Tensor::new(&[t, d], values[lane * t * d..(lane + 1) * t * d].to_vec()).unwrap();
                 let row = &positions[(lane / h) * t..(lane / h + 1) * t];
