@@ -39,6 +39,12 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `a · b` in every lane.
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    /// Runs `kernel` in a function of its own, compiled for this instruction set and never
+    /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
+    /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
+    /// body is compiled for the baseline before it is inlined, and its intrinsics would stay
+    /// calls.)
+    fn outline<K: Kernel>(self, kernel: K) -> K::Output;
 }
 
 /// A kernel body, compiled once per target by [`run`].
@@ -139,6 +145,14 @@ impl Isa for Portable {
     fn mul(self, a: Self::V, b: Self::V) -> Self::V {
         [a[0] * b[0], a[1] * b[1]]
     }
+    #[inline(always)]
+    fn outline<K: Kernel>(self, kernel: K) -> K::Output {
+        #[inline(never)]
+        fn portable<K: Kernel>(kernel: K) -> K::Output {
+            kernel.run(Portable)
+        }
+        portable(kernel)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -148,7 +162,7 @@ mod x86 {
         _mm512_fmadd_pd, _mm512_loadu_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_storeu_pd,
     };
 
-    use super::Isa;
+    use super::{Isa, Kernel};
 
     /// Proof that the processor has AVX-512F, AVX2 and FMA; only [`super::Checked::run`] makes
     /// one, after checking.
@@ -191,6 +205,15 @@ mod x86 {
         fn mul(self, a: Self::V, b: Self::V) -> Self::V {
             unsafe { _mm512_mul_pd(a, b) }
         }
+        #[inline(always)]
+        fn outline<K: Kernel>(self, kernel: K) -> K::Output {
+            #[inline(never)]
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            fn avx512<K: Kernel>(kernel: K) -> K::Output {
+                kernel.run(Avx512(()))
+            }
+            unsafe { avx512(kernel) }
+        }
     }
 
     #[allow(unsafe_code)]
@@ -220,6 +243,15 @@ mod x86 {
         #[inline(always)]
         fn mul(self, a: Self::V, b: Self::V) -> Self::V {
             unsafe { _mm256_mul_pd(a, b) }
+        }
+        #[inline(always)]
+        fn outline<K: Kernel>(self, kernel: K) -> K::Output {
+            #[inline(never)]
+            #[target_feature(enable = "avx2,fma")]
+            fn avx2<K: Kernel>(kernel: K) -> K::Output {
+                kernel.run(Avx2(()))
+            }
+            unsafe { avx2(kernel) }
         }
     }
 }

@@ -104,7 +104,8 @@ impl Target {
 
     /// The widest target this processor runs.
     pub fn widest() -> Target {
-        Target::available().into_iter().next_back().unwrap_or(Target::Portable)
+        static WIDEST: OnceLock<Target> = OnceLock::new();
+        *WIDEST.get_or_init(|| Target::ALL.into_iter().rev().find(|t| t.is_available()).unwrap_or(Target::Portable))
     }
 
     /// This target if the processor runs it.

@@ -4,7 +4,7 @@
 //! and generic over the [`Isa`], so it is compiled into each target's kernel.
 
 use super::{Lanes, STRIP, TILE};
-use crate::dispatch::isa::Isa;
+use crate::dispatch::isa::{Isa, Kernel};
 use crate::tensor::exp::exp_weight;
 
 /// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
@@ -73,6 +73,26 @@ pub(super) unsafe fn element(values: &[f64], i: usize) -> f64 {
 /// `scores[j] = K[j] · Qᵀ` (`Qᵀ` already scaled) for the key rows `k` (`[w, d]`, `w = scores.len()`).
 #[inline(always)]
 pub(super) fn score_tiles<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
+    isa.outline(ScoreTiles { scores, k, qt });
+}
+
+/// [`score_tiles`] as a [`Kernel`], compiled in a function of its own per target.
+struct ScoreTiles<'a> {
+    scores: &'a mut [Lanes],
+    k: &'a [f64],
+    qt: &'a [Lanes],
+}
+
+impl Kernel for ScoreTiles<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        score_tiles_body(isa, self.scores, self.k, self.qt);
+    }
+}
+
+#[inline(always)]
+fn score_tiles_body<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
     let d = qt.len();
     let full = scores.len() - scores.len() % TILE;
     for (tile, keys) in scores[..full].chunks_exact_mut(TILE).zip(k.chunks_exact(TILE * d)) {
@@ -177,18 +197,36 @@ pub(super) fn weighted_packed<I: Isa>(
     weights: &[Lanes],
     alpha: Option<Lanes>,
 ) {
-    let full = ot.len() - ot.len() % TILE;
-    for (tile, values) in ot[..full].chunks_exact_mut(TILE).zip(values.chunks_exact(w)) {
-        packed_tile::<I, TILE>(isa, tile, values, weights, alpha);
-    }
-    let (tile, values) = (&mut ot[full..], &values[full / TILE * w..]);
-    match tile.len() {
-        1 => packed_tile::<I, 1>(isa, tile, values, weights, alpha),
-        2 => packed_tile::<I, 2>(isa, tile, values, weights, alpha),
-        3 => packed_tile::<I, 3>(isa, tile, values, weights, alpha),
-        4 => packed_tile::<I, 4>(isa, tile, values, weights, alpha),
-        5 => packed_tile::<I, 5>(isa, tile, values, weights, alpha),
-        _ => {}
+    isa.outline(WeightedPacked { ot, values, w, weights, alpha });
+}
+
+/// [`weighted_packed`] as a [`Kernel`], compiled in a function of its own per target.
+struct WeightedPacked<'a> {
+    ot: &'a mut [Lanes],
+    values: &'a [[f64; TILE]],
+    w: usize,
+    weights: &'a [Lanes],
+    alpha: Option<Lanes>,
+}
+
+impl Kernel for WeightedPacked<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        let WeightedPacked { ot, values, w, weights, alpha } = self;
+        let full = ot.len() - ot.len() % TILE;
+        for (tile, values) in ot[..full].chunks_exact_mut(TILE).zip(values.chunks_exact(w)) {
+            packed_tile::<I, TILE>(isa, tile, values, weights, alpha);
+        }
+        let (tile, values) = (&mut ot[full..], &values[full / TILE * w..]);
+        match tile.len() {
+            1 => packed_tile::<I, 1>(isa, tile, values, weights, alpha),
+            2 => packed_tile::<I, 2>(isa, tile, values, weights, alpha),
+            3 => packed_tile::<I, 3>(isa, tile, values, weights, alpha),
+            4 => packed_tile::<I, 4>(isa, tile, values, weights, alpha),
+            5 => packed_tile::<I, 5>(isa, tile, values, weights, alpha),
+            _ => {}
+        }
     }
 }
 
@@ -229,6 +267,26 @@ pub(super) fn packed_tile<I: Isa, const G: usize>(
 /// `w = weights.len()`), a tile of [`TILE`] columns at a time.
 #[inline(always)]
 pub(super) fn weighted_tiles<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
+    isa.outline(WeightedTiles { ot, v, weights });
+}
+
+/// [`weighted_tiles`] as a [`Kernel`], compiled in a function of its own per target.
+struct WeightedTiles<'a> {
+    ot: &'a mut [Lanes],
+    v: &'a [f64],
+    weights: &'a [Lanes],
+}
+
+impl Kernel for WeightedTiles<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, isa: I) {
+        weighted_tiles_body(isa, self.ot, self.v, self.weights);
+    }
+}
+
+#[inline(always)]
+fn weighted_tiles_body<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
     let d = ot.len();
     let full = d - d % TILE;
     for (c0, tile) in (0..full).step_by(TILE).zip(ot[..full].chunks_exact_mut(TILE)) {
