@@ -25,6 +25,7 @@ use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, LatentAttention, LatentConfig, LatentKvCache, Visibility,
     block_size, causal_scaled_dot_product_self_attention, tiled_attention,
 };
+use llm_from_scratch::dispatch::{Target, with_target};
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
 use llm_from_scratch::{Tensor, TensorValue, constant};
 
@@ -116,20 +117,30 @@ fn tiled_causal(c: &mut Criterion) {
     let block_flops = (batch * heads * blocks * (blocks + 1) / 2 * 2 * b * b * d_h) as u64;
     let mut group = c.benchmark_group("causal_attention_tiled");
     group.sampling_mode(SamplingMode::Flat);
-    group.throughput(Throughput::Elements(2 * block_flops));
-    group.bench_function("forward/4x8x256x32", |bench| {
-        bench.iter(|| {
-            tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility).expect("shapes fit")
+    // every kernel target this processor runs (the widest is what a plain call picks); the
+    // portable one only where it is the widest: on x86-64 its fused multiply-adds are library calls
+    let widest = Target::widest();
+    for target in Target::available().into_iter().filter(|&t| t != Target::Portable || t == widest) {
+        group.throughput(Throughput::Elements(2 * block_flops));
+        group.bench_function(format!("forward/{target}/4x8x256x32"), |bench| {
+            bench.iter(|| {
+                with_target(target, || tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility))
+                    .expect("the target was listed as available")
+                    .expect("shapes fit")
+            });
         });
-    });
-    group.throughput(Throughput::Elements(7 * block_flops));
-    group.bench_function("forward_backward/4x8x256x32", |bench| {
-        bench.iter(|| {
-            let out =
-                tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility).expect("shapes fit");
-            out.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+        group.throughput(Throughput::Elements(7 * block_flops));
+        group.bench_function(format!("forward_backward/{target}/4x8x256x32"), |bench| {
+            bench.iter(|| {
+                with_target(target, || {
+                    let out = tiled_attention(black_box(&q), black_box(&k), black_box(&v), None, &visibility)
+                        .expect("shapes fit");
+                    out.backward_with(black_box(&upstream)).expect("upstream has the output's shape")
+                })
+                .expect("the target was listed as available")
+            });
         });
-    });
+    }
     group.finish();
 }
 

@@ -13,7 +13,7 @@
 use crate::attention::{SlidingWindow, visible};
 use crate::autodiff::ops::softmax::softmax_row;
 use crate::dispatch::Target;
-use crate::dispatch::isa::{self, Plain};
+use crate::dispatch::isa::{self, Isa, Kernel};
 use crate::tensor::exp::{exp_inline, exp_shifted_sum_inline};
 
 /// `Σ aᵢ·bᵢ` with eight running partial sums combined in a fixed order: vectorisable, and the same
@@ -73,7 +73,23 @@ pub(super) struct RowQuery<'a> {
 pub(super) fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
     // every target performs the same IEEE operations in the same order (the scores and sums use
     // no fused multiply-add; the exponentials use the same fused ones everywhere): the same bits
-    isa::run(query.target, Plain(|| attend_row_portable(query, runs, scores, out)));
+    isa::run(query.target, AttendRow { query, runs, scores, out });
+}
+
+/// [`attend_row`] as a kernel compiled per target.
+struct AttendRow<'a, 'q> {
+    query: &'a RowQuery<'q>,
+    runs: &'a [Run<'q>],
+    scores: &'a mut [f64],
+    out: &'a mut [f64],
+}
+
+impl Kernel for AttendRow<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        attend_row_portable(self.query, self.runs, self.scores, self.out);
+    }
 }
 
 /// The plain twin of [`attend_row`]: every visible key of `runs` scored, one softmax with the

@@ -25,7 +25,7 @@
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
-use crate::dispatch::isa::{Checked, Plain};
+use crate::dispatch::isa::{Checked, Isa, Kernel};
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
 use crate::tensor::rows::{RowOut, RowTasks, Written, build_rows};
@@ -186,6 +186,28 @@ fn rotate_row_adjacent<'a>(cos: &[f64], sin: &[f64], input: &[f64], out: RowOut<
     let (pairs, _) = input.as_chunks::<2>(); // the width is even: no remainder
     let angles = cos.iter().zip(sin).map(|(&c, &s)| (c, sign * s));
     out.pairs_adjacent(pairs.iter().zip(angles).map(|(&[xa, xb], (c, s))| rotate_pair((xa, xb), c, s)))
+}
+
+/// One row's rotation as a kernel compiled per target.
+struct RotateRow<'r, 'o> {
+    layout: RopeLayout,
+    cos: &'r [f64],
+    sin: &'r [f64],
+    input: &'r [f64],
+    out: RowOut<'o>,
+    sign: f64,
+}
+
+impl<'o> Kernel for RotateRow<'_, 'o> {
+    type Output = Written<'o>;
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) -> Written<'o> {
+        let RotateRow { layout, cos, sin, input, out, sign } = self;
+        match layout {
+            RopeLayout::SplitHalves => rotate_row_apart(cos, sin, input, out, sign),
+            RopeLayout::AdjacentPairs => rotate_row_adjacent(cos, sin, input, out, sign),
+        }
+    }
 }
 
 /// The absolute position of each row `[..., T, d_h]` of an input: `positions[t]` for token `t`,
@@ -395,10 +417,7 @@ impl RotaryEmbedding {
         let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
             let (cos, sin) = self.angles(tables, rows.position(r), far);
             let input = &x.as_slice()[r * d..(r + 1) * d];
-            target.run(Plain(|| match self.layout {
-                RopeLayout::SplitHalves => rotate_row_apart(cos, sin, input, row, sign),
-                RopeLayout::AdjacentPairs => rotate_row_adjacent(cos, sin, input, row, sign),
-            }))
+            target.run(RotateRow { layout: self.layout, cos, sin, input, out: row, sign })
         });
         Tensor::from_parts(x.shape().to_vec(), out)
     }

@@ -24,7 +24,7 @@
 //! have had FMA since 2013, ARM64 always.)
 
 use crate::dispatch::active;
-use crate::dispatch::isa::{self, Plain};
+use crate::dispatch::isa::{self, Isa, Kernel};
 
 /// Below this, `eˣ` is 0 in f64 (the smallest subnormal is 4.9e-324 = e^−744.4).
 const UNDERFLOW: f64 = -745.2;
@@ -59,7 +59,7 @@ fn select(take_a: bool, a: f64, b: f64) -> f64 {
 ///
 /// Compiled for the [`active`] target, like every kernel (all targets give the same bits).
 pub fn exp(x: f64) -> f64 {
-    isa::run(active(), Plain(|| exp_inline(x)))
+    isa::run(active(), Exp(x))
 }
 
 /// The body of [`exp`], inlined into each loop that is compiled for a given instruction set.
@@ -125,7 +125,29 @@ pub(crate) fn exp_weight(x: f64) -> f64 {
 /// runs on the [`active`] one; every version performs the same IEEE operations in the same order,
 /// so they agree bitwise.
 pub fn exp_shifted_sum(values: &mut [f64], shift: f64) -> f64 {
-    isa::run(active(), Plain(|| exp_shifted_sum_inline(values, shift)))
+    isa::run(active(), ExpShiftedSum(values, shift))
+}
+
+/// [`exp`] as a kernel compiled per target.
+struct Exp(f64);
+
+impl Kernel for Exp {
+    type Output = f64;
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) -> f64 {
+        exp_inline(self.0)
+    }
+}
+
+/// [`exp_shifted_sum`] as a kernel compiled per target.
+struct ExpShiftedSum<'a>(&'a mut [f64], f64);
+
+impl Kernel for ExpShiftedSum<'_> {
+    type Output = f64;
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) -> f64 {
+        exp_shifted_sum_inline(self.0, self.1)
+    }
 }
 
 /// The body of [`exp_shifted_sum`], inlined into kernels that are already compiled per target.

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use super::{MatRef, SMALL_PRODUCT, check_dims, matmul};
 use crate::dispatch::Target;
-use crate::dispatch::isa::{self, Plain};
+use crate::dispatch::isa::{self, Isa, Kernel};
 use crate::error::Result;
 
 /// Whether [`matmul_scaled`](super::matmul_scaled) computes an `m × k · k × n` product (right side with column stride
@@ -113,14 +113,23 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
 /// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for `target` (the same
 /// operations in the same order on every target, so the same bits).
 fn axpy_rows<'a>(target: Target, sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
-    isa::run(
-        target,
-        Plain(|| {
-            for (a, row) in rows {
-                for (sum, &w) in sums.iter_mut().zip(row) {
-                    *sum += a * w;
-                }
+    isa::run(target, AxpyRows { sums, rows });
+}
+
+/// [`axpy_rows`] as a kernel compiled per target.
+struct AxpyRows<'s, R> {
+    sums: &'s mut [f64],
+    rows: R,
+}
+
+impl<'a, R: Iterator<Item = (f64, &'a [f64])>> Kernel for AxpyRows<'_, R> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        for (a, row) in self.rows {
+            for (sum, &w) in self.sums.iter_mut().zip(row) {
+                *sum += a * w;
             }
-        }),
-    );
+        }
+    }
 }
