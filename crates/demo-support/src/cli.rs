@@ -55,8 +55,18 @@ pub fn usage(program: &str) -> String {
     format!("usage: {program} [--figure out.svg]")
 }
 
+/// Status 2, with the message on standard error, when `LLM_KERNELS` names a kernel target this
+/// processor cannot run (or none at all); `None` when the kernels are fine. Every demo calls it
+/// before any work.
+pub fn refuse_bad_kernels() -> Option<ExitCode> {
+    let error = llm_from_scratch::dispatch::configured().err()?;
+    eprintln!("error: {error}");
+    Some(ExitCode::from(2))
+}
+
 /// Runs a chapter demo with the process' arguments: parses them (usage on standard error and
-/// status 2 if they are wrong, before any work), computes the evidence, writes the figure if asked
+/// status 2 if they are wrong, or if `LLM_KERNELS` names a kernel target this processor cannot run, before
+/// any work), computes the evidence, writes the figure if asked
 /// (`figure written to PATH` on standard error) and prints the report.
 pub fn run_chapter<E, Err: Display>(
     program: &str,
@@ -72,6 +82,9 @@ pub fn run_chapter<E, Err: Display>(
             return ExitCode::from(2);
         }
     };
+    if let Some(code) = refuse_bad_kernels() {
+        return code;
+    }
     let evidence = match evidence() {
         Ok(evidence) => evidence,
         Err(error) => {
@@ -124,6 +137,9 @@ pub fn main_with_options<O>(
             return ExitCode::from(2);
         }
     };
+    if let Some(code) = refuse_bad_kernels() {
+        return code;
+    }
     match run(&options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

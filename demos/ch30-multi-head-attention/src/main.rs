@@ -4,6 +4,9 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = demo_support::cli::refuse_bad_kernels() {
+        return code;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let evidence = match ch30_multi_head_attention::learner_evidence() {
         Ok(evidence) => evidence,

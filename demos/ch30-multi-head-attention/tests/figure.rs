@@ -58,3 +58,18 @@ fn figure_flag_writes_the_file_and_bad_flags_exit_2() {
     let bad = std::process::Command::new(bin).arg("--nope").output().unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[test]
+fn a_kernel_target_the_processor_cannot_run_exits_2_with_the_reason() {
+    let bin = env!("CARGO_BIN_EXE_ch30-multi-head-attention");
+    let bad = std::process::Command::new(bin).env("LLM_KERNELS", "avx9").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(bad.stdout.is_empty(), "no report before the check");
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(message.contains("unknown kernel target \"avx9\""), "{message}");
+    // the portable target runs everywhere and gives the same report
+    let portable = std::process::Command::new(bin).env("LLM_KERNELS", "portable").output().unwrap();
+    let default = std::process::Command::new(bin).env_remove("LLM_KERNELS").output().unwrap();
+    assert!(portable.status.success() && default.status.success());
+    assert_eq!(portable.stdout, default.stdout);
+}

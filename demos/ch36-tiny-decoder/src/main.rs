@@ -72,6 +72,9 @@ fn run(args: &[&str], quiet: bool) -> Result<String, Box<dyn std::error::Error>>
 }
 
 fn main() -> ExitCode {
+    if let Some(code) = demo_support::cli::refuse_bad_kernels() {
+        return code;
+    }
     let start = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quiet = args.iter().any(|a| a == "--quiet");
