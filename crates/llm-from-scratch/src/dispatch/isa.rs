@@ -2,11 +2,13 @@
 //! place where a [`Target`] becomes compiled code.
 //!
 //! A kernel is written once as [`Kernel::run`], generic over an [`Isa`] value: a zero-sized proof
-//! that the processor has the instructions. [`run`] compiles that body three times — inside a
-//! function with `#[target_feature(enable = "avx512f,avx2,fma")]`, one with `avx2,fma`, and a
-//! plain one — and calls the version the target names. Everything the body calls is
-//! `#[inline(always)]`, so it is compiled with the features of the function it lands in: the
-//! same source becomes AVX-512, AVX2 or baseline code.
+//! that the processor has the instructions. [`run`] (or [`Checked::run`], for kernels called once
+//! per row, which checks the processor once) compiles that body three times — inside a function
+//! with `#[target_feature(enable = "avx512f,avx2,fma")]`, one with `avx2,fma`, and a plain one —
+//! and calls the version the target names. Everything the body calls is `#[inline(always)]`, so
+//! it is compiled with the features of the function it lands in: the same source becomes
+//! AVX-512, AVX2 or baseline code. [`Isa::outline`] gives a loop a function of its own, compiled
+//! the same way.
 
 use super::Target;
 
@@ -52,7 +54,7 @@ pub(crate) trait Isa: Copy + Send + Sync {
 /// A struct with an `#[inline(always)]` `run`, never a closure: a closure's body is optimised
 /// as a function of its own, for the baseline instruction set, before it is inlined (its fused
 /// multiply-adds become library calls and its loops stay narrow), which made the explicit
-/// softmax 2.5× slower when this module first used closures.
+/// softmax 2.3× slower when this module first used closures.
 pub(crate) trait Kernel {
     /// What the kernel returns.
     type Output;

@@ -24,7 +24,10 @@
 //!
 //! By default the widest target the processor runs is used. `LLM_KERNELS=portable|avx2|avx512`
 //! forces one for the whole process (read once, at the first kernel call); [`with_target`]
-//! forces one for the calls made on this thread. Forcing a target the processor lacks is a
+//! forces one for the calls made on this thread. The strip kernels, decoding, RoPE and the
+//! row products take the target when the call begins and hand it to their worker threads; the
+//! softmax's exponentials and the matrix product read it where they run, so inside worker threads
+//! they follow the process's target (the same bits either way, only the speed differs). Forcing a target the processor lacks is a
 //! [`KernelsError`], never a crash: binaries call [`configured`] at start and stop with the
 //! message; a library call that meets a bad `LLM_KERNELS` prints it once and uses the widest
 //! target instead.
@@ -33,9 +36,12 @@
 //! use llm_from_scratch::dispatch::{self, Target};
 //!
 //! // the portable target runs everywhere
-//! let y = dispatch::with_target(Target::Portable, || dispatch::active()).unwrap();
-//! assert_eq!(y, Target::Portable);
+//! let inside = dispatch::with_target(Target::Portable, dispatch::active)?;
+//! assert_eq!(inside, Target::Portable);
 //! assert!(Target::available().contains(&Target::Portable));
+//! // a name that is no target is a typed error
+//! assert!(Target::parse("sse9").is_err());
+//! # Ok::<(), dispatch::KernelsError>(())
 //! ```
 
 pub(crate) mod isa;

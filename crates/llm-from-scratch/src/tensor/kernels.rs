@@ -7,8 +7,8 @@
 //! `lhs` (`m × k`) and `rhs` (`k × n`). Strides make transposes free: `q · kᵀ` reads `k` with its
 //! strides swapped instead of copying it.
 //!
-//! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 micro-kernels chosen at
-//! run time, rayon threads). It splits work over output blocks only — never over `k` — so every
+//! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 or AVX2 micro-kernels
+//! chosen at run time, rayon threads; `--kernels avx2` holds it to AVX2, module `gemm_targets`). It splits work over output blocks only — never over `k` — so every
 //! output element is summed in the same order whatever the number of threads. A product whose
 //! inner dimension is long against a small output (a weight gradient `xᵀ·dy`: `B·T` rows summed
 //! into `d × d`) runs as two single-threaded products on a fixed split of its output rows, which
