@@ -192,24 +192,29 @@ mod x86 {
 
         #[inline(always)]
         fn splat(self, x: f64) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm512_set1_pd(x) }
         }
         #[inline(always)]
         unsafe fn load(self, values: &[f64], at: usize) -> Self::V {
             debug_assert!(at + 8 <= values.len());
+            // SAFETY: `self` proves the instructions; the caller promises the values lie in `values`.
             unsafe { _mm512_loadu_pd(values.as_ptr().add(at)) }
         }
         #[inline(always)]
         unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V) {
             debug_assert!(at + 8 <= values.len());
+            // SAFETY: `self` proves the instructions; the caller promises the values lie in `values`.
             unsafe { _mm512_storeu_pd(values.as_mut_ptr().add(at), v) }
         }
         #[inline(always)]
         fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm512_fmadd_pd(a, b, c) }
         }
         #[inline(always)]
         fn mul(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm512_mul_pd(a, b) }
         }
         #[inline(always)]
@@ -219,6 +224,7 @@ mod x86 {
             fn avx512<K: Kernel>(kernel: K) -> K::Output {
                 kernel.run(Avx512(()))
             }
+            // SAFETY: `self` proves the processor has AVX-512F, AVX2 and FMA.
             unsafe { avx512(kernel) }
         }
     }
@@ -231,24 +237,29 @@ mod x86 {
 
         #[inline(always)]
         fn splat(self, x: f64) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm256_set1_pd(x) }
         }
         #[inline(always)]
         unsafe fn load(self, values: &[f64], at: usize) -> Self::V {
             debug_assert!(at + 4 <= values.len());
+            // SAFETY: `self` proves the instructions; the caller promises the values lie in `values`.
             unsafe { _mm256_loadu_pd(values.as_ptr().add(at)) }
         }
         #[inline(always)]
         unsafe fn store(self, values: &mut [f64], at: usize, v: Self::V) {
             debug_assert!(at + 4 <= values.len());
+            // SAFETY: `self` proves the instructions; the caller promises the values lie in `values`.
             unsafe { _mm256_storeu_pd(values.as_mut_ptr().add(at), v) }
         }
         #[inline(always)]
         fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm256_fmadd_pd(a, b, c) }
         }
         #[inline(always)]
         fn mul(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm256_mul_pd(a, b) }
         }
         #[inline(always)]
@@ -258,6 +269,7 @@ mod x86 {
             fn avx2<K: Kernel>(kernel: K) -> K::Output {
                 kernel.run(Avx2(()))
             }
+            // SAFETY: `self` proves the processor has AVX2 and FMA.
             unsafe { avx2(kernel) }
         }
     }
