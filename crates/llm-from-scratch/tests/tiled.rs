@@ -161,12 +161,18 @@ fn gradcheck_tiled_kernel_with_sinks_window_and_padding() {
         window: Some(SlidingWindow::Inclusive(2)),
         key_padding: Some(vec![true, false, false, false, false, false, false, false, false, false]),
     };
-    let report =
-        gradcheck(&inputs, &GradcheckConfig::default(), |v| -> Result<TensorValue, Box<dyn std::error::Error>> {
-            Ok(tiled_attention(&v[0], &v[1], &v[2], Some(&v[3]), &vis)?)
+    // on every kernel target: the gradients each target's backward computes, against central
+    // differences of that target's forward
+    for target in Target::available() {
+        let report = with_target(target, || {
+            gradcheck(&inputs, &GradcheckConfig::default(), |v| -> Result<TensorValue, Box<dyn std::error::Error>> {
+                Ok(tiled_attention(&v[0], &v[1], &v[2], Some(&v[3]), &vis)?)
+            })
         })
+        .unwrap()
         .unwrap();
-    assert!(report.passed(), "{report:?}");
+        assert!(report.passed(), "{target}: {report:?}");
+    }
 }
 
 #[test]

@@ -77,8 +77,7 @@ pub(crate) struct Checked(Target);
 impl Checked {
     /// `target` if the processor runs it, else the widest narrower target it runs.
     pub(crate) fn new(target: Target) -> Self {
-        let available = Target::ALL.into_iter().rev().find(|t| *t <= target && t.is_available());
-        Self(available.unwrap_or(Target::Portable))
+        Self(widest_within(target, Target::is_available))
     }
 
     /// Runs `kernel` compiled for the checked target.
@@ -112,6 +111,11 @@ impl Checked {
             _ => kernel.run(Portable),
         }
     }
+}
+
+/// The widest target no wider than `target` for which `available` holds (portable at least).
+fn widest_within(target: Target, available: impl Fn(Target) -> bool) -> Target {
+    Target::ALL.into_iter().rev().find(|&t| t <= target && available(t)).unwrap_or(Target::Portable)
 }
 
 /// Plain Rust on pairs of values: one NEON register on aarch64, one SSE2 register on x86-64.
@@ -297,6 +301,17 @@ mod tests {
             }
             out
         }
+    }
+
+    #[test]
+    fn a_target_the_processor_lacks_runs_the_widest_narrower_one() {
+        // a processor with AVX2 only, and one with nothing but the baseline
+        let avx2_only = |t: Target| t <= Target::Avx2;
+        assert_eq!(widest_within(Target::Avx512, avx2_only), Target::Avx2);
+        assert_eq!(widest_within(Target::Avx2, avx2_only), Target::Avx2);
+        assert_eq!(widest_within(Target::Portable, avx2_only), Target::Portable);
+        assert_eq!(widest_within(Target::Avx512, |t| t == Target::Portable), Target::Portable);
+        assert_eq!(widest_within(Target::Avx512, |_| false), Target::Portable);
     }
 
     #[test]

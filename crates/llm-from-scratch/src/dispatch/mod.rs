@@ -119,11 +119,12 @@ impl Target {
     /// # Errors
     /// [`KernelsError::Unavailable`] when it does not.
     pub fn check(self) -> Result<Target, KernelsError> {
-        if self.is_available() {
-            Ok(self)
-        } else {
-            Err(KernelsError::Unavailable { target: self, found: features_found().join(" ") })
-        }
+        if self.is_available() { Ok(self) } else { Err(self.unavailable()) }
+    }
+
+    /// The error for this target on a processor that lacks it.
+    fn unavailable(self) -> KernelsError {
+        KernelsError::Unavailable { target: self, found: features_found().join(" ") }
     }
 }
 
@@ -291,7 +292,16 @@ mod tests {
     }
 
     #[test]
+    fn the_unavailable_error_names_the_target_and_what_the_processor_has() {
+        // built directly: on a processor that runs every target, no call returns it
+        let message = Target::Avx512.unavailable().to_string();
+        assert!(message.starts_with("this processor cannot run the avx512 kernels"), "{message}");
+        assert!(message.contains(&features_found().join(" ")), "{message}");
+    }
+
+    #[test]
     fn forcing_a_target_the_processor_lacks_is_an_error_and_runs_nothing() {
+        // (every target is available on an AVX-512 processor: the loop is empty there)
         for t in Target::ALL.into_iter().filter(|t| !t.is_available()) {
             let mut ran = false;
             let got = with_target(t, || ran = true);

@@ -255,3 +255,28 @@ fn views_that_read_past_their_storage_are_rejected() {
     let err = matmul(&mut c, av, av, false, false).unwrap_err();
     assert!(err.to_string().contains("matmul kernel"));
 }
+
+#[test]
+fn every_kernel_target_matches_naive_on_the_product_and_the_row_path() {
+    // 96³ and 200×150·150×90 take gemm-f64 (the AVX2 micro-kernels where AVX2 is forced on an
+    // AVX-512 processor), 1×300·300×130 the row path (its loop compiled per target)
+    let mut row_results: Vec<Vec<u64>> = Vec::new();
+    for target in crate::dispatch::Target::available() {
+        for &(m, k, n) in &[(96, 96, 96), (200, 150, 90), (1, 300, 130)] {
+            let (a, b) = (filled(m * k, 11), filled(k * n, 12));
+            let (av, bv) = (MatRef::row_major(&a, m, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
+            let mut fast = vec![0.0; m * n];
+            crate::dispatch::with_target(target, || matmul(&mut fast, av, bv, false, true)).unwrap().unwrap();
+            let mut slow = vec![0.0; m * n];
+            matmul_naive(&mut slow, av, bv, false).unwrap();
+            for (f, s) in fast.iter().zip(&slow) {
+                assert!((f - s).abs() <= 1e-12 * (1.0 + s.abs()), "{target} {m}x{k}x{n}: {f} vs {s}");
+            }
+            if m == 1 {
+                row_results.push(fast.iter().map(|x| x.to_bits()).collect());
+            }
+        }
+    }
+    // the row path performs the same operations on every target
+    assert!(row_results.windows(2).all(|w| w[0] == w[1]));
+}
