@@ -264,8 +264,8 @@ def torch_peer(workloads, threads, target):
             for wi in w:
                 wi.grad = None
 
-        line(peer, "mha-train", "forward", median_ms(forward), 0.82e9)
-        line(peer, "mha-train", "forward-backward", median_ms(forward_backward), 2.44e9)
+        line(peer, "mha-train", "forward", median_ms(forward), 0.686e9)
+        line(peer, "mha-train", "forward-backward", median_ms(forward_backward), 2.058e9)
 
     if "decode" in workloads:
         heads, dh = H, DEC_D // H
@@ -463,9 +463,9 @@ def jax_peer(workloads, threads, target):
             out, pullback = jax.vjp(lambda w, x: layer(w, x, cos, sin, H), w, x)
             return out, pullback(up)
 
-        line(peer, "mha-train", "forward", median_ms(lambda i: forward(w, xs[i % 2]).block_until_ready()), 0.82e9)
+        line(peer, "mha-train", "forward", median_ms(lambda i: forward(w, xs[i % 2]).block_until_ready()), 0.686e9)
         ms = median_ms(lambda i: jax.block_until_ready(forward_backward(w, xs[i % 2], ups[i % 2])))
-        line(peer, "mha-train", "forward-backward", ms, 2.44e9)
+        line(peer, "mha-train", "forward-backward", ms, 2.058e9)
 
     if "decode" in workloads:
         heads, dh = H, DEC_D // H
