@@ -61,6 +61,8 @@ pub(crate) fn gemm_kernel(target: Target) -> &'static str {
 
 /// Defines a [`GemmFn`] that runs `gemm-common`'s driver with one module of `gemm-f64`'s
 /// micro-kernels (`$lanes` values per register, `$simd` the driver's instruction-set token).
+/// Only x86-64 has a target to force this way (aarch64 has the portable one alone).
+#[cfg(target_arch = "x86_64")]
 macro_rules! gemm_with {
     ($(#[$attr:meta])* $name:ident, $kernels:path, $simd:ty, $lanes:expr) => {
         $(#[$attr])*
