@@ -43,8 +43,8 @@ The workloads follow docs/performance.md:
 - mha-train: a multi-head attention layer, B=4, T=256, d=256, H=8, RoPE base 10000 on queries
   and keys (coordinate pairs (2i, 2i+1), as in our `nn::rope`), causal, no bias; `forward`, and
   `forward-backward` with one upstream adjoint, gradients for the input and the four weights.
-  PyTorch uses `F.scaled_dot_product_attention` with autograd, JAX `jax.nn.dot_product_attention`
-  under `jit` with `jax.vjp`.
+  PyTorch uses `F.scaled_dot_product_attention` with autograd, JAX the attention written out in
+  f64 (`jax.nn.dot_product_attention` runs its softmax in float32) under `jit` with `jax.vjp`.
 - decode: d=512, H=8, one new token against 2047 cached positions: PyTorch with a cache that
   grows by concatenation (`cached`, the peer of an earlier target) and with a preallocated cache written in place
   (`cached-inplace`); JAX with a preallocated cache and `dynamic_update_slice` under `jit`.
@@ -427,6 +427,17 @@ def jax_peer(workloads, threads, target):
     def normal(*shape):
         return jax.random.normal(next(keys), shape, dtype=jnp.float64)
 
+    def attention(q, k, v, causal):
+        # q [B, T_q, H, d_h], k and v [B, T_k, H, d_h]. Written out rather than
+        # jax.nn.dot_product_attention, whose XLA path computes the scores and the softmax in float32
+        # even for float64 inputs (1e-7 off an f64 softmax, measured): this peer stays in f64
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        if causal:
+            t_q, t_k = q.shape[1], k.shape[1]
+            seen = jnp.arange(t_k)[None, :] <= jnp.arange(t_k - t_q, t_k)[:, None]
+            scores = jnp.where(seen, scores, -jnp.inf)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
     def rope(x, cos, sin):
         # x [B, T, H, d_h]; cos/sin [T, 1, d_h/2]
         even, odd = x[..., 0::2], x[..., 1::2]
@@ -439,7 +450,7 @@ def jax_peer(workloads, threads, target):
     def layer(w, x, cos, sin, heads):
         b, t, d = x.shape
         q, k, v = ((x @ wi).reshape(b, t, heads, d // heads) for wi in w[:3])
-        ctx = jax.nn.dot_product_attention(rope(q, cos, sin), rope(k, cos, sin), v, is_causal=True)
+        ctx = attention(rope(q, cos, sin), rope(k, cos, sin), v, causal=True)
         return ctx.reshape(b, t, d) @ w[3]
 
     def weights(d):
@@ -483,7 +494,7 @@ def jax_peer(workloads, threads, target):
             q, k = rope(q, c, s), rope(k, c, s)
             k_cache = jax.lax.dynamic_update_slice(k_cache, k, (0, at, 0, 0))
             v_cache = jax.lax.dynamic_update_slice(v_cache, v, (0, at, 0, 0))
-            ctx = jax.nn.dot_product_attention(q, k_cache, v_cache)
+            ctx = attention(q, k_cache, v_cache, causal=False)
             return ctx.reshape(1, 1, DEC_D) @ w[3], k_cache, v_cache
 
         def cached(i):
@@ -495,9 +506,9 @@ def jax_peer(workloads, threads, target):
         line(peer, "decode", "recompute", median_ms(lambda _: full_layer(w, full).block_until_ready(), 1, 5))
 
     if "long-causal" in workloads:
-        # jax.nn.dot_product_attention takes [B, T, H, d_h]
+        # [B, T, H, d_h], as the layer above
         q, k, v = (normal(1, LONG_T, LONG_H, LONG_DH) for _ in range(3))
-        kernel = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True))
+        kernel = jax.jit(lambda q, k, v: attention(q, k, v, causal=True))
         ms = median_ms(lambda _: kernel(q, k, v).block_until_ready(), warmups=1, timed=5)
         line(peer, "long-causal", "xla", ms, CAUSAL_FLOPS)
 
