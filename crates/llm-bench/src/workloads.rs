@@ -187,8 +187,8 @@ fn check_product(c: &[f64], a: &[f64], b: &[f64], n: usize) -> Result<(), String
 /// PyTorch held to AVX2 with the AVX2 target.
 ///
 /// Report `forward`, `forward-backward`, `products` and `attention` with `with_flops` (0.686e9,
-/// 2.058e9, 1.611e9 and 0.404e9). Until 2026-12-02 the two attention lines counted the full square (0.82e9, 2.44e9),
-/// which overstated their rate by a fifth.
+/// 2.058e9, 1.611e9 and 0.404e9). Until 2026-12-02 `forward` and `forward-backward` counted the
+/// full square (0.82e9, 2.44e9), which overstated their rate by a fifth.
 ///
 /// The layer is [`GroupedQueryAttention`] with `G = H` (multi-head attention) on the tiled kernel,
 /// the path selected for training; the explicit path computes the same to 1e-12 (tests).
