@@ -103,19 +103,26 @@ fn the_parallel_path_equals_rotating_each_lane_alone_on_every_target() {
 }
 
 #[test]
-fn gradcheck_rope_both_layouts_with_offset() {
+fn gradcheck_rope_both_layouts_with_offset_on_every_target() {
     let mut rng = SplitMix64::new(11);
     let x = Tensor::new(&[2, 3, 6], (0..36).map(|_| rng.uniform(-1.0, 1.0)).collect()).unwrap();
-    for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
+    for (layout, target) in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves]
+        .into_iter()
+        .flat_map(|l| Target::available().into_iter().map(move |t| (l, t)))
+    {
         let rope = RotaryEmbedding::new(6, 10, 10_000.0).unwrap().with_layout(layout);
-        let r = gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
-            rope.rotate(&v[0], 4).map_err(|e| match e {
-                RopeError::Tensor(t) => t,
-                other => panic!("{other}"),
+        // the forward and its backward rotation both run on `target` (they capture it at entry)
+        let r = with_target(target, || {
+            gradcheck(&[("x", x.clone())], &GradcheckConfig::default(), |v| {
+                rope.rotate(&v[0], 4).map_err(|e| match e {
+                    RopeError::Tensor(t) => t,
+                    other => panic!("{other}"),
+                })
             })
         })
+        .unwrap()
         .unwrap();
-        assert!(r.passed(), "{layout:?}: {r:?}");
+        assert!(r.passed(), "{layout:?} on {target:?}: {r:?}");
     }
 }
 
