@@ -41,6 +41,18 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `a · b` in every lane.
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `c − a · b` in every lane, rounded once (`(−a)·b + c`).
+    fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `a − b` in every lane.
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `floor` in the lanes where `x < floor`, else `x` (NaN stays NaN): one instruction, where
+    /// [`Isa::select_less`] takes a comparison and a blend.
+    fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V;
+    /// `if_less` in the lanes where `x < bound`, else `otherwise` (NaN compares false).
+    fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V;
+    /// The lanes' bits as 64-bit integers `b`, replaced by `(b + 1023) << 52` (wrapping): `2ᵏ`
+    /// from `1.5·2⁵² + k`, whose low bits hold `k` (see `tensor::exp`).
+    fn exponent_from_low_bits(self, v: Self::V) -> Self::V;
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
     /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
@@ -157,6 +169,26 @@ impl Isa for Portable {
         [a[0] * b[0], a[1] * b[1]]
     }
     #[inline(always)]
+    fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        [(-a[0]).mul_add(b[0], c[0]), (-a[1]).mul_add(b[1], c[1])]
+    }
+    #[inline(always)]
+    fn sub(self, a: Self::V, b: Self::V) -> Self::V {
+        [a[0] - b[0], a[1] - b[1]]
+    }
+    #[inline(always)]
+    fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V {
+        self.select_less(x, floor, floor, x)
+    }
+    #[inline(always)]
+    fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
+        std::array::from_fn(|i| if x[i] < bound[i] { if_less[i] } else { otherwise[i] })
+    }
+    #[inline(always)]
+    fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
+        v.map(|x| f64::from_bits(x.to_bits().wrapping_add(1023) << 52))
+    }
+    #[inline(always)]
     fn outline<K: Kernel>(self, kernel: K) -> K::Output {
         #[inline(never)]
         fn portable<K: Kernel>(kernel: K) -> K::Output {
@@ -169,8 +201,12 @@ impl Isa for Portable {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _mm256_fmadd_pd, _mm256_loadu_pd, _mm256_mul_pd, _mm256_set1_pd, _mm256_storeu_pd,
-        _mm512_fmadd_pd, _mm512_loadu_pd, _mm512_mul_pd, _mm512_set1_pd, _mm512_storeu_pd,
+        __m256d, __m512d, _CMP_LT_OQ, _mm256_add_epi64, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd,
+        _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_mul_pd,
+        _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64,
+        _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd,
+        _mm512_loadu_pd, _mm512_mask_blend_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_epi64, _mm512_set1_pd,
+        _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel};
@@ -222,6 +258,35 @@ mod x86 {
             unsafe { _mm512_mul_pd(a, b) }
         }
         #[inline(always)]
+        fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_fnmadd_pd(a, b, c) }
+        }
+        #[inline(always)]
+        fn sub(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_sub_pd(a, b) }
+        }
+        #[inline(always)]
+        fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V {
+            // `max` returns its second operand where either is NaN, and `x` where the two are equal
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_max_pd(floor, x) }
+        }
+        #[inline(always)]
+        fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_mask_blend_pd(_mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, bound), otherwise, if_less) }
+        }
+        #[inline(always)]
+        fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe {
+                let bits = _mm512_add_epi64(_mm512_castpd_si512(v), _mm512_set1_epi64(1023));
+                _mm512_castsi512_pd(_mm512_slli_epi64::<52>(bits))
+            }
+        }
+        #[inline(always)]
         fn outline<K: Kernel>(self, kernel: K) -> K::Output {
             #[inline(never)]
             #[target_feature(enable = "avx512f,avx2,fma")]
@@ -267,6 +332,35 @@ mod x86 {
             unsafe { _mm256_mul_pd(a, b) }
         }
         #[inline(always)]
+        fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_fnmadd_pd(a, b, c) }
+        }
+        #[inline(always)]
+        fn sub(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_sub_pd(a, b) }
+        }
+        #[inline(always)]
+        fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V {
+            // `max` returns its second operand where either is NaN, and `x` where the two are equal
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_max_pd(floor, x) }
+        }
+        #[inline(always)]
+        fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_blendv_pd(otherwise, if_less, _mm256_cmp_pd::<_CMP_LT_OQ>(x, bound)) }
+        }
+        #[inline(always)]
+        fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe {
+                let bits = _mm256_add_epi64(_mm256_castpd_si256(v), _mm256_set1_epi64x(1023));
+                _mm256_castsi256_pd(_mm256_slli_epi64::<52>(bits))
+            }
+        }
+        #[inline(always)]
         fn outline<K: Kernel>(self, kernel: K) -> K::Output {
             #[inline(never)]
             #[target_feature(enable = "avx2,fma")]
@@ -283,20 +377,25 @@ mod x86 {
 mod tests {
     use super::*;
 
-    /// `(a·b + ½)·b` lane by lane, through every operation of the trait.
+    /// Lane by lane, through every operation of the trait: `(a·b + ½)·b`, `(a − b) − a·b`
+    /// raised to −0.5, `a` where `a < b` else `b`, and the bits `(a + 1023) << 52`.
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
 
     impl Kernel for Lanewise<'_> {
-        type Output = Vec<f64>;
+        type Output = [Vec<f64>; 4];
         #[inline(always)]
-        fn run<I: Isa>(self, isa: I) -> Vec<f64> {
-            let mut out = vec![0.0; self.0.len()];
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 4] {
+            let mut out = [(); 4].map(|()| vec![0.0; self.0.len()]);
             for at in (0..self.0.len() - self.0.len() % I::WIDTH).step_by(I::WIDTH) {
                 #[allow(unsafe_code)]
                 // SAFETY: at + WIDTH ≤ len (the range stops at the last whole vector).
                 unsafe {
                     let (a, b) = (isa.load(self.0, at), isa.load(self.1, at));
-                    isa.store(&mut out, at, isa.mul(isa.mul_add(a, b, isa.splat(0.5)), b));
+                    isa.store(&mut out[0], at, isa.mul(isa.mul_add(a, b, isa.splat(0.5)), b));
+                    let difference = isa.neg_mul_add(a, b, isa.sub(a, b));
+                    isa.store(&mut out[1], at, isa.raise_to(difference, isa.splat(-0.5)));
+                    isa.store(&mut out[2], at, isa.select_less(a, b, a, b));
+                    isa.store(&mut out[3], at, isa.exponent_from_low_bits(a));
                 }
             }
             out
@@ -316,12 +415,24 @@ mod tests {
 
     #[test]
     fn every_available_target_gives_the_same_bits() {
-        let a: Vec<f64> = (0..48).map(|i| (i as f64 * 0.37).sin()).collect();
-        let b: Vec<f64> = (0..48).map(|i| (i as f64 * 0.11).cos()).collect();
-        let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect();
+        let mut a: Vec<f64> = (0..48).map(|i| (i as f64 * 0.37).sin()).collect();
+        let mut b: Vec<f64> = (0..48).map(|i| (i as f64 * 0.11).cos()).collect();
+        // NaN on either side of each comparison, and equal operands
+        a[..4].copy_from_slice(&[f64::NAN, 0.25, f64::NAN, -0.0]);
+        b[..4].copy_from_slice(&[0.25, f64::NAN, f64::NAN, 0.0]);
+        let raised = |x: f64| if x < -0.5 { -0.5 } else { x };
+        let want: [Vec<f64>; 4] = [
+            a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
+            a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
+            a.iter().zip(&b).map(|(x, y)| if x < y { *x } else { *y }).collect(),
+            a.iter().map(|x| f64::from_bits(x.to_bits().wrapping_add(1023) << 52)).collect(),
+        ];
+        let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();
         for t in Target::available() {
             let got = run(t, Lanewise(&a, &b));
-            assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "{t}");
+            for (op, (got, want)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(bits(got), bits(want), "{t}, operation {op}");
+            }
         }
     }
 }

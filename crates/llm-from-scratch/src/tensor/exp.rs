@@ -79,6 +79,25 @@ pub(crate) fn exp_inline(x: f64) -> f64 {
     select(x.is_nan(), x, y)
 }
 
+/// The Taylor coefficients `1/n!` of `eʳ` from `n = 13` down to `n = 0`, in the order Horner's
+/// rule uses them.
+const TAYLOR: [f64; 14] = [
+    1.0 / 6_227_020_800.0,
+    1.0 / 479_001_600.0,
+    1.0 / 39_916_800.0,
+    1.0 / 3_628_800.0,
+    1.0 / 362_880.0,
+    1.0 / 40_320.0,
+    1.0 / 5_040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+
 /// `eᶜ = p · 2ᵏ` for `c` in the range the reduction handles: returns `p ≈ eʳ` and `ROUNDER + k`.
 #[inline(always)]
 fn reduced(c: f64) -> (f64, f64) {
@@ -86,23 +105,9 @@ fn reduced(c: f64) -> (f64, f64) {
     let k = rounded - ROUNDER;
     let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, c));
     // Horner form of Σ rⁿ/n!, n = 0..=13, one fused multiply-add per degree
-    let mut p: f64 = 1.0 / 6_227_020_800.0;
-    for coefficient in [
-        1.0 / 479_001_600.0,
-        1.0 / 39_916_800.0,
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p.mul_add(r, coefficient);
+    let mut p = TAYLOR[0];
+    for coefficient in &TAYLOR[1..] {
+        p = p.mul_add(r, *coefficient);
     }
     (p, rounded)
 }
@@ -116,6 +121,38 @@ pub(crate) fn exp_weight(x: f64) -> f64 {
     let low = x < SUBNORMAL;
     let (p, rounded) = reduced(select(low, SUBNORMAL, x)); // NaN compares false and stays NaN
     select(low, 0.0, p * pow2(rounded))
+}
+
+/// [`exp_weight`] in every lane of `N` registers, bit for bit: the same operations on vectors,
+/// for kernels that turn whole rows of scores into weights.
+///
+/// The `N` evaluations are written interleaved, one step of all of them and then the next, so
+/// that the processor has `N` independent chains of fused multiply-adds to overlap: one chain
+/// alone waits on each step's latency, and the compiler's automatic vectorisation of
+/// [`exp_weight`] over a row lays each register's chain out whole.
+#[inline(always)]
+pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -> [I::V; N] {
+    let (low, log2e, rounder) = (isa.splat(SUBNORMAL), isa.splat(std::f64::consts::LOG2_E), isa.splat(ROUNDER));
+    let c = x.map(|x| isa.raise_to(x, low)); // NaN stays NaN
+    let rounded = c.map(|c| isa.mul_add(c, log2e, rounder));
+    let (hi, lo) = (isa.splat(LN2_HI), isa.splat(LN2_LO));
+    let mut r = c;
+    for (r, &rounded) in r.iter_mut().zip(&rounded) {
+        let k = isa.sub(rounded, rounder);
+        *r = isa.neg_mul_add(k, lo, isa.neg_mul_add(k, hi, *r));
+    }
+    let mut p = [isa.splat(TAYLOR[0]); N];
+    for &coefficient in &TAYLOR[1..] {
+        let coefficient = isa.splat(coefficient);
+        for (p, &r) in p.iter_mut().zip(&r) {
+            *p = isa.mul_add(*p, r, coefficient);
+        }
+    }
+    let zero = isa.splat(0.0);
+    std::array::from_fn(|i| {
+        let y = isa.mul(p[i], isa.exponent_from_low_bits(rounded[i]));
+        isa.select_less(x[i], low, zero, y)
+    })
 }
 
 /// `xᵢ ← e^{xᵢ − shift}` for every value, returning their sum.
@@ -244,6 +281,50 @@ mod tests {
             assert_eq!(exp_weight(y), 0.0, "at {y}");
         }
         assert!(exp_weight(f64::NAN).is_nan());
+    }
+
+    /// [`exp_weight_vectors`] of four registers at a time over `x` (whole groups only).
+    struct WeightVectors<'a>(&'a [f64]);
+
+    impl Kernel for WeightVectors<'_> {
+        type Output = Vec<f64>;
+        #[inline(always)]
+        fn run<I: Isa>(self, isa: I) -> Vec<f64> {
+            let group = 4 * I::WIDTH;
+            let mut out = vec![0.0; self.0.len() - self.0.len() % group];
+            for at in (0..out.len()).step_by(group) {
+                #[allow(unsafe_code)]
+                // SAFETY: at + 4·WIDTH ≤ out.len() ≤ self.0.len() (whole groups only).
+                unsafe {
+                    let x: [I::V; 4] = std::array::from_fn(|v| isa.load(self.0, at + v * I::WIDTH));
+                    for (v, y) in exp_weight_vectors(isa, x).into_iter().enumerate() {
+                        isa.store(&mut out, at + v * I::WIDTH, y);
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn the_vector_weight_exponential_equals_the_scalar_one_bitwise_on_every_target() {
+        // the softmax range, both sides of the −708 cut, a few ulp above 0, and the special values
+        let mut x: Vec<f64> = (0..4000).map(|i| -0.1771 * i as f64).collect();
+        x.extend([-708.0, -708.000_000_1, -707.999_999_9, -744.0, -1e300, f64::NEG_INFINITY, -0.0, 0.0]);
+        x.extend([1e-16, 4.4e-16, 0.5, 1.0, 300.0, 709.0, f64::NAN, f64::from_bits(0x7FF4_0000_0000_0001)]);
+        x.resize(x.len().next_multiple_of(32), -1.25);
+        for target in crate::dispatch::Target::available() {
+            let got = isa::run(target, WeightVectors(&x));
+            assert_eq!(got.len(), x.len());
+            for (y, &x) in got.iter().zip(&x) {
+                let want = exp_weight(x);
+                if x.is_nan() {
+                    assert!(y.is_nan(), "{target}: NaN in, {y} out");
+                } else {
+                    assert_eq!(y.to_bits(), want.to_bits(), "{target} at {x}: {y} vs {want}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -237,7 +237,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
             if !vis.block_open(a0, a1, j0, j1) {
                 hide_keys_in_rows(scores, j0, (a0, a1), vis, b, t_k);
             }
-            let alpha = softmax_block(scores, &mut s.max[strip], &mut s.sum[strip]);
+            let alpha = softmax_block(isa, scores, &mut s.max[strip], &mut s.sum[strip]);
             // once the maxima settle (most blocks), nothing needs rescaling
             let alpha = alpha.0.iter().any(|&a| a != 1.0).then_some(alpha);
             let ot = &mut s.outputs[strip * d..(strip + 1) * d];

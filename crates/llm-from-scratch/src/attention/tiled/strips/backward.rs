@@ -99,9 +99,9 @@ fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
 /// `P = e^{S − lse}` (0 where `lse = −∞`: the query saw no key) into `weights`, and
 /// `dS = P ⊙ (dP − D)` into `dweights`, with `lse` and `D` per lane or per row.
 #[inline(always)]
-fn weights_and_gradients(w: &mut Lanes, dw: &mut Lanes, lse: &Lanes, delta: &Lanes) {
-    for (((p, ds), &l), &dd) in w.0.iter_mut().zip(dw.0.iter_mut()).zip(&lse.0).zip(&delta.0) {
-        let e = crate::tensor::exp::exp_weight(*p - l);
+fn weights_and_gradients<I: Isa>(isa: I, w: &mut Lanes, dw: &mut Lanes, lse: &Lanes, delta: &Lanes) {
+    let exps = super::tiles::exp_shifted(isa, w, lse);
+    for ((((p, ds), &l), &dd), &e) in w.0.iter_mut().zip(dw.0.iter_mut()).zip(&lse.0).zip(&delta.0).zip(&exps.0) {
         *p = if l == f64::NEG_INFINITY { 0.0 } else { e };
         *ds = *p * (*ds - dd);
     }
@@ -148,7 +148,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
             }
             super::score_tiles(isa, &mut s.dweights[..w], values, &s.second[rows.clone()]);
             for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
-                weights_and_gradients(p, ds, &s.lse[strip], &s.delta[strip]);
+                weights_and_gradients(isa, p, ds, &s.lse[strip], &s.delta[strip]);
             }
             super::weighted_tiles(isa, &mut s.grad_a[rows], keys, &s.dweights[..w]);
         }
@@ -202,7 +202,7 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
                 }
                 super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
                 for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
-                    weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
+                    weights_and_gradients(isa, p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
                 super::weighted_tiles(isa, &mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows]);
                 super::weighted_tiles(isa, &mut s.grad_a[lanes], queries, &s.dweights[..rows]);
@@ -266,7 +266,7 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
                 }
                 super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second);
                 for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
-                    weights_and_gradients(p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
+                    weights_and_gradients(isa, p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
                 super::weighted_tiles(isa, &mut s.grad_b, upstream, &s.weights[..rows]);
                 super::weighted_tiles(isa, &mut s.grad_a, queries, &s.dweights[..rows]);

@@ -8,7 +8,7 @@
 
 use super::{Lanes, STRIP, TILE};
 use crate::dispatch::isa::{Isa, Kernel};
-use crate::tensor::exp::exp_weight;
+use crate::tensor::exp::{exp_weight, exp_weight_vectors};
 
 /// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
 /// cover the lanes `c0..c0 + chunk::<I>()`.
@@ -140,7 +140,7 @@ pub(super) fn score_tile<I: Isa, const G: usize>(isa: I, tile: &mut [Lanes], key
 /// Folds one block of scores into the running maximum and normaliser of a strip, turning the
 /// scores into weights `e^{s − M}`; returns each lane's rescale factor `α = e^{m − M}`.
 #[inline(always)]
-pub(super) fn softmax_block(scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lanes) -> Lanes {
+pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lanes) -> Lanes {
     let mut top = *max;
     for row in scores.iter() {
         for (t, &x) in top.0.iter_mut().zip(&row.0) {
@@ -157,9 +157,9 @@ pub(super) fn softmax_block(scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lan
     }
     let mut total = Lanes::splat(0.0);
     for row in scores.iter_mut() {
-        for ((x, t), &m) in row.0.iter_mut().zip(&mut total.0).zip(&shift.0) {
-            *x = exp_weight(*x - m);
-            *t += *x;
+        *row = exp_shifted(isa, row, &shift);
+        for (t, &x) in total.0.iter_mut().zip(&row.0) {
+            *t += x;
         }
     }
     for c in 0..STRIP {
@@ -167,6 +167,29 @@ pub(super) fn softmax_block(scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lan
     }
     *max = top;
     alpha
+}
+
+/// `e^{x − shift}` in every lane of a row ([`exp_weight`] of each, bit for bit), four registers
+/// at a time so that their polynomials overlap ([`exp_weight_vectors`]).
+#[inline(always)]
+pub(super) fn exp_shifted<I: Isa>(isa: I, x: &Lanes, shift: &Lanes) -> Lanes {
+    const GROUP: usize = 4;
+    const { assert!(STRIP.is_multiple_of(GROUP * I::WIDTH)) };
+    let mut y = Lanes::splat(0.0);
+    for c0 in (0..STRIP).step_by(GROUP * I::WIDTH) {
+        #[allow(unsafe_code)]
+        // SAFETY: c0 + GROUP·WIDTH ≤ STRIP, the length of every row (the step divides STRIP).
+        unsafe {
+            let z: [I::V; GROUP] = std::array::from_fn(|v| {
+                let at = c0 + v * I::WIDTH;
+                isa.sub(isa.load(&x.0, at), isa.load(&shift.0, at))
+            });
+            for (v, e) in exp_weight_vectors(isa, z).into_iter().enumerate() {
+                isa.store(&mut y.0, c0 + v * I::WIDTH, e);
+            }
+        }
+    }
+    y
 }
 
 /// Value rows `v` (`[w, d]`) regrouped by tiles of [`TILE`] columns: tile `t` holds, for each of
