@@ -45,11 +45,10 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
     /// `a − b` in every lane.
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
-    /// `floor` in the lanes where `x < floor`, else `x` (NaN stays NaN): one instruction, where
-    /// [`Isa::select_less`] takes a comparison and a blend.
+    /// `floor` in the lanes where `x < floor`, else `x` (NaN stays NaN).
     fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V;
-    /// `if_less` in the lanes where `x < bound`, else `otherwise` (NaN compares false).
-    fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V;
+    /// `0` in the lanes where `x < bound`, else `y` (NaN compares false).
+    fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V;
     /// The lanes' bits as 64-bit integers `b`, replaced by `(b + 1023) << 52` (wrapping): `2ᵏ`
     /// from `1.5·2⁵² + k`, whose low bits hold `k` (see `tensor::exp`).
     fn exponent_from_low_bits(self, v: Self::V) -> Self::V;
@@ -178,11 +177,11 @@ impl Isa for Portable {
     }
     #[inline(always)]
     fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V {
-        self.select_less(x, floor, floor, x)
+        std::array::from_fn(|i| if x[i] < floor[i] { floor[i] } else { x[i] })
     }
     #[inline(always)]
-    fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
-        std::array::from_fn(|i| if x[i] < bound[i] { if_less[i] } else { otherwise[i] })
+    fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V {
+        std::array::from_fn(|i| if x[i] < bound[i] { 0.0 } else { y[i] })
     }
     #[inline(always)]
     fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
@@ -201,12 +200,12 @@ impl Isa for Portable {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _mm256_add_epi64, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd,
-        _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_mul_pd,
-        _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64,
-        _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd,
-        _mm512_loadu_pd, _mm512_mask_blend_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_epi64, _mm512_set1_pd,
-        _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
+        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_andnot_pd, _mm256_castpd_si256,
+        _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_max_pd,
+        _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd, _mm256_sub_pd,
+        _mm512_add_epi64, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd,
+        _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_epi64,
+        _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel};
@@ -274,9 +273,9 @@ mod x86 {
             unsafe { _mm512_max_pd(floor, x) }
         }
         #[inline(always)]
-        fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
+        fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
-            unsafe { _mm512_mask_blend_pd(_mm512_cmp_pd_mask::<_CMP_LT_OQ>(x, bound), otherwise, if_less) }
+            unsafe { _mm512_maskz_mov_pd(_mm512_cmp_pd_mask::<_CMP_NLT_UQ>(x, bound), y) }
         }
         #[inline(always)]
         fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
@@ -348,9 +347,9 @@ mod x86 {
             unsafe { _mm256_max_pd(floor, x) }
         }
         #[inline(always)]
-        fn select_less(self, x: Self::V, bound: Self::V, if_less: Self::V, otherwise: Self::V) -> Self::V {
+        fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
-            unsafe { _mm256_blendv_pd(otherwise, if_less, _mm256_cmp_pd::<_CMP_LT_OQ>(x, bound)) }
+            unsafe { _mm256_andnot_pd(_mm256_cmp_pd::<_CMP_LT_OQ>(x, bound), y) }
         }
         #[inline(always)]
         fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
@@ -378,7 +377,7 @@ mod tests {
     use super::*;
 
     /// Lane by lane, through every operation of the trait: `(a·b + ½)·b`, `(a − b) − a·b`
-    /// raised to −0.5, `a` where `a < b` else `b`, and the bits `(a + 1023) << 52`.
+    /// raised to −0.5, 0 where `a < b` else `b`, and the bits `(a + 1023) << 52`.
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
 
     impl Kernel for Lanewise<'_> {
@@ -394,7 +393,7 @@ mod tests {
                     isa.store(&mut out[0], at, isa.mul(isa.mul_add(a, b, isa.splat(0.5)), b));
                     let difference = isa.neg_mul_add(a, b, isa.sub(a, b));
                     isa.store(&mut out[1], at, isa.raise_to(difference, isa.splat(-0.5)));
-                    isa.store(&mut out[2], at, isa.select_less(a, b, a, b));
+                    isa.store(&mut out[2], at, isa.zero_where_less(a, b, b));
                     isa.store(&mut out[3], at, isa.exponent_from_low_bits(a));
                 }
             }
@@ -424,7 +423,7 @@ mod tests {
         let want: [Vec<f64>; 4] = [
             a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
             a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
-            a.iter().zip(&b).map(|(x, y)| if x < y { *x } else { *y }).collect(),
+            a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
             a.iter().map(|x| f64::from_bits(x.to_bits().wrapping_add(1023) << 52)).collect(),
         ];
         let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();

@@ -148,11 +148,7 @@ pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -
             *p = isa.mul_add(*p, r, coefficient);
         }
     }
-    let zero = isa.splat(0.0);
-    std::array::from_fn(|i| {
-        let y = isa.mul(p[i], isa.exponent_from_low_bits(rounded[i]));
-        isa.select_less(x[i], low, zero, y)
-    })
+    std::array::from_fn(|i| isa.zero_where_less(x[i], low, isa.mul(p[i], isa.exponent_from_low_bits(rounded[i]))))
 }
 
 /// `xᵢ ← e^{xᵢ − shift}` for every value, returning their sum.
