@@ -24,7 +24,7 @@
 //! have had FMA since 2013, ARM64 always.)
 
 use crate::dispatch::active;
-use crate::dispatch::isa::{self, Isa, Kernel};
+use crate::dispatch::isa::{self, Isa, Kernel, Portable};
 
 /// Below this, `eˣ` is 0 in f64 (the smallest subnormal is 4.9e-324 = e^−744.4).
 const UNDERFLOW: f64 = -745.2;
@@ -69,7 +69,7 @@ pub(crate) fn exp_inline(x: f64) -> f64 {
     // Below UNDERFLOW (masked scores are −∞) compute with 0 instead: clamping to −745 would run
     // the whole evaluation on subnormal numbers, which many processors execute very slowly.
     let c = select(x < UNDERFLOW, 0.0, x.min(OVERFLOW));
-    let (p, rounded) = reduced(c);
+    let (p, rounded) = reduced_one(c);
     // 2ᵏ in two factors when one would be subnormal (k < −1022: 2^(k+100) · 2^−100) or overflow
     // (k = 1024 just below the largest finite result: 2^(k−2) · 2^2)
     let shift = select(c < SUBNORMAL, 100.0, select(c > 709.0, -2.0, 0.0));
@@ -98,42 +98,18 @@ const TAYLOR: [f64; 14] = [
     1.0,
 ];
 
-/// `eᶜ = p · 2ᵏ` for `c` in the range the reduction handles: returns `p ≈ eʳ` and `ROUNDER + k`.
-#[inline(always)]
-fn reduced(c: f64) -> (f64, f64) {
-    let rounded = c.mul_add(std::f64::consts::LOG2_E, ROUNDER);
-    let k = rounded - ROUNDER;
-    let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, c));
-    // Horner form of Σ rⁿ/n!, n = 0..=13, one fused multiply-add per degree
-    let mut p = TAYLOR[0];
-    for coefficient in &TAYLOR[1..] {
-        p = p.mul_add(r, *coefficient);
-    }
-    (p, rounded)
-}
-
-/// `eˣ` for the exponents of softmax weights (`x = s − max s ≤ 0`, or a few ulp above 0 where a
-/// score is recomputed against a saved log-sum-exp), with fewer edge cases than [`exp`]: bitwise
-/// equal to it on `[−708, 709]`, NaN for NaN, and 0 below −708 (where [`exp`] gives values of at
-/// most 3.4·10⁻³⁰⁸, which vanish next to the weight 1 of the maximum). Not for `x > 709`.
-#[inline(always)]
-pub(crate) fn exp_weight(x: f64) -> f64 {
-    let low = x < SUBNORMAL;
-    let (p, rounded) = reduced(select(low, SUBNORMAL, x)); // NaN compares false and stays NaN
-    select(low, 0.0, p * pow2(rounded))
-}
-
-/// [`exp_weight`] in every lane of `N` registers, bit for bit: the same operations on vectors,
-/// for kernels that turn whole rows of scores into weights.
+/// `eᶜ = p · 2ᵏ` for each lane of `N` registers of values `c` in the range the reduction handles:
+/// returns each `p ≈ eʳ` and `ROUNDER + k`.
 ///
 /// The `N` evaluations are written interleaved, one step of all of them and then the next, so
 /// that the processor has `N` independent chains of fused multiply-adds to overlap: one chain
-/// alone waits on each step's latency, and the compiler's automatic vectorisation of
-/// [`exp_weight`] over a row lays each register's chain out whole.
+/// alone waits on each step's latency, and the compiler's automatic vectorisation of a loop over
+/// single values lays each register's chain out whole. Each lane goes through the same IEEE
+/// operations whatever `N` and the instruction set are, so the results do not depend on them.
 #[inline(always)]
-pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -> [I::V; N] {
-    let (low, log2e, rounder) = (isa.splat(SUBNORMAL), isa.splat(std::f64::consts::LOG2_E), isa.splat(ROUNDER));
-    let c = x.map(|x| isa.raise_to(x, low)); // NaN stays NaN
+fn reduced<I: Isa, const N: usize>(isa: I, c: [I::V; N]) -> ([I::V; N], [I::V; N]) {
+    let rounder = isa.splat(ROUNDER);
+    let log2e = isa.splat(std::f64::consts::LOG2_E);
     let rounded = c.map(|c| isa.mul_add(c, log2e, rounder));
     let (hi, lo) = (isa.splat(LN2_HI), isa.splat(LN2_LO));
     let mut r = c;
@@ -141,6 +117,7 @@ pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -
         let k = isa.sub(rounded, rounder);
         *r = isa.neg_mul_add(k, lo, isa.neg_mul_add(k, hi, *r));
     }
+    // Horner form of Σ rⁿ/n!, n = 0..=13, one fused multiply-add per degree
     let mut p = [isa.splat(TAYLOR[0]); N];
     for &coefficient in &TAYLOR[1..] {
         let coefficient = isa.splat(coefficient);
@@ -148,6 +125,26 @@ pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -
             *p = isa.mul_add(*p, r, coefficient);
         }
     }
+    (p, rounded)
+}
+
+/// [`reduced`] of one value: the first lane of a portable pair (the compiler drops the second).
+#[inline(always)]
+fn reduced_one(c: f64) -> (f64, f64) {
+    let ([p], [rounded]) = reduced(Portable, [[c; 2]]);
+    (p[0], rounded[0])
+}
+
+/// `eˣ` in every lane of `N` registers, for the exponents of softmax weights (`x = s − max s ≤
+/// 0`, or a few ulp above 0 where a score is recomputed against a saved log-sum-exp), with fewer
+/// edge cases than [`exp`]: bitwise equal to it on `[−708, 709]`, NaN for NaN, and 0 below −708
+/// (where [`exp`] gives values of at most 3.4·10⁻³⁰⁸, which vanish next to the weight 1 of the
+/// maximum). Not for `x > 709`. The `N` evaluations run interleaved ([`reduced`]), so kernels
+/// pass whole rows of scores, four registers at a time.
+#[inline(always)]
+pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -> [I::V; N] {
+    let low = isa.splat(SUBNORMAL);
+    let (p, rounded) = reduced(isa, x.map(|x| isa.raise_to(x, low))); // NaN stays NaN
     std::array::from_fn(|i| isa.zero_where_less(x[i], low, isa.mul(p[i], isa.exponent_from_low_bits(rounded[i]))))
 }
 
@@ -205,6 +202,12 @@ pub(crate) fn exp_shifted_sum_inline(values: &mut [f64], shift: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`exp_weight_vectors`] of one value, on the portable target.
+    fn exp_weight(x: f64) -> f64 {
+        let [[y, _]] = exp_weight_vectors(Portable, [[x; 2]]);
+        y
+    }
 
     #[test]
     fn agrees_with_the_library_exp() {
@@ -303,7 +306,7 @@ mod tests {
     }
 
     #[test]
-    fn the_vector_weight_exponential_equals_the_scalar_one_bitwise_on_every_target() {
+    fn the_vector_weight_exponential_equals_exp_or_zero_bitwise_on_every_target() {
         // the softmax range, both sides of the −708 cut, a few ulp above 0, and the special values
         let mut x: Vec<f64> = (0..4000).map(|i| -0.1771 * i as f64).collect();
         x.extend([-708.0, -708.000_000_1, -707.999_999_9, -744.0, -1e300, f64::NEG_INFINITY, -0.0, 0.0]);
@@ -313,7 +316,7 @@ mod tests {
             let got = isa::run(target, WeightVectors(&x));
             assert_eq!(got.len(), x.len());
             for (y, &x) in got.iter().zip(&x) {
-                let want = exp_weight(x);
+                let want = if x < SUBNORMAL { 0.0 } else { exp(x) };
                 if x.is_nan() {
                     assert!(y.is_nan(), "{target}: NaN in, {y} out");
                 } else {

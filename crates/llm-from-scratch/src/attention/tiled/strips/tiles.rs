@@ -8,7 +8,7 @@
 
 use super::{Lanes, STRIP, TILE};
 use crate::dispatch::isa::{Isa, Kernel};
-use crate::tensor::exp::{exp_weight, exp_weight_vectors};
+use crate::tensor::exp::exp_weight_vectors;
 
 /// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
 /// cover the lanes `c0..c0 + chunk::<I>()`.
@@ -147,11 +147,12 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
             *t = if x > *t { x } else { *t }; // NaN never wins; it still poisons the weights
         }
     }
-    let (mut alpha, mut shift) = (Lanes::splat(0.0), Lanes::splat(0.0));
+    // e^{m − M}: exactly 1 when the maximum stays, 0 before the first visible key
+    let mut alpha = exp_shifted(isa, max, &top);
+    let mut shift = Lanes::splat(0.0);
     for c in 0..STRIP {
         let (m, t) = (max.0[c], top.0[c]);
-        // e^{m − M}: exactly 1 when the maximum stays, 0 before the first visible key
-        alpha.0[c] = if m == f64::NEG_INFINITY { 0.0 } else { exp_weight(m - t) };
+        alpha.0[c] = if m == f64::NEG_INFINITY { 0.0 } else { alpha.0[c] };
         // a lane that has seen no key yet keeps −∞ scores, whose weights are e^{−∞} = 0
         shift.0[c] = if t == f64::NEG_INFINITY { 0.0 } else { t };
     }
@@ -169,7 +170,7 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
     alpha
 }
 
-/// `e^{x − shift}` in every lane of a row ([`exp_weight`] of each, bit for bit), four registers
+/// `e^{x − shift}` in every lane of a row (`exp_weight` of each, bit for bit), four registers
 /// at a time so that their polynomials overlap ([`exp_weight_vectors`]).
 #[inline(always)]
 pub(super) fn exp_shifted<I: Isa>(isa: I, x: &Lanes, shift: &Lanes) -> Lanes {
