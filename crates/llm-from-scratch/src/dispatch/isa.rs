@@ -81,14 +81,15 @@ pub(crate) fn run<K: Kernel>(target: Target, kernel: K) -> K::Output {
 }
 
 /// A target the processor runs, checked once: [`Checked::run`] then only matches on it (for
-/// kernels called once per row).
+/// kernels called once per row). The flag says whether the processor has the FMA instruction,
+/// which the portable target then uses (see [`Pairs`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Checked(Target);
+pub(crate) struct Checked(Target, bool);
 
 impl Checked {
     /// `target` if the processor runs it, else the widest narrower target it runs.
     pub(crate) fn new(target: Target) -> Self {
-        Self(widest_within(target, Target::is_available))
+        Self(widest_within(target, Target::is_available), has_fma())
     }
 
     /// Runs `kernel` compiled for the checked target.
@@ -119,6 +120,18 @@ impl Checked {
                     avx2(kernel)
                 }
             }
+            #[cfg(target_arch = "x86_64")]
+            Target::Portable if self.1 => {
+                #[target_feature(enable = "fma")]
+                fn portable_fma<K: Kernel>(kernel: K) -> K::Output {
+                    kernel.run(x86::PortableFma(()))
+                }
+                // SAFETY: `new` sets the flag only where the processor has FMA.
+                #[allow(unsafe_code)]
+                unsafe {
+                    portable_fma(kernel)
+                }
+            }
             _ => kernel.run(Portable),
         }
     }
@@ -129,11 +142,41 @@ fn widest_within(target: Target, available: impl Fn(Target) -> bool) -> Target {
     Target::ALL.into_iter().rev().find(|&t| t <= target && available(t)).unwrap_or(Target::Portable)
 }
 
+/// Whether an x86-64 processor has the FMA instruction (false elsewhere: aarch64's baseline has
+/// it already).
+fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Plain Rust on pairs of values: one NEON register on aarch64, one SSE2 register on x86-64.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Portable;
 
-impl Isa for Portable {
+/// The portable target's code, compiled twice on x86-64: for the baseline ([`Portable`]), whose
+/// fused multiply-adds are calls into the C library, and with the FMA instruction
+/// (`x86::PortableFma`, on every x86-64 processor since 2013), where each is one instruction. A
+/// fused multiply-add is rounded once either way, so both give the same bits; only the speed
+/// differs (the portable golden run of `.ci/run` takes a fraction of the time).
+pub(crate) trait Pairs: Copy + Send + Sync {
+    /// [`Isa::outline`] for this compilation.
+    fn outline_pairs<K: Kernel>(self, kernel: K) -> K::Output;
+}
+
+impl Pairs for Portable {
+    #[inline(always)]
+    fn outline_pairs<K: Kernel>(self, kernel: K) -> K::Output {
+        #[inline(never)]
+        fn portable<K: Kernel>(kernel: K) -> K::Output {
+            kernel.run(Portable)
+        }
+        portable(kernel)
+    }
+}
+
+impl<P: Pairs> Isa for P {
     type V = [f64; 2];
     const WIDTH: usize = 2;
     const TILE_VECTORS: usize = 4;
@@ -189,11 +232,7 @@ impl Isa for Portable {
     }
     #[inline(always)]
     fn outline<K: Kernel>(self, kernel: K) -> K::Output {
-        #[inline(never)]
-        fn portable<K: Kernel>(kernel: K) -> K::Output {
-            kernel.run(Portable)
-        }
-        portable(kernel)
+        self.outline_pairs(kernel)
     }
 }
 
@@ -219,6 +258,27 @@ mod x86 {
     /// checking.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Avx2(pub(super) ());
+
+    /// Proof that the processor has FMA: the portable code compiled with the instruction (see
+    /// [`super::Pairs`]); only [`super::Checked::run`] makes one, after checking.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct PortableFma(pub(super) ());
+
+    impl super::Pairs for PortableFma {
+        #[inline(always)]
+        fn outline_pairs<K: Kernel>(self, kernel: K) -> K::Output {
+            #[target_feature(enable = "fma")]
+            #[inline(never)]
+            fn portable_fma<K: Kernel>(kernel: K) -> K::Output {
+                kernel.run(PortableFma(()))
+            }
+            // SAFETY: a `PortableFma` exists only where the processor has FMA.
+            #[allow(unsafe_code)]
+            unsafe {
+                portable_fma(kernel)
+            }
+        }
+    }
 
     // SAFETY (every intrinsic call below): an `Avx512` or `Avx2` value exists only where the
     // processor has the instructions (see `run`), and loads and stores stay inside the slice by
@@ -410,6 +470,32 @@ mod tests {
         assert_eq!(widest_within(Target::Portable, avx2_only), Target::Portable);
         assert_eq!(widest_within(Target::Avx512, |t| t == Target::Portable), Target::Portable);
         assert_eq!(widest_within(Target::Avx512, |_| false), Target::Portable);
+    }
+
+    /// [`Lanewise`] in a function of its own, as the strip kernels run their tile loops.
+    struct Outlined<'a>(&'a [f64], &'a [f64]);
+
+    impl Kernel for Outlined<'_> {
+        type Output = [Vec<f64>; 4];
+        #[inline(always)]
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 4] {
+            isa.outline(Lanewise(self.0, self.1))
+        }
+    }
+
+    #[test]
+    fn the_portable_code_gives_the_same_bits_with_and_without_the_fma_instruction() {
+        let a: Vec<f64> = (0..64).map(|i| (i as f64 * 0.731).sin() * 1e3).collect();
+        let b: Vec<f64> = (0..64).map(|i| (i as f64 * 0.197).cos() / 7.0).collect();
+        let baseline = Outlined(&a, &b).run(Portable);
+        // through `run`, the portable target takes the FMA build where the processor has FMA
+        let checked = Checked::new(Target::Portable);
+        assert_eq!(checked.1, has_fma());
+        let dispatched = checked.run(Outlined(&a, &b));
+        for (op, (x, y)) in baseline.iter().zip(&dispatched).enumerate() {
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(x), bits(y), "operation {op}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | [`Target::Avx512`] | AVX-512F with FMA, 8 values per register | recent Xeons, AMD Zen 4/5 |
 //! | [`Target::Avx2`] | AVX2 with FMA, 4 values per register | x86-64 processors since 2013 |
-//! | [`Target::Portable`] | plain Rust, vectorised by the compiler for the build's baseline | aarch64 (Apple silicon), anything else |
+//! | [`Target::Portable`] | plain Rust, vectorised by the compiler for the build's baseline (on x86-64 with the FMA instruction where the processor has it) | aarch64 (Apple silicon), anything else |
 //!
 //! Every target performs the same IEEE operations in the same order on every value — a fused
 //! multiply-add is one exactly rounded operation whether a register or the C library computes
@@ -17,10 +17,11 @@
 //! micro-kernels, and the portable target leaves it to `gemm-f64`'s own choice (its scalar
 //! kernels round differently; see `tensor::kernels`). The golden reports are byte-identical on
 //! every target (`.ci/run` runs them with the portable target forced): a learner's report does
-//! not depend on their processor, only the time does. (On x86-64 the portable target is built
-//! for the baseline instruction set, which has no FMA instruction: each fused multiply-add is
-//! then a library call and the portable kernels are many times slower. It exists there to be
-//! checked; on aarch64 FMA is part of the baseline.)
+//! not depend on their processor, only the time does. (On x86-64 the baseline instruction set has
+//! no FMA instruction, so the portable code is compiled twice: with FMA, for every processor
+//! since 2013, and for the baseline, where each fused multiply-add is a library call and the
+//! kernels are many times slower. Both round each fused multiply-add once: the same bits. On
+//! aarch64 FMA is part of the baseline.)
 //!
 //! By default the widest target the processor runs is used. `LLM_KERNELS=portable|avx2|avx512`
 //! forces one for the whole process (read once, at the first kernel call); [`with_target`]
