@@ -1,183 +1,336 @@
-//! The command line every chapter demo shares: `chNN-<topic> [--figure out.svg]`.
+//! The command-line manners every binary of the workspace shares: the eleven chapters,
+//! `generate` and `llm-bench`.
 //!
-//! Without arguments a demo prints its report on standard output. With `--figure out.svg` it also
-//! writes its figure to `out.svg` and still prints the same report: the figure never goes to
-//! standard output, so the report stays comparable with the golden file. Anything else prints the
-//! usage line on standard error and exits with status 2.
+//! - One parser, `clap`'s derive: `--help` prints every flag with its default on standard output
+//!   and exits 0; `--version` prints the version; a wrong flag or value prints what was wrong and
+//!   what is accepted on standard error and exits 2.
+//! - The same words for the same things: `--figure PATH`, `--kernels TARGET` ([`RunArgs`]),
+//!   `--threads N`, `--seed N`, `--steps N`, `--quiet`.
+//! - Output never panics: a reader that goes away (`| head -1`) ends the program quietly with
+//!   status 141, the status of a program stopped by `SIGPIPE`; any other write error
+//!   (`> /dev/full`) prints one line naming the output and the error, and exits 1 ([`Failure`]).
+//!
+//! A chapter's `main` is one call to [`run_chapter`]; a binary with options of its own parses
+//! them with [`parse`] and ends with [`finish`]:
+//!
+//! ```no_run
+//! use std::process::ExitCode;
+//! use demo_support::cli::{self, Failure, RunArgs};
+//!
+//! /// Prints a greeting.
+//! #[derive(clap::Parser)]
+//! struct Cli {
+//!     /// Whom to greet
+//!     #[arg(long, default_value = "world")]
+//!     name: String,
+//!     #[command(flatten)]
+//!     run: RunArgs,
+//! }
+//!
+//! fn main() -> ExitCode {
+//!     cli::finish((|| {
+//!         let cli: Cli = cli::parse("hello")?;
+//!         cli.run.apply()?;
+//!         cli::print(&format!("hello, {}\n", cli.name))
+//!     })())
+//! }
+//! ```
 
 use std::error::Error;
-use std::fmt::Display;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::fmt::{self, Display};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use thiserror::Error;
+use clap::error::ErrorKind;
+use clap::{Args, Parser, ValueEnum};
+use llm_from_scratch::dispatch::{self, Target};
 
-/// What the command line asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
-    /// Print the report.
-    Report,
-    /// Write the figure to this path, then print the report.
-    Figure(PathBuf),
+/// The exit status of a program whose reader went away: 128 + `SIGPIPE` (13), what a shell
+/// reports for a program the signal stopped.
+pub const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// The most worker threads `--threads` accepts.
+pub const MAX_THREADS: usize = 1024;
+
+/// Why a binary stops early; [`finish`] turns it into the exit status and at most one line on
+/// standard error.
+#[derive(Debug)]
+pub enum Failure {
+    /// A wrong command line, or `--help`/`--version` (clap's rendering says which): status 2
+    /// for errors, 0 for help and version.
+    Usage(clap::Error),
+    /// Standard output could not be written: 141 for a closed pipe, 1 otherwise.
+    Output(io::Error),
+    /// The work failed: status 1.
+    Run(Box<dyn Error>),
 }
 
-/// Arguments that are not `[]` or `[--figure PATH]`.
-#[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[error("unexpected arguments: {arguments:?}")]
-pub struct UsageError {
-    /// The arguments as given.
-    pub arguments: Vec<String>,
-}
-
-/// Reads the arguments after the program's name.
-///
-/// ```
-/// use demo_support::cli::{Command, parse_args};
-/// assert_eq!(parse_args(&[]), Ok(Command::Report));
-/// assert_eq!(parse_args(&["--figure".into(), "a.svg".into()]), Ok(Command::Figure("a.svg".into())));
-/// assert!(parse_args(&["--figure".into()]).is_err());
-/// ```
-///
-/// # Errors
-/// [`UsageError`] for anything else.
-pub fn parse_args(arguments: &[String]) -> Result<Command, UsageError> {
-    match arguments {
-        [] => Ok(Command::Report),
-        [flag, path] if flag == "--figure" && !path.is_empty() && !path.starts_with("--") => {
-            Ok(Command::Figure(PathBuf::from(path)))
+impl Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Usage(error) => write!(f, "{error}"),
+            Failure::Output(error) => write!(f, "cannot write to standard output: {error}"),
+            Failure::Run(error) => write!(f, "{error}"),
         }
-        _ => Err(UsageError { arguments: arguments.to_vec() }),
     }
 }
 
-/// The usage line of `program`.
-pub fn usage(program: &str) -> String {
-    format!("usage: {program} [--figure out.svg]")
+impl<E: Into<Box<dyn Error>>> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure::Run(error.into())
+    }
 }
 
-/// Status 2, with the message on standard error, when `LLM_KERNELS` names a kernel target this
-/// processor cannot run (or none at all); `None` when the kernels are fine. Every demo calls it
-/// before any work.
-pub fn refuse_bad_kernels() -> Option<ExitCode> {
-    let error = llm_from_scratch::dispatch::configured().err()?;
-    eprintln!("error: {error}");
-    Some(ExitCode::from(2))
+/// A one-line message on standard error. A failed write is ignored: there is nowhere left to
+/// report it, and it must not turn into a panic.
+pub fn note(message: impl Display) {
+    let _ = writeln!(io::stderr().lock(), "{message}");
 }
 
-/// Runs a chapter demo with the process' arguments: parses them (usage on standard error and
-/// status 2 if they are wrong, or if `LLM_KERNELS` names a kernel target this processor cannot run, before
-/// any work), computes the evidence, writes the figure if asked
-/// (`figure written to PATH` on standard error) and prints the report.
-pub fn run_chapter<E, Err: Display>(
-    program: &str,
-    evidence: impl FnOnce() -> Result<E, Err>,
-    report: impl FnOnce(&E) -> String,
-    figure: impl FnOnce(&E) -> String,
-) -> ExitCode {
-    let arguments: Vec<String> = std::env::args().skip(1).collect();
-    let command = match parse_args(&arguments) {
-        Ok(command) => command,
-        Err(_) => {
-            eprintln!("{}", usage(program));
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(code) = refuse_bad_kernels() {
-        return code;
-    }
-    let evidence = match evidence() {
-        Ok(evidence) => evidence,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if let Command::Figure(path) = &command {
-        if let Err(error) = write_figure(path, &figure(&evidence)) {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-        eprintln!("figure written to {}", path.display());
-    }
-    print!("{}", report(&evidence));
-    ExitCode::SUCCESS
-}
-
-/// The `main` of a demo binary with options of its own: `parse` reads the arguments (`Ok(None)`
-/// asks for help: `usage` goes to standard output, exit 0; `Err` is a usage error: one line on
-/// standard error, exit 2), then `run` does the work (an error: one line on standard error,
-/// exit 1).
-///
-/// ```
-/// use std::process::ExitCode;
-/// use demo_support::cli::main_with_options;
-/// let parse = |args: &[String]| match args {
-///     [] => Ok(Some(())),
-///     [flag] if flag == "--help" => Ok(None),
-///     _ => Err("unknown argument".to_string()),
-/// };
-/// let code = main_with_options(&["--bogus".to_string()], "usage: demo", parse, |_: &()| Ok(()));
-/// assert_eq!(code, ExitCode::from(2));
-/// assert_eq!(main_with_options(&[], "usage: demo", parse, |_: &()| Ok(())), ExitCode::SUCCESS);
-/// ```
-pub fn main_with_options<O>(
-    args: &[String],
-    usage: &str,
-    parse: impl FnOnce(&[String]) -> Result<Option<O>, String>,
-    run: impl FnOnce(&O) -> Result<(), Box<dyn Error>>,
-) -> ExitCode {
-    let options = match parse(args) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            println!("{usage}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(code) = refuse_bad_kernels() {
-        return code;
-    }
-    match run(&options) {
+/// The exit status for `result`, after printing what went wrong (one line on standard error;
+/// help and version on standard output; nothing for a closed pipe).
+pub fn finish(result: Result<(), Failure>) -> ExitCode {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
+        Err(Failure::Usage(error)) => match error.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => finish(print(&error.render().to_string())),
+            _ => {
+                let _ = write!(io::stderr().lock(), "{}", error.render());
+                ExitCode::from(2)
+            }
+        },
+        Err(Failure::Output(error)) if error.kind() == io::ErrorKind::BrokenPipe => ExitCode::from(BROKEN_PIPE_STATUS),
+        Err(failure) => {
+            note(format!("error: {failure}"));
             ExitCode::FAILURE
         }
     }
 }
 
-/// Writes `svg` to `path`, naming the path in the error.
+/// Writes `text` to standard output and flushes it.
+///
+/// # Errors
+/// [`Failure::Output`] when standard output cannot be written.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(Failure::Output)
+}
+
+/// Parses the process's arguments into `T`, with `program` as the name in the usage and help.
+///
+/// # Errors
+/// [`Failure::Usage`] for a wrong command line, and for `--help` and `--version`.
+pub fn parse<T: Parser>(program: &'static str) -> Result<T, Failure> {
+    parse_from(program, std::env::args_os())
+}
+
+/// [`parse`] over the given arguments (the first is the program's name, as in `argv`).
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_from<T: Parser>(
+    program: &'static str,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> Result<T, Failure> {
+    let command = T::command().name(program).bin_name(program).version(env!("CARGO_PKG_VERSION"));
+    let mut matches = command.try_get_matches_from(args).map_err(Failure::Usage)?;
+    T::from_arg_matches_mut(&mut matches).map_err(Failure::Usage)
+}
+
+/// A kernel target as `--kernels` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelTarget(pub Target);
+
+impl ValueEnum for KernelTarget {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[KernelTarget(Target::Portable), KernelTarget(Target::Avx2), KernelTarget(Target::Avx512)]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()))
+    }
+}
+
+/// A whole number of worker threads, 1 to [`MAX_THREADS`].
+fn threads(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {MAX_THREADS}")),
+    }
+}
+
+/// The flags of every binary that computes: which kernels, and how many threads.
+#[derive(Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunArgs {
+    /// Instruction set of the fast kernels; every target prints the same numbers
+    /// [default: $LLM_KERNELS, else the widest this processor runs]
+    #[arg(long, value_name = "TARGET", value_enum)]
+    pub kernels: Option<KernelTarget>,
+    /// Worker threads; results do not depend on it [default: every core]
+    #[arg(long, value_name = "N", value_parser = threads)]
+    pub threads: Option<usize>,
+}
+
+impl RunArgs {
+    /// Forces the kernel target (else checks `LLM_KERNELS`) and starts the thread pool; call it
+    /// before any work.
+    ///
+    /// # Errors
+    /// [`Failure::Usage`] (status 2) when the processor cannot run the target or `LLM_KERNELS`
+    /// names no target; [`Failure::Run`] when the threads cannot be started.
+    pub fn apply(&self) -> Result<Target, Failure> {
+        let target = match self.kernels {
+            Some(KernelTarget(target)) => dispatch::force(target).map_err(|e| e.to_string()),
+            None => dispatch::configured().map_err(|e| format!("{}: {e}", dispatch::ENV_VAR)),
+        }
+        .map_err(|e| Failure::Usage(clap::Error::raw(ErrorKind::InvalidValue, format!("{e}\n"))))?;
+        if let Some(n) = self.threads {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global()
+                .map_err(|e| format!("cannot start {n} threads: {e}"))?;
+        }
+        Ok(target)
+    }
+}
+
+/// The command line of a chapter: its figure, kernels and threads.
+#[derive(Parser, Clone, Debug, PartialEq, Eq)]
+pub struct ChapterArgs {
+    /// Also draw the chapter's figure as an SVG file at PATH; the report still goes to standard
+    /// output [default: no figure]
+    #[arg(long, value_name = "PATH")]
+    pub figure: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub run: RunArgs,
+}
+
+/// Writes `svg` to `path` and says so on standard error (`figure written to PATH`).
 ///
 /// # Errors
 /// The I/O error, with the path.
-pub fn write_figure(path: &std::path::Path, svg: &str) -> Result<(), Box<dyn Error>> {
-    std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()).into())
+pub fn write_figure(path: &Path, svg: &str) -> Result<(), Failure> {
+    std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    note(format!("figure written to {}", path.display()));
+    Ok(())
+}
+
+/// The `main` of a chapter: parses [`ChapterArgs`] (with `about` as the help's first line),
+/// applies the kernels and threads, computes the evidence, writes the figure if asked and prints
+/// the report.
+pub fn run_chapter<E, Err: Into<Box<dyn Error>>>(
+    program: &'static str,
+    about: &'static str,
+    evidence: impl FnOnce() -> Result<E, Err>,
+    report: impl FnOnce(&E) -> String,
+    figure: impl FnOnce(&E) -> String,
+) -> ExitCode {
+    finish((|| {
+        let args: ChapterArgs = parse_about(program, about, std::env::args_os())?;
+        args.run.apply()?;
+        let evidence = evidence().map_err(Into::into)?;
+        if let Some(path) = &args.figure {
+            write_figure(path, &figure(&evidence))?;
+        }
+        print(&report(&evidence))
+    })())
+}
+
+/// [`parse_from`] with `about` as the first line of the help.
+///
+/// # Errors
+/// As [`parse`].
+pub fn parse_about<T: Parser>(
+    program: &'static str,
+    about: &'static str,
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> Result<T, Failure> {
+    let command = T::command().name(program).bin_name(program).about(about).version(env!("CARGO_PKG_VERSION"));
+    let mut matches = command.try_get_matches_from(args).map_err(Failure::Usage)?;
+    T::from_arg_matches_mut(&mut matches).map_err(Failure::Usage)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
+    fn chapter(args: &[&str]) -> Result<ChapterArgs, Failure> {
+        parse_about("ch99", "a chapter", std::iter::once("ch99").chain(args.iter().copied()))
     }
 
-    #[test]
-    fn only_nothing_or_one_figure_path_is_accepted() {
-        assert_eq!(parse_args(&args(&[])), Ok(Command::Report));
-        assert_eq!(parse_args(&args(&["--figure", "out.svg"])), Ok(Command::Figure("out.svg".into())));
-        for bad in [&["--figure"][..], &["--figure", ""], &["--figure", "--trace"], &["out.svg"], &["-x", "a"]] {
-            assert_eq!(parse_args(&args(bad)), Err(UsageError { arguments: args(bad) }), "{bad:?}");
+    fn usage_error(args: &[&str]) -> String {
+        match chapter(args) {
+            Err(Failure::Usage(e)) => e.render().to_string(),
+            other => panic!("{args:?}: {other:?}"),
         }
-        assert_eq!(usage("ch27"), "usage: ch27 [--figure out.svg]");
     }
 
     #[test]
-    fn an_unwritable_path_is_an_error_that_names_it() {
-        let error = write_figure(std::path::Path::new("/nonexistent-dir/x.svg"), "<svg/>").unwrap_err();
+    fn a_chapter_takes_a_figure_kernels_and_threads() {
+        assert_eq!(chapter(&[]).unwrap(), ChapterArgs { figure: None, run: RunArgs::default() });
+        let all = chapter(&["--figure", "a.svg", "--kernels", "avx2", "--threads=3"]).unwrap();
+        assert_eq!(all.figure, Some(PathBuf::from("a.svg")));
+        assert_eq!(all.run, RunArgs { kernels: Some(KernelTarget(Target::Avx2)), threads: Some(3) });
+    }
+
+    #[test]
+    fn wrong_flags_and_values_say_what_was_wrong_and_what_is_accepted() {
+        assert!(usage_error(&["--nonsense"]).contains("unexpected argument '--nonsense'"));
+        let kernels = usage_error(&["--kernels", "sse9"]);
+        assert!(
+            kernels.contains("invalid value 'sse9'") && kernels.contains("[possible values: portable, avx2, avx512]")
+        );
+        for n in ["0", "two", "1025"] {
+            assert!(usage_error(&["--threads", n]).contains("expected a whole number from 1 to 1024"), "{n}");
+        }
+        assert!(usage_error(&["--figure"]).contains("a value is required for '--figure <PATH>'"));
+    }
+
+    #[test]
+    fn help_lists_every_flag_with_its_default() {
+        let Err(Failure::Usage(help)) = chapter(&["--help"]) else { panic!("--help parsed") };
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        let text = help.render().to_string();
+        assert!(text.starts_with("a chapter\n\nUsage: ch99 [OPTIONS]"), "{text}");
+        for flag in ["--figure <PATH>", "--kernels <TARGET>", "--threads <N>", "--help", "--version"] {
+            assert!(text.contains(flag), "{flag} missing from\n{text}");
+        }
+        assert_eq!(text.matches("[default: ").count(), 3, "{text}");
+        let Err(Failure::Usage(version)) = chapter(&["--version"]) else { panic!("--version parsed") };
+        assert_eq!(version.render().to_string(), format!("ch99 {}\n", env!("CARGO_PKG_VERSION")));
+    }
+
+    #[test]
+    fn failures_map_to_their_statuses() {
+        assert_eq!(finish(Ok(())), ExitCode::SUCCESS);
+        let pipe = Failure::Output(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert_eq!(finish(Err(pipe)), ExitCode::from(BROKEN_PIPE_STATUS));
+        let full = Failure::Output(io::Error::from(io::ErrorKind::StorageFull));
+        assert!(full.to_string().starts_with("cannot write to standard output: "));
+        assert_eq!(finish(Err(full)), ExitCode::FAILURE);
+        assert_eq!(finish(Err("boom".into())), ExitCode::FAILURE);
+        assert_eq!(finish(Err(Failure::Usage(chapter(&["-x"]).unwrap_err_usage()))), ExitCode::from(2));
+    }
+
+    #[test]
+    fn an_unwritable_figure_path_is_an_error_that_names_it() {
+        let error = write_figure(Path::new("/nonexistent-dir/x.svg"), "<svg/>").unwrap_err();
         assert!(error.to_string().starts_with("cannot write /nonexistent-dir/x.svg"), "{error}");
+    }
+
+    trait UsageOf {
+        fn unwrap_err_usage(self) -> clap::Error;
+    }
+
+    impl UsageOf for Result<ChapterArgs, Failure> {
+        fn unwrap_err_usage(self) -> clap::Error {
+            match self {
+                Err(Failure::Usage(e)) => e,
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

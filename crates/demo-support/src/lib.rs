@@ -1,5 +1,6 @@
-//! What every chapter demo shares: plain SVG figures written by hand, and the command line
-//! `chNN-<topic> [--figure out.svg]`.
+//! What every binary of the workspace shares: plain SVG figures written by hand, and the
+//! command-line manners of [`cli`] (`--help`, `--version`, `--figure PATH`, `--kernels TARGET`,
+//! `--threads N`, and output that never panics on a closed pipe or a full disk).
 //!
 //! The figures are deterministic: the same evidence gives the same bytes on every run and every
 //! machine, because every number is written with a fixed number of decimals ([`fmt::fixed`]) and

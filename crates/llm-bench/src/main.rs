@@ -20,77 +20,27 @@
 //! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults.
 //!
 //! Exit codes: 0 on success, 1 when a workload fails (a library error or
-//! a wrong result), 2 for a usage error.
+//! a wrong result) or standard output cannot be written, 2 for a usage error (with what was wrong
+//! and what is accepted), 141 when the reader of standard output went away.
 
 mod measure;
 mod workloads;
 
 use std::process::ExitCode;
 
+use demo_support::cli::{self, Failure, RunArgs};
 use llm_from_scratch::dispatch::{self, Target};
 use workloads::{Outcome, Workload};
 
-const USAGE: &str = "usage: llm-bench <workload> [--threads N] [--kernels TARGET]
-workloads: gemm, mha-train, decode, long-causal, train-step, train-text
-  --threads N        run inside a rayon pool of N threads (N >= 1; default: every core)
-  --kernels TARGET   portable, avx2 or avx512 (default: LLM_KERNELS, else the widest available)";
-
-/// What the command line asks for.
-#[derive(Debug, PartialEq)]
-enum Command {
-    Help,
-    Run { workload: Workload, threads: usize, kernels: Option<Target> },
-}
-
-/// Parses the arguments after the program name. Errors are messages for the user.
-fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, String> {
-    let mut workload = None;
-    let mut threads = None;
-    let mut kernels = None;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let kernels_value = match arg.as_str() {
-            "--kernels" => Some(args.next().ok_or_else(|| "--kernels needs a value".to_string())?),
-            _ => arg.strip_prefix("--kernels=").map(str::to_string),
-        };
-        if let Some(value) = kernels_value {
-            if kernels.is_some() {
-                return Err("--kernels given twice".into());
-            }
-            kernels = Some(Target::parse(&value).map_err(|e| e.to_string())?);
-            continue;
-        }
-        let value = match arg.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--threads" => Some(args.next().ok_or_else(|| "--threads needs a value".to_string())?),
-            _ => arg.strip_prefix("--threads=").map(str::to_string),
-        };
-        if let Some(value) = value {
-            if threads.is_some() {
-                return Err("--threads given twice".into());
-            }
-            threads = Some(parse_threads(&value)?);
-        } else if arg.starts_with('-') {
-            return Err(format!("unknown option `{arg}`"));
-        } else if let Some(first) = &workload {
-            return Err(format!("one workload at a time (got `{}` and `{arg}`)", Workload::name(*first)));
-        } else {
-            workload = Some(Workload::from_name(&arg).ok_or_else(|| format!("unknown workload `{arg}`"))?);
-        }
-    }
-    let workload = workload.ok_or_else(|| "no workload given".to_string())?;
-    let threads = match threads {
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, usize::from),
-    };
-    Ok(Command::Run { workload, threads, kernels })
-}
-
-fn parse_threads(value: &str) -> Result<usize, String> {
-    match value.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("--threads wants a whole number >= 1, got `{value}`")),
-    }
+/// The workload benchmarks of docs/performance.md: a line naming the machine, then one line per
+/// measured variant, each the median of several runs after warm-ups.
+#[derive(Debug, PartialEq, clap::Parser)]
+struct Cli {
+    /// What to measure
+    #[arg(value_enum, value_name = "WORKLOAD")]
+    workload: Workload,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 /// The first output line: the processor, the threads, its SIMD features and the kernel each fast
@@ -113,38 +63,26 @@ fn cpu_model() -> String {
 }
 
 fn main() -> ExitCode {
-    let (workload, threads, kernels) = match parse_args(std::env::args().skip(1)) {
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Ok(Command::Run { workload, threads, kernels }) => (workload, threads, kernels),
-        Err(message) => {
-            eprintln!("llm-bench: error: {message}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let target = match kernels.map_or_else(dispatch::configured, dispatch::force) {
-        Ok(target) => target,
-        Err(error) => {
-            eprintln!("llm-bench: error: {error}");
-            return ExitCode::from(2);
-        }
-    };
+    cli::finish(measure_and_print(std::env::args_os()))
+}
+
+/// Parses `args`, measures the workload inside a pool of the asked threads and prints its lines.
+fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Failure> {
+    let Cli { workload, run } = cli::parse_from("llm-bench", args)?;
+    // the kernels as every binary takes them; the threads are this pool's, not the global one
+    let target = RunArgs { threads: None, ..run }.apply()?;
     // glibc would otherwise return the buffers of each step to the system and fault them in again
     // in the next (see `llm_from_scratch::allocator`); LLM_BENCH_MALLOC=default measures without
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
         llm_from_scratch::allocator::keep_freed_memory();
     }
-    let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-        Ok(pool) => pool,
-        Err(err) => {
-            eprintln!("llm-bench: error: cannot start {threads} threads: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("{}", machine_line(threads, target));
-    let measured = pool.install(|| {
+    let threads = run.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| format!("cannot start {threads} threads: {e}"))?;
+    cli::print(&format!("{}\n", machine_line(threads, target)))?;
+    let lines = pool.install(|| {
         let Outcome::Measured(lines) = workload.run()?;
         if !workload.is_attention() {
             return Ok(lines);
@@ -152,49 +90,40 @@ fn main() -> ExitCode {
         let gemm = workloads::gemm_gflops()?;
         Ok::<_, String>(lines.into_iter().map(|line| line.relative_to_gemm(gemm)).collect::<Vec<_>>())
     });
-    match measured {
-        Ok(lines) => {
-            for line in lines {
-                println!("{line}");
-            }
-            ExitCode::SUCCESS
-        }
-        Err(message) => {
-            eprintln!("llm-bench: {} failed: {message}", workload.name());
-            ExitCode::FAILURE
-        }
-    }
+    let lines = lines.map_err(|message| format!("{} failed: {message}", workload.name()))?;
+    cli::print(&lines.iter().map(|line| format!("{line}\n")).collect::<String>())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Command, String> {
-        parse_args(args.iter().map(|s| s.to_string()))
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        cli::parse_from("llm-bench", std::iter::once("llm-bench").chain(args.iter().copied())).map_err(|e| match e {
+            Failure::Usage(e) => e.render().to_string(),
+            other => other.to_string(),
+        })
     }
 
     #[test]
     fn workloads_and_thread_counts_parse() {
-        assert_eq!(
-            parse(&["gemm", "--threads", "2"]),
-            Ok(Command::Run { workload: Workload::Gemm, threads: 2, kernels: None })
-        );
+        let run = |kernels: Option<Target>, threads| RunArgs { kernels: kernels.map(cli::KernelTarget), threads };
+        assert_eq!(parse(&["gemm", "--threads", "2"]), Ok(Cli { workload: Workload::Gemm, run: run(None, Some(2)) }));
         assert_eq!(
             parse(&["--threads=1", "long-causal", "--kernels", "avx2"]),
-            Ok(Command::Run { workload: Workload::LongCausal, threads: 1, kernels: Some(Target::Avx2) })
+            Ok(Cli { workload: Workload::LongCausal, run: run(Some(Target::Avx2), Some(1)) })
         );
         assert_eq!(
-            parse(&["--kernels=portable", "gemm", "--threads=1"]),
-            Ok(Command::Run { workload: Workload::Gemm, threads: 1, kernels: Some(Target::Portable) })
+            parse(&["--kernels=portable", "gemm"]),
+            Ok(Cli { workload: Workload::Gemm, run: run(Some(Target::Portable), None) })
         );
         for name in ["gemm", "mha-train", "decode", "long-causal", "train-step", "train-text"] {
-            let Ok(Command::Run { workload, .. }) = parse(&[name]) else {
+            let Ok(Cli { workload, .. }) = parse(&[name]) else {
                 panic!("{name} does not parse");
             };
             assert_eq!(workload.name(), name);
         }
-        assert_eq!(parse(&["--help"]), Ok(Command::Help));
+        assert!(parse(&["--help"]).unwrap_err().contains("Usage: llm-bench [OPTIONS] <WORKLOAD>"));
     }
 
     #[test]
@@ -206,19 +135,18 @@ mod tests {
     }
 
     #[test]
-    fn bad_arguments_are_messages() {
+    fn bad_arguments_say_what_was_wrong_and_what_is_accepted() {
         for (args, needle) in [
-            (&["gemmm"][..], "unknown workload `gemmm`"),
-            (&[][..], "no workload"),
-            (&["gemm", "--threads"][..], "needs a value"),
-            (&["gemm", "--threads", "0"][..], ">= 1"),
-            (&["gemm", "--threads", "two"][..], "`two`"),
-            (&["gemm", "--threads=1", "--threads=2"][..], "twice"),
-            (&["gemm", "--fast"][..], "unknown option `--fast`"),
-            (&["gemm", "decode"][..], "one workload"),
-            (&["gemm", "--kernels"][..], "--kernels needs a value"),
-            (&["gemm", "--kernels", "sse9"][..], "unknown kernel target \"sse9\""),
-            (&["gemm", "--kernels=avx2", "--kernels=avx2"][..], "--kernels given twice"),
+            (&["gemmm"][..], "invalid value 'gemmm' for '<WORKLOAD>'"),
+            (&["gemmm"][..], "[possible values: gemm, mha-train, decode, long-causal, train-step, train-text]"),
+            (&[][..], "the following required arguments were not provided"),
+            (&["gemm", "--threads"][..], "a value is required for '--threads <N>'"),
+            (&["gemm", "--threads", "0"][..], "expected a whole number from 1 to 1024"),
+            (&["gemm", "--threads", "two"][..], "invalid value 'two'"),
+            (&["gemm", "--threads=1", "--threads=2"][..], "cannot be used multiple times"),
+            (&["gemm", "--fast"][..], "unexpected argument '--fast'"),
+            (&["gemm", "decode"][..], "unexpected argument 'decode'"),
+            (&["gemm", "--kernels", "sse9"][..], "[possible values: portable, avx2, avx512]"),
         ] {
             let err = parse(args).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");

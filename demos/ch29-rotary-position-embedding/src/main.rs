@@ -1,9 +1,10 @@
 //! Prints the chapter report (see the library for the evidence it is built from);
-//! `--figure out.svg` also writes the chapter's figure to `out.svg`.
+//! `--figure PATH` also draws the chapter's figure; `--help` lists every flag.
 
 fn main() -> std::process::ExitCode {
     demo_support::cli::run_chapter(
         "ch29-rotary-position-embedding",
+        "Chapter 29, rotary position embedding: rotating coordinate pairs by p·θ_i, relative positions, both pair layouts.",
         ch29_rotary_position_embedding::learner_evidence,
         ch29_rotary_position_embedding::render_report,
         ch29_rotary_position_embedding::render_svg,

@@ -1,39 +1,35 @@
 //! Prints the chapter report. `--trace` prints the 34-line figure trace instead;
-//! `--figure out.svg` also writes the SVG figure to `out.svg`.
+//! `--figure PATH` also draws the SVG figure; `--help` lists every flag.
 
 use std::process::ExitCode;
 
+use ch30_multi_head_attention::{learner_evidence, render_diagram_trace, render_report, render_svg};
+use demo_support::cli::{self, ChapterArgs};
+
+/// Chapter 30, multi-head attention: heads side by side, split and merge, the output projection.
+/// Prints the chapter's report on standard output.
+#[derive(clap::Parser)]
+struct Cli {
+    /// Print the 34-line trace the figure is drawn from instead of the report
+    #[arg(long, conflicts_with = "figure")]
+    trace: bool,
+    #[command(flatten)]
+    chapter: ChapterArgs,
+}
+
 fn main() -> ExitCode {
-    if let Some(code) = demo_support::cli::refuse_bad_kernels() {
-        return code;
-    }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let evidence = match ch30_multi_head_attention::learner_evidence() {
-        Ok(evidence) => evidence,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
+    cli::finish((|| {
+        let args: Cli = cli::parse("ch30-multi-head-attention")?;
+        args.chapter.run.apply()?;
+        let evidence = learner_evidence()?;
+        if args.trace {
+            return cli::print(
+                &render_diagram_trace(&evidence).iter().map(|line| format!("{line}\n")).collect::<String>(),
+            );
         }
-    };
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] => print!("{}", ch30_multi_head_attention::render_report(&evidence)),
-        ["--trace"] => {
-            for line in ch30_multi_head_attention::render_diagram_trace(&evidence) {
-                println!("{line}");
-            }
+        if let Some(path) = &args.chapter.figure {
+            cli::write_figure(path, &render_svg(&evidence))?;
         }
-        ["--figure", path] => {
-            if let Err(error) = std::fs::write(path, ch30_multi_head_attention::render_svg(&evidence)) {
-                eprintln!("error: cannot write {path}: {error}");
-                return ExitCode::FAILURE;
-            }
-            print!("{}", ch30_multi_head_attention::render_report(&evidence));
-            eprintln!("figure written to {path}");
-        }
-        _ => {
-            eprintln!("usage: ch30-multi-head-attention [--trace | --figure out.svg]");
-            return ExitCode::from(2);
-        }
-    }
-    ExitCode::SUCCESS
+        cli::print(&render_report(&evidence))
+    })())
 }

@@ -1,9 +1,10 @@
 //! Prints the chapter report (see the library for the evidence it is built from);
-//! `--figure out.svg` also writes the chapter's figure to `out.svg`.
+//! `--figure PATH` also draws the chapter's figure; `--help` lists every flag.
 
 fn main() -> std::process::ExitCode {
     demo_support::cli::run_chapter(
         "ch32-grouped-query-attention",
+        "Chapter 32, grouped-query attention: H query heads over G key/value heads, repeat-interleave, parameter and cache sizes.",
         ch32_grouped_query_attention::learner_evidence,
         ch32_grouped_query_attention::render_report,
         ch32_grouped_query_attention::render_svg,

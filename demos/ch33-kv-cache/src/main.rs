@@ -1,9 +1,10 @@
 //! Prints the chapter report (see the library for the evidence it is built from);
-//! `--figure out.svg` also writes the chapter's figure to `out.svg`.
+//! `--figure PATH` also draws the chapter's figure; `--help` lists every flag.
 
 fn main() -> std::process::ExitCode {
     demo_support::cli::run_chapter(
         "ch33-kv-cache",
+        "Chapter 33, the KV cache: prefill and decode, chunked prefill, sliding windows with a rolling cache.",
         ch33_kv_cache::learner_evidence,
         ch33_kv_cache::render_report,
         ch33_kv_cache::render_svg,

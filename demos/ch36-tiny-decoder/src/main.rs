@@ -2,25 +2,51 @@
 //! (step, loss, tokens/s, ETA) is drawn on standard error only when it is a terminal and `--quiet`
 //! is not given, so standard output stays the golden report.
 //!
-//! `--figure out.svg` also writes the chapter's figure (loss curve and attention maps) to `out.svg`.
+//! `--figure PATH` also draws the chapter's figure (loss curve and attention maps); `--help` lists
+//! every flag.
 //! `--text FILE [--steps N]` trains a character-level model on a text file instead and prints a
 //! continuation of its beginning.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use ch36_tiny_decoder::text::{CONTEXT, TEXT_BATCH, render_text_run, train_on_text};
 use ch36_tiny_decoder::{BATCH, STEPS, TOKENS, learner_evidence_with_progress, render_report, render_svg};
-use demo_support::cli::{Command, parse_args, write_figure};
+use demo_support::cli::{self, ChapterArgs};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::StepReport;
 
-/// The command line.
-const USAGE: &str = "usage: ch36-tiny-decoder [--quiet] [--figure out.svg | --text FILE [--steps N]]";
+/// Chapter 36, a tiny decoder: a LLaMA-style decoder trained to reverse sequences, then cached
+/// generation. Prints the chapter's report on standard output; the progress bar goes to standard
+/// error.
+#[derive(clap::Parser)]
+struct Cli {
+    /// No progress bar (it is also hidden when standard error is not a terminal)
+    #[arg(long, short)]
+    quiet: bool,
+    /// Train a character-level model on the text of FILE instead, and print a continuation of its
+    /// beginning [default: the reversal task]
+    #[arg(long, value_name = "FILE", conflicts_with = "figure")]
+    text: Option<PathBuf>,
+    /// Steps of a --text run
+    #[arg(long, value_name = "N", requires = "text", default_value_t = TEXT_STEPS, value_parser = steps)]
+    steps: usize,
+    #[command(flatten)]
+    chapter: ChapterArgs,
+}
 
 /// Steps of a text run unless `--steps` says otherwise.
 const TEXT_STEPS: usize = 500;
+
+/// A whole number of steps, 1 to 100 000.
+fn steps(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+        _ => Err("expected a whole number from 1 to 100000".to_string()),
+    }
+}
 
 /// A progress bar for runs of `steps` steps of `tokens_per_step` tokens (hidden when `quiet`, and
 /// by indicatif itself when standard error is not a terminal), finished after the last step.
@@ -42,58 +68,29 @@ fn progress(steps: usize, tokens_per_step: usize, quiet: bool) -> impl FnMut(&St
     }
 }
 
-/// The arguments are one of the accepted shapes.
-fn accepted(args: &[&str]) -> bool {
-    let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    parse_args(&owned).is_ok() || matches!(args, ["--text", _] | ["--text", _, "--steps", _])
-}
-
-fn run(args: &[&str], quiet: bool) -> Result<String, Box<dyn std::error::Error>> {
-    match args {
-        [] => Ok(render_report(&learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, quiet))?)),
-        ["--figure", _] => {
-            let owned: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-            let Ok(Command::Figure(path)) = parse_args(&owned) else { return Err(USAGE.into()) };
-            let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, quiet))?;
-            write_figure(&path, &render_svg(&evidence))?;
-            eprintln!("figure written to {}", path.display());
-            Ok(render_report(&evidence))
-        }
-        ["--text", path] | ["--text", path, "--steps", _] => {
-            let steps = match args {
-                [_, _, _, n] => n.parse().map_err(|e| format!("--steps {n}: {e}"))?,
-                _ => TEXT_STEPS,
-            };
-            let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-            Ok(render_text_run(&train_on_text(&text, steps, progress(steps, TEXT_BATCH * CONTEXT, quiet))?))
-        }
-        _ => Err(USAGE.into()),
-    }
-}
-
 fn main() -> ExitCode {
-    if let Some(code) = demo_support::cli::refuse_bad_kernels() {
-        return code;
-    }
     let start = Instant::now();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quiet = args.iter().any(|a| a == "--quiet");
-    let args: Vec<&str> = args.iter().map(String::as_str).filter(|&a| a != "--quiet").collect();
-    if !accepted(&args) {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    }
-    match run(&args, quiet) {
-        Ok(report) => {
-            print!("{report}");
-            if !quiet && std::io::stderr().is_terminal() {
-                eprintln!("done in {:.1} s", start.elapsed().as_secs_f64());
+    cli::finish((|| {
+        let args: Cli = cli::parse("ch36-tiny-decoder")?;
+        args.chapter.run.apply()?;
+        let report = match &args.text {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                let progress = progress(args.steps, TEXT_BATCH * CONTEXT, args.quiet);
+                render_text_run(&train_on_text(&text, args.steps, progress)?)
             }
-            ExitCode::SUCCESS
+            None => {
+                let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, args.quiet))?;
+                if let Some(path) = &args.chapter.figure {
+                    cli::write_figure(path, &render_svg(&evidence))?;
+                }
+                render_report(&evidence)
+            }
+        };
+        cli::print(&report)?;
+        if !args.quiet && std::io::stderr().is_terminal() {
+            cli::note(format!("done in {:.1} s", start.elapsed().as_secs_f64()));
         }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(())
+    })())
 }

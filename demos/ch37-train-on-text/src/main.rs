@@ -7,48 +7,38 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ch37_train_on_text::{BATCH, CONTEXT, Corpus, Run, STEPS, evidence_of, render_report, render_svg};
+use demo_support::cli::{self, ChapterArgs, Failure};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::{StepReport, load_train_state};
 
-const USAGE: &str = "usage: ch37-train-on-text [--quiet] [--steps N] [--save PATH] [--resume PATH] [--figure PATH]
-  --steps N       stop after step N of the 800-step schedule (default: all of it)
-  --save PATH     write the model, the optimiser state and the step to PATH (safetensors)
-  --resume PATH   continue a run saved with --save (bitwise the same as not stopping)
-  --figure PATH   draw train and validation loss against steps as an SVG file
-  --quiet         no progress bar (it is also hidden when standard error is not a terminal)";
-
-#[derive(Debug, Default)]
-struct Options {
+/// Chapter 37, training on real text: the chapter-36 decoder learns Cicero's De finibus I one
+/// character at a time. Prints the chapter's report on standard output; the progress bar goes to
+/// standard error.
+#[derive(clap::Parser)]
+struct Cli {
+    /// No progress bar (it is also hidden when standard error is not a terminal)
+    #[arg(long, short)]
     quiet: bool,
+    /// Stop after step N of the 800-step schedule [default: all of it]
+    #[arg(long, value_name = "N", value_parser = steps)]
     steps: Option<usize>,
+    /// Write the model, the optimiser state and the step to PATH (safetensors); `generate PATH`
+    /// writes text with it [default: not saved]
+    #[arg(long, value_name = "PATH")]
     save: Option<PathBuf>,
+    /// Continue a run saved with --save (bitwise the same as not stopping) [default: a new run]
+    #[arg(long, value_name = "PATH")]
     resume: Option<PathBuf>,
-    figure: Option<PathBuf>,
+    #[command(flatten)]
+    chapter: ChapterArgs,
 }
 
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let mut options = Options::default();
-    let mut args = args.iter();
-    while let Some(flag) = args.next() {
-        let mut value = || args.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--help" | "-h" => return Ok(None),
-            "--quiet" | "-q" => options.quiet = true,
-            "--steps" => {
-                let text = value()?;
-                let n: usize = text.parse().map_err(|_| format!("--steps {text}: not a whole number"))?;
-                if n == 0 || n > STEPS {
-                    return Err(format!("--steps {n}: must be between 1 and {STEPS}"));
-                }
-                options.steps = Some(n);
-            }
-            "--save" => options.save = Some(value()?.into()),
-            "--resume" => options.resume = Some(value()?.into()),
-            "--figure" => options.figure = Some(value()?.into()),
-            other => return Err(format!("unknown argument {other:?} (see --help)")),
-        }
+/// A step of the schedule, 1 to [`STEPS`].
+fn steps(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=STEPS).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {STEPS}")),
     }
-    Ok(Some(options))
 }
 
 /// A progress bar over `steps` steps starting at `from`, hidden with `quiet` or without a terminal.
@@ -63,7 +53,7 @@ fn progress_bar(from: usize, steps: usize, quiet: bool) -> ProgressBar {
     bar
 }
 
-fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
+fn run(options: &Cli) -> Result<String, Failure> {
     let corpus = Corpus::new(ch37_train_on_text::CORPUS)?;
     let mut run = match &options.resume {
         Some(path) => Run::resume(load_train_state(path)?, &corpus)?,
@@ -87,17 +77,16 @@ fn run(options: &Options) -> Result<String, Box<dyn std::error::Error>> {
         run.save(&corpus, path)?;
     }
     let evidence = evidence_of(&run, &corpus)?;
-    if let Some(path) = &options.figure {
-        let svg = render_svg(&evidence);
-        std::fs::write(path, svg).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if let Some(path) = &options.chapter.figure {
+        cli::write_figure(path, &render_svg(&evidence))?;
     }
     Ok(render_report(&evidence))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    demo_support::cli::main_with_options(&args, USAGE, parse, |options| {
-        print!("{}", run(options)?);
-        Ok(())
-    })
+    cli::finish((|| {
+        let args: Cli = cli::parse("ch37-train-on-text")?;
+        args.chapter.run.apply()?;
+        cli::print(&run(&args)?)
+    })())
 }

@@ -2,104 +2,106 @@
 //! it is produced (with a KV cache; past the model's 64 positions the context slides).
 //!
 //! ```text
-//! generate PATH [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//! generate PATH [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--top-p P] [--seed N]
 //! ```
 //!
 //! Every bad input (a missing or corrupt file, a temperature below 0, a top-p outside (0, 1], a
-//! prompt character the model has never seen, an unknown flag) ends with one line on standard
-//! error and a non-zero exit code: 2 for a bad command line, 1 for anything else.
+//! prompt character the model has never seen, an unknown flag) ends with a message on standard
+//! error and a non-zero exit code: 2 for a bad command line, 1 for anything else. A reader that
+//! goes away (`| head -1`) ends it quietly with status 141.
 
-use std::io::Write;
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ch37_train_on_text::{VOCABULARY_NOTE, stream};
+use demo_support::cli::{self, Failure, RunArgs};
 use llm_from_scratch::model::{CharTokenizer, Sampling, load_train_state};
 
-const USAGE: &str =
-    "usage: generate PATH [--prompt TEXT] [--chars N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
-  PATH             a training state written by ch37-train-on-text --save
-  --prompt TEXT    the beginning of the text (default: \"Non eram nescius\")
-  --chars N        characters to write after it (default: 400)
-  --temperature T  0 chooses the most likely character; above 1 flattens (default: 0.8)
-  --top-k K        sample among the K most likely characters (default: all)
-  --top-p P        sample among the fewest characters whose probability reaches P, 0 < P <= 1 (default: 0.9)
-  --seed S         seed of the sampler (default: 7)";
-
-#[derive(Debug)]
-struct Options {
-    path: String,
+/// Writes text with a model saved by `ch37-train-on-text --save PATH`, one character at a time as
+/// it is produced; past the model's 64 positions the context slides.
+#[derive(clap::Parser)]
+struct Cli {
+    /// A training state written by `ch37-train-on-text --save PATH`
+    #[arg(value_name = "PATH")]
+    path: PathBuf,
+    /// The beginning of the text
+    #[arg(long, value_name = "TEXT", default_value = "Non eram nescius", value_parser = prompt)]
     prompt: String,
+    /// Characters to write after the prompt
+    #[arg(long, value_name = "N", default_value_t = 400)]
     chars: usize,
-    sampling: Sampling,
+    /// 0 chooses the most likely character; above 1 flattens the distribution
+    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = temperature, allow_negative_numbers = true)]
+    temperature: f64,
+    /// Sample among the K most likely characters [default: all]
+    #[arg(long, value_name = "K", value_parser = top_k)]
+    top_k: Option<usize>,
+    /// Sample among the fewest characters whose probability reaches P, 0 < P <= 1
+    #[arg(long, value_name = "P", default_value_t = 0.9, value_parser = top_p)]
+    top_p: f64,
+    /// Seed of the sampler
+    #[arg(long, value_name = "N", default_value_t = 7)]
     seed: u64,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
-fn number<T: std::str::FromStr>(flag: &str, text: &str) -> Result<T, String> {
-    text.parse().map_err(|_| format!("{flag} {text:?}: not a valid number"))
+/// A prompt of at least one character.
+fn prompt(text: &str) -> Result<String, String> {
+    if text.is_empty() { Err("expected at least one character".to_string()) } else { Ok(text.to_string()) }
 }
 
-fn parse(args: &[String]) -> Result<Option<Options>, String> {
-    let (mut path, mut prompt, mut chars, mut seed) = (None, "Non eram nescius".to_string(), 400, 7);
-    let (mut temperature, mut k, mut p) = (0.8f64, usize::MAX, 0.9f64);
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().cloned().ok_or_else(|| format!("{arg} needs a value"));
-        match arg.as_str() {
-            "--help" | "-h" => return Ok(None),
-            "--prompt" => prompt = value()?,
-            "--chars" => chars = number(arg, &value()?)?,
-            "--temperature" => temperature = number(arg, &value()?)?,
-            "--top-k" => k = number(arg, &value()?)?,
-            "--top-p" => p = number(arg, &value()?)?,
-            "--seed" => seed = number(arg, &value()?)?,
-            flag if flag.starts_with('-') => return Err(format!("unknown flag {flag:?} (see --help)")),
-            file if path.is_none() => path = Some(file.to_string()),
-            extra => return Err(format!("unexpected argument {extra:?}: only one checkpoint path")),
-        }
+/// A finite temperature of at least 0.
+fn temperature(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err("expected a finite number of at least 0".to_string()),
     }
-    let path = path.ok_or("missing the checkpoint path (see --help)")?;
-    if !(temperature >= 0.0 && temperature.is_finite()) {
-        return Err(format!("--temperature {temperature}: must be finite and at least 0"));
+}
+
+/// A whole number of candidates, at least 1.
+fn top_k(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(k) if k >= 1 => Ok(k),
+        _ => Err("expected a whole number of at least 1".to_string()),
     }
-    if !(p > 0.0 && p <= 1.0) {
-        return Err(format!("--top-p {p}: must satisfy 0 < p <= 1"));
+}
+
+/// A probability mass `0 < p <= 1`.
+fn top_p(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err("expected a number p with 0 < p <= 1".to_string()),
     }
-    if k == 0 {
-        return Err("--top-k 0: needs at least one candidate".to_string());
-    }
-    if prompt.is_empty() {
-        return Err("--prompt: needs at least one character".to_string());
-    }
+}
+
+fn run(options: &Cli) -> Result<(), Failure> {
+    let k = options.top_k.unwrap_or(usize::MAX);
+    let (temperature, p) = (options.temperature, options.top_p);
     let sampling = if temperature == 0.0 { Sampling::Greedy } else { Sampling::TopP { temperature, k, p } };
-    Ok(Some(Options { path, prompt, chars, sampling, seed }))
-}
-
-fn run(options: &Options) -> Result<(), Box<dyn std::error::Error>> {
     let state = load_train_state(&options.path)?;
     let vocabulary = state
         .notes
         .get(VOCABULARY_NOTE)
-        .ok_or_else(|| format!("{}: no vocabulary is saved with this model", options.path))?;
+        .ok_or_else(|| format!("{}: no vocabulary is saved with this model", options.path.display()))?;
     let tokenizer = CharTokenizer::from_chars(vocabulary.chars())?;
     if tokenizer.vocab_size() != state.model.config().vocab_size {
-        return Err(format!("{}: the saved vocabulary does not fit the model", options.path).into());
+        return Err(format!("{}: the saved vocabulary does not fit the model", options.path.display()).into());
     }
     tokenizer.encode(&options.prompt)?; // refuse an unknown character before printing anything
-    let mut out = std::io::stdout().lock();
-    let mut written = write!(out, "{}", options.prompt).and_then(|()| out.flush());
-    stream(&state.model, &tokenizer, &options.prompt, options.chars, options.sampling, options.seed, |c| {
-        written = write!(out, "{c}").and_then(|()| out.flush());
+    let mut written = cli::print(&options.prompt);
+    stream(&state.model, &tokenizer, &options.prompt, options.chars, sampling, options.seed, |c| {
+        written = cli::print(c.encode_utf8(&mut [0; 4]));
         if written.is_ok() { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
     })?;
-    match written.and_then(|()| writeln!(out)) {
-        // a closed pipe (`| head`) is the reader's choice, not an error
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
-    }
+    written.and_then(|()| cli::print("\n"))
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    demo_support::cli::main_with_options(&args, USAGE, parse, run)
+    cli::finish((|| {
+        let args: Cli = cli::parse("generate")?;
+        args.run.apply()?;
+        run(&args)
+    })())
 }
