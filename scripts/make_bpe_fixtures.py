@@ -112,6 +112,8 @@ CORPUS = [
     "NBSP:\u00a0between, ideographic:\u3000space, em\u2003space",
     "zero\u200bwidth",
     "control\u0004char and \u0000 nul",
+    "!\u0004! a\u001db",
+    "x\u001f\u0085\u2028y soft\u00adhyphen",
     "ⓐ Ⓐ ǅ ʰ ª º",
     "<|im_start|>user\nHi there!<|im_end|>\n",
     "<|im_start|><|im_end|><|endoftext|>",
