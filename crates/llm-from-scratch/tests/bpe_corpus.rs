@@ -7,19 +7,30 @@
 //! The vocabulary is not in the repository: it lives in the model file. [`smollm_vocabulary`] is
 //! the one place that fetches it. For now it reads the JSON export that the script writes with
 //! `--export-vocab` (path in `LLM_BPE_VOCAB`); without it, each test says so in one line on
-//! standard error and passes.
+//! standard error and passes. The last test checks the pre-tokenizer on every code point against
+//! a file the script writes with `--export-code-points` (path in `LLM_BPE_CODE_POINTS`).
 //!
 //! ```text
-//! python3 scripts/make_bpe_fixtures.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf --export-vocab /tmp/smollm2-vocab.json
-//! LLM_BPE_VOCAB=/tmp/smollm2-vocab.json cargo test -p llm-from-scratch --test bpe_corpus -- --nocapture
+//! python3 scripts/make_bpe_fixtures.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf \
+//!     --export-vocab /tmp/smollm2-vocab.json --export-code-points /tmp/smollm2-code-points.bin
+//! LLM_BPE_VOCAB=/tmp/smollm2-vocab.json LLM_BPE_CODE_POINTS=/tmp/smollm2-code-points.bin \
+//!     cargo test -p llm-from-scratch --test bpe_corpus -- --nocapture
 //! ```
 
+use std::io::Write;
 use std::time::Instant;
 
-use llm_from_scratch::bpe::{BpeTokenizer, StreamDecoder, special_ids_from_token_types};
+use llm_from_scratch::bpe::{BpeTokenizer, StreamDecoder, pre_tokenize, special_ids_from_token_types};
 use serde_json::Value;
 
 const CORPUS: &str = include_str!("fixtures/bpe/corpus.json");
+
+/// Says on standard error, in one line, that `test` passes without checking anything because it
+/// needs `what`. Written to the stream itself, not with `eprintln!`, which the test harness would
+/// swallow for a passing test.
+fn skipped(test: &str, what: &str) {
+    let _ = writeln!(std::io::stderr(), "bpe_corpus::{test}: skipped, needs {what}");
+}
 
 /// SmolLM2-135M-Instruct's tokens, merges and GGUF token types, or `None` (with one line on
 /// standard error naming `test`) when they are not available.
@@ -28,9 +39,7 @@ const CORPUS: &str = include_str!("fixtures/bpe/corpus.json");
 /// (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`, `tokenizer.ggml.token_type`).
 fn smollm_vocabulary(test: &str) -> Option<(Vec<String>, Vec<String>, Vec<i32>)> {
     let Some(path) = std::env::var_os("LLM_BPE_VOCAB") else {
-        eprintln!(
-            "{test}: skipped, needs SmolLM2's vocabulary: LLM_BPE_VOCAB=<export of scripts/make_bpe_fixtures.py --export-vocab>"
-        );
+        skipped(test, "LLM_BPE_VOCAB=<SmolLM2's vocabulary, from scripts/make_bpe_fixtures.py --export-vocab>");
         return None;
     };
     let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("LLM_BPE_VOCAB={path:?}: {error}"));
@@ -67,6 +76,15 @@ fn corpus() -> Vec<(String, Vec<usize>, String)> {
             (field(case, "text"), ids, field(case, "decoded"))
         })
         .collect()
+}
+
+#[test]
+fn the_fixture_reads_without_the_vocabulary() {
+    let cases = corpus();
+    assert!(cases.len() >= 50, "{} texts", cases.len());
+    assert!(cases.iter().any(|(text, ids, _)| text.is_empty() && ids.is_empty()));
+    // the pieces of every text join back to it, whatever the vocabulary
+    assert!(cases.iter().all(|(text, _, _)| pre_tokenize(text).concat() == *text));
 }
 
 #[test]
@@ -137,4 +155,34 @@ fn fifty_kilobytes_encode_quickly() {
     let ids = tokenizer.encode(&long_piece);
     eprintln!("bpe encode: one piece of {} bytes in {:.1} ms", long_piece.len(), start.elapsed().as_secs_f64() * 1e3);
     assert_eq!(tokenizer.decode(&ids).expect("decode"), long_piece);
+}
+
+/// Every code point, cut as Hugging Face cuts it: the count of pieces of four probes around it
+/// (`x?x`, `!?!`, `??`, ` ?`), which tells letter, number, whitespace and the rest apart; the file
+/// is written by `scripts/make_bpe_fixtures.py --export-code-points` (one byte per probe).
+#[test]
+fn every_code_point_is_cut_as_hugging_face_cuts_it() {
+    let Some(path) = std::env::var_os("LLM_BPE_CODE_POINTS") else {
+        skipped(
+            "every_code_point_is_cut_as_hugging_face_cuts_it",
+            "LLM_BPE_CODE_POINTS=<file of scripts/make_bpe_fixtures.py --export-code-points>",
+        );
+        return;
+    };
+    let theirs = std::fs::read(&path).unwrap_or_else(|error| panic!("LLM_BPE_CODE_POINTS={path:?}: {error}"));
+    let ours: Vec<u8> = (0..=0x10FFFF)
+        .filter_map(char::from_u32)
+        .flat_map(|c| [format!("x{c}x"), format!("!{c}!"), format!("{c}{c}"), format!(" {c}")])
+        .map(|probe| u8::try_from(pre_tokenize(&probe).len()).expect("at most 4 pieces"))
+        .collect();
+    assert_eq!(ours.len(), theirs.len(), "one byte per probe, four probes per code point");
+    let differ: Vec<String> = (0..ours.len() / 4)
+        .filter(|&k| ours[4 * k..4 * k + 4] != theirs[4 * k..4 * k + 4])
+        .map(|k| {
+            let point = if k < 0xD800 { k } else { k + 0x800 }; // surrogates are skipped
+            format!("U+{point:04X}: ours {:?} theirs {:?}", &ours[4 * k..4 * k + 4], &theirs[4 * k..4 * k + 4])
+        })
+        .collect();
+    eprintln!("bpe code points: {} checked, {} cut differently", ours.len() / 4, differ.len());
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }

@@ -3,13 +3,13 @@
 //!
 //! One idea per file, in the order the text goes through them:
 //!
-//! - [`special`]: special tokens (`<|im_start|>`) found whole before anything else;
-//! - [`pretokenize`]: where the text may be cut (digits alone, then GPT-2's pattern);
-//! - [`bytes`]: the 256 characters that spell the bytes in the vocabulary (` ` is `Ġ`);
-//! - [`merge`]: the merge loop, best rank first;
-//! - [`tokenizer`]: [`BpeTokenizer`], a checked vocabulary with `encode` and `decode`;
-//! - [`stream`]: [`StreamDecoder`], printing generated text without breaking a character;
-//! - [`error`]: [`BpeError`].
+//! - [`special`] — special tokens (`<|im_start|>`) found whole before anything else;
+//! - [`pretokenize`] — where the text may be cut (digits alone, then GPT-2's pattern);
+//! - [`bytes`] — the 256 characters that spell the bytes in the vocabulary (` ` is `Ġ`);
+//! - [`merge`] — the merge loop, best rank first;
+//! - [`tokenizer`] — [`BpeTokenizer`], a checked vocabulary with `encode` and `decode`;
+//! - [`stream`] — [`StreamDecoder`], printing generated text without breaking a character;
+//! - [`error`] — [`BpeError`].
 //!
 //! A vocabulary of eight tokens and three merges. ` abc` ends as `Ġab c`, not `Ġ abc`: the merge
 //! `Ġ ab` (rank 1) comes before `ab c` (rank 2), and once `Ġab` exists there is no `Ġab c`.
