@@ -166,7 +166,9 @@ impl BpeTokenizer {
 
     /// The byte values that have no one-byte token, in increasing order. [`Self::encode`] drops such
     /// a byte, as Hugging Face's BPE does when there is no unknown token: SmolLM2's vocabulary lacks
-    /// 21 of the 256 (control characters such as U+0004, and bytes that never occur in UTF-8).
+    /// 21 of the 256: six control characters (U+0004, U+0006, U+0013, U+0014, U+0016, U+001D), the
+    /// bytes that never occur in UTF-8 (C0, C1, F5..=FF), and F1, F2, which begin only characters
+    /// of the unassigned planes 4 to 11.
     pub fn missing_bytes(&self) -> Vec<u8> {
         (0..=255u8).filter(|&byte| self.byte_ids[usize::from(byte)].is_none()).collect()
     }
