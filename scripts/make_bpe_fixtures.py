@@ -30,7 +30,8 @@ It also loads the same file with `transformers`' own GGUF support
 That loader does not know `pre = smollm` and gives the vocabulary GPT-2's plain `ByteLevel`
 pre-tokenizer, without the digit split.
 
-What the fixture holds (`corpus.json`): each text, the ids Hugging Face gives it (`add_special_tokens`
+What the fixture holds (`corpus.json`): the hand-picked texts of `CORPUS` and 40 random ones
+(`random_texts`, a fixed seed), each with the ids Hugging Face gives it (`add_special_tokens`
 off: SmolLM2 adds no BOS), the text `decode` gives back (special tokens kept), and the ids of the
 transformers GGUF loader where they differ. The Rust test reads tokens and merges from the model file
 (for now from a JSON export, `--export-vocab`, see `LLM_BPE_VOCAB` in the test), never from this repo.
@@ -56,6 +57,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import sys
 
 import gguf
@@ -134,6 +136,40 @@ CORPUS = [
     "The_variable_name = some_function(arg1, arg2) * 3",
     "mixed ＡＢＣ fullwidth and ﬁ ligature",
 ]
+
+
+# Random texts on top of the hand-picked ones: characters drawn from weighted Unicode ranges (ASCII,
+# Latin, combining marks, Greek, Cyrillic, Hebrew, Arabic, Devanagari, Thai, Hangul, punctuation and
+# spaces of the General Punctuation block, number forms, CJK, fullwidth forms, emoji, anything),
+# mixed with fragments that matter to the pre-tokenizer (contractions, runs of whitespace, markers).
+RANDOM_RANGES = [
+    (0x20, 0x7E, 30), (0x61, 0x7A, 30), (0x00, 0x1F, 2), (0x7F, 0xFF, 4), (0x100, 0x24F, 3), (0x300, 0x36F, 2),
+    (0x370, 0x3FF, 2), (0x400, 0x4FF, 4), (0x590, 0x5FF, 1), (0x600, 0x6FF, 3), (0x900, 0x97F, 3), (0xE00, 0xE7F, 2),
+    (0x1100, 0x11FF, 1), (0x2000, 0x206F, 3), (0x2070, 0x218F, 2), (0x2460, 0x24FF, 1), (0x3000, 0x30FF, 3),
+    (0x4E00, 0x9FFF, 6), (0xAC00, 0xD7A3, 3), (0xFF00, 0xFFEF, 2), (0x1F300, 0x1FAFF, 4), (0x10000, 0x10FFFF, 1),
+]
+RANDOM_FRAGMENTS = [
+    "'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", " ", "  ", "\n", "\n\n", "\t", "\r\n", "<|im_start|>",
+    "<|im_end|>", "<|endoftext|>", "<|im_", "2024", " 12", "\u00a0", "\u3000", "\u200d", "\ufe0f",
+]
+
+
+def random_texts(count, seed=7):
+    rng = random.Random(seed)
+    weights = [weight for _, _, weight in RANDOM_RANGES]
+
+    def character():
+        low, high, _ = rng.choices(RANDOM_RANGES, weights)[0]
+        while True:
+            point = rng.randint(low, high)
+            if not 0xD800 <= point <= 0xDFFF:
+                return chr(point)
+
+    texts = []
+    for _ in range(count):
+        parts = [rng.choice(RANDOM_FRAGMENTS) if rng.random() < 0.15 else character() for _ in range(rng.randint(0, 60))]
+        texts.append("".join(parts))
+    return texts
 
 
 def gguf_field(reader, key):
@@ -234,7 +270,7 @@ def main():
     other = None if args.skip_transformers else transformers_gguf_tokenizer(args.gguf)
 
     cases, disagreements, total = [], 0, 0
-    for text in CORPUS:
+    for text in CORPUS + random_texts(40):
         ids = reference.encode(text, add_special_tokens=False).ids
         case = {"text": text, "ids": ids, "decoded": reference.decode(ids, skip_special_tokens=False)}
         total += len(ids)

@@ -1,8 +1,8 @@
 //! The BPE tokenizer against Hugging Face's, token for token, with SmolLM2-135M-Instruct's real
 //! vocabulary (49,152 tokens, 48,900 merges) on the varied texts of `fixtures/bpe/corpus.json`
 //! (prose, accents, CJK, Devanagari, emoji, code, runs of spaces and newlines, tabs, digits,
-//! contractions, special tokens inside text, the empty string), written once by
-//! `scripts/make_bpe_fixtures.py`.
+//! contractions, special tokens inside text, the empty string; then 40 random texts drawn from
+//! many scripts), written once by `scripts/make_bpe_fixtures.py`.
 //!
 //! The vocabulary is not in the repository: it lives in the model file. [`smollm_vocabulary`] is
 //! the one place that fetches it. For now it reads the JSON export that the script writes with
