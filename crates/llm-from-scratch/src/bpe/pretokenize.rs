@@ -18,7 +18,7 @@
 //!  ?[^\s\p{L}\p{N}]+          anything else (punctuation, symbols, marks, emoji), likewise
 //! \s+(?!\S)                   spaces not followed by a non-space: all but the last of a run
 //!                             that meets a word, or the whole run at the end of the stretch
-//! \s+                         a lone space character before a non-space (a tab, a newline)
+//! \s+                         a lone whitespace character before a non-space (a tab, a newline)
 //! ```
 //!
 //! The last two rows are the subtle ones: in `a   b` the run of three spaces gives `  ` and leaves
