@@ -2,7 +2,8 @@
 //!
 //! How a modern LLM's attention works, built from the ground up in `f64`: a small tape-based
 //! autodiff ([`autodiff`]), the layers on top of it ([`nn`]), the attention family
-//! ([`attention`]) and a small decoder-only language model built from them ([`model`]).
+//! ([`attention`]) and a small decoder-only language model built from them ([`model`]), with the
+//! byte-level BPE tokenizer of a real pretrained model ([`bpe`]).
 //!
 //! ```
 //! use llm_from_scratch::{constant, parameter};
@@ -26,6 +27,7 @@
 pub mod allocator;
 pub mod attention;
 pub mod autodiff;
+pub mod bpe;
 pub mod dispatch;
 pub mod error;
 /// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`); their property tests run in
