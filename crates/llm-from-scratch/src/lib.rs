@@ -2,7 +2,8 @@
 //!
 //! How a modern LLM's attention works, built from the ground up in `f64`: a small tape-based
 //! autodiff ([`autodiff`]), the layers on top of it ([`nn`]), the attention family
-//! ([`attention`]) and a small decoder-only language model built from them ([`model`]).
+//! ([`attention`]) and a small decoder-only language model built from them ([`model`]), which can
+//! also load a pretrained LLaMA from a GGUF file ([`gguf`]).
 //!
 //! ```
 //! use llm_from_scratch::{constant, parameter};
@@ -32,6 +33,7 @@ pub mod error;
 /// every `cargo test`.
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod gguf;
 pub mod model;
 pub mod nn;
 pub mod parallel;

@@ -47,6 +47,7 @@ mod dtypes;
 use std::path::Path;
 
 pub(crate) use config_json::{config_from_json, config_to_json};
+pub(crate) use dtypes::f16_to_f64;
 use dtypes::widen;
 
 use safetensors::tensor::TensorView;
