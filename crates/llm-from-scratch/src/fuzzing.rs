@@ -1,5 +1,5 @@
-//! Building and running attention layers, and loading checkpoints and configurations, from raw
-//! bytes: the entry points of the cargo-fuzz targets in `fuzz/` and of property tests that feed
+//! Building and running attention layers, and loading checkpoints, configurations and GGUF files,
+//! from raw bytes: the entry points of the cargo-fuzz targets in `fuzz/` and of property tests that feed
 //! them random bytes on every `cargo test` (so the targets' bodies run in CI on stable Rust; a
 //! longer fuzzing run needs nightly, see `docs/reliability.md`).
 //!
@@ -240,6 +240,58 @@ pub fn run_config_from_text(data: &[u8]) -> FuzzOutcome {
     outcome
 }
 
+/// The tied tiny LLaMA of `tests/fixtures/gguf/` (one layer, 16 KB): the seed that
+/// [`run_gguf_from_bytes`] mutates.
+pub fn seed_gguf() -> &'static [u8] {
+    include_bytes!("../tests/fixtures/gguf/tiny-llama-tied.gguf")
+}
+
+/// Reads a GGUF file from `data` — as raw bytes, or as the seed file with up to 8 bytes
+/// overwritten (anywhere, or within its header and tensor infos), or cut short — then maps it
+/// onto a decoder and, if that works, runs a forward pass on two tokens. Every outcome must be
+/// `Ok` or a typed error ([`crate::gguf::GgufError`]).
+pub fn run_gguf_from_bytes(data: &[u8]) -> FuzzOutcome {
+    let mut bytes = Bytes(data);
+    let mut outcome = FuzzOutcome::default();
+    let seed = seed_gguf();
+    let file: Vec<u8> = match bytes.small(4) {
+        0 => bytes.0.to_vec(),
+        mode @ (1 | 2) => {
+            // mode 2: only the first 1152 bytes (header, metadata, tensor infos), where sizes live
+            let span = if mode == 2 { 1152 } else { seed.len() };
+            let mut file = seed.to_vec();
+            for _ in 0..bytes.small(8) {
+                let at = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
+                if let Some(b) = file.get_mut(at % span) {
+                    *b = bytes.byte();
+                }
+            }
+            file
+        }
+        _ => {
+            let keep = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
+            seed[..keep.min(seed.len())].to_vec()
+        }
+    };
+    let parsed = crate::gguf::Gguf::parse(&file);
+    let Ok(parsed) = parsed else {
+        outcome.rejected += 1;
+        return outcome;
+    };
+    outcome.succeeded += 1;
+    let rope = if bytes.byte() % 2 == 0 { crate::gguf::GgufRope::AsStored } else { crate::gguf::GgufRope::HuggingFace };
+    match crate::gguf::llama_from_gguf(&parsed, rope) {
+        Ok(model) => {
+            outcome.succeeded += 1;
+            let vocab = model.config().vocab_size;
+            let ran = model.forward(&[1 % vocab, 2 % vocab], [1, 2]).and_then(|l| Ok(l.value()?));
+            if ran.is_ok() { outcome.succeeded += 1 } else { outcome.rejected += 1 }
+        }
+        Err(_) => outcome.rejected += 1,
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -272,6 +324,15 @@ mod tests {
         assert_eq!(run_config_from_text(&[1, 2, 4]), FuzzOutcome { succeeded: 0, rejected: 1 });
     }
 
+    #[test]
+    fn the_seed_gguf_loads_and_runs() {
+        // mode 1 with no overwrites, then each row order: the seed itself
+        assert_eq!(run_gguf_from_bytes(&[1, 0, 0]), FuzzOutcome { succeeded: 3, rejected: 0 });
+        assert_eq!(run_gguf_from_bytes(&[1, 0, 1]), FuzzOutcome { succeeded: 3, rejected: 0 });
+        // cut after 100 bytes: refused by the reader
+        assert_eq!(run_gguf_from_bytes(&[3, 0, 100]), FuzzOutcome { succeeded: 0, rejected: 1 });
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..96)) {
@@ -281,6 +342,11 @@ mod tests {
         #[test]
         fn hostile_checkpoints_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = run_checkpoint_from_bytes(&data);
+        }
+
+        #[test]
+        fn hostile_gguf_files_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = run_gguf_from_bytes(&data);
         }
 
         #[test]

@@ -36,6 +36,12 @@ pub fn put(bytes: &mut [u8], at: usize, new: &[u8]) {
     bytes[at..at + new.len()].copy_from_slice(new);
 }
 
+/// Overwrites bytes `skip` bytes into the value of `key` (a string's text starts 8 bytes in).
+pub fn put_in_value(bytes: &mut [u8], key: &str, skip: usize, new: &[u8]) {
+    let at = value_at(bytes, key) + skip;
+    put(bytes, at, new);
+}
+
 /// Sets the value type of `key` to `type_id`.
 pub fn set_value_type(bytes: &mut [u8], key: &str, type_id: u32) {
     let at = after_string(bytes, key);
