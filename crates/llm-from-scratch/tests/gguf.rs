@@ -131,11 +131,11 @@ fn edited(bytes: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 }
 
 fn parse_error(bytes: &[u8]) -> GgufError {
-    Gguf::parse(bytes).err().expect("a broken file was accepted")
+    Gguf::parse(bytes).expect_err("a broken file was accepted")
 }
 
 fn load_error(bytes: &[u8]) -> GgufError {
-    gguf_llama_from_bytes(bytes, GgufRope::AsStored).err().expect("a broken model was accepted")
+    gguf_llama_from_bytes(bytes, GgufRope::AsStored).expect_err("a broken model was accepted")
 }
 
 #[test]

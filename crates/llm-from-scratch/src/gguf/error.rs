@@ -191,9 +191,9 @@ pub enum GgufError {
     #[error("gguf: the configuration asks for {needed} parameters, more than twice the {held} values the file holds")]
     TooManyParameters {
         /// Parameters the configuration needs.
-        needed: u128,
+        needed: u64,
         /// Values in all the file's tensors.
-        held: u128,
+        held: u64,
     },
     /// Building the model failed (configuration rules, tensor errors).
     #[error("gguf: {0}")]
