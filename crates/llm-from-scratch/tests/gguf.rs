@@ -70,6 +70,13 @@ fn the_tiny_fixture_reads_back() {
     assert_eq!(down.byte_range().len(), 32 * 210);
     let types: std::collections::BTreeSet<&str> = file.tensors().iter().map(|t| t.tensor_type().name()).collect();
     assert_eq!(types.into_iter().collect::<Vec<_>>(), ["BF16", "F16", "F32", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q8_0"]);
+    // version 2 has the same layout (3 only added big-endian files, which are refused)
+    let mut v2 = tiny();
+    v2[4..8].copy_from_slice(&2u32.to_le_bytes());
+    assert_eq!(Gguf::parse(&v2).unwrap().version(), 2);
+    let mut big_endian = tiny();
+    big_endian[4..8].copy_from_slice(&3u32.to_be_bytes());
+    assert_eq!(parse_error(&big_endian), GgufError::Version { version: 3 << 24 });
     // the tied fixture: alignment 64, no token list
     let bytes = fixture("tiny-llama-tied.gguf");
     let file = Gguf::parse(&bytes).unwrap();

@@ -112,6 +112,30 @@ fn real_model_logits_and_greedy_tokens_match_the_float64_reference() {
     }
 }
 
+/// The peak resident memory of this process so far (`VmHWM`, Linux), for the message below.
+fn peak_resident() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map_or("unknown".to_string(), |v| v.trim().to_string())
+}
+
+/// Loading alone, to measure it: `/usr/bin/time -v` on this test (`--exact real_model_loads`).
+#[test]
+fn real_model_loads() {
+    let Some(path) = model_path("real_model_loads") else { return };
+    let model = load(&path, GgufRope::AsStored);
+    let weights = model.parameter_count();
+    assert_eq!(weights, 134_515_008);
+    println!(
+        "{weights} parameters ({:.2} GB of f64); peak resident after loading {}",
+        weights as f64 * 8e-9,
+        peak_resident()
+    );
+    let started = Instant::now();
+    let logits = last_logits(&model, &[1, 9690, 198]);
+    println!("a 3-token forward in {:.2} s; peak resident {}", started.elapsed().as_secs_f64(), peak_resident());
+    assert!(logits.iter().all(|x| x.is_finite()));
+}
+
 #[test]
 fn real_model_both_row_orders_give_the_same_logits() {
     let Some(path) = model_path("real_model_both_row_orders_give_the_same_logits") else { return };
