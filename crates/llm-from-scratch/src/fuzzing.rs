@@ -31,6 +31,11 @@ impl Bytes<'_> {
         }
     }
 
+    /// A number below 2^16 from the next two bytes (a position in a seed file).
+    fn wide(&mut self) -> usize {
+        usize::from(self.byte()) << 8 | usize::from(self.byte())
+    }
+
     fn small(&mut self, below: u8) -> usize {
         (self.byte() % below.max(1)) as usize
     }
@@ -140,18 +145,7 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
     let mut outcome = FuzzOutcome::default();
     let file: Vec<u8> = match bytes.small(4) {
         0 => bytes.0.to_vec(),
-        1 => {
-            // overwrite up to 8 bytes at positions taken from the data
-            let mut file = seed_checkpoint().to_vec();
-            for _ in 0..bytes.small(8) {
-                let at = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-                let len = file.len().max(1);
-                if let Some(b) = file.get_mut(at % len) {
-                    *b = bytes.byte();
-                }
-            }
-            file
-        }
+        1 => overwritten(seed_checkpoint(), seed_checkpoint().len(), &mut bytes),
         2 => {
             // a well-formed file whose stored configuration has one number replaced
             let fields =
@@ -160,13 +154,32 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
             let number = [0u64, 1, 3, 1 << 20, 1 << 40, u64::MAX][bytes.small(6)];
             with_stored_config(seed_checkpoint(), field, number).unwrap_or_default()
         }
-        _ => {
-            let seed = seed_checkpoint();
-            let keep = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-            seed[..keep.min(seed.len())].to_vec()
-        }
+        _ => cut(seed_checkpoint(), &mut bytes),
     };
-    match crate::model::checkpoint_from_bytes(&file) {
+    run_loaded(crate::model::checkpoint_from_bytes(&file), &mut outcome);
+    outcome
+}
+
+/// `seed` with up to 8 bytes overwritten, at positions below `span` taken from `bytes`.
+fn overwritten(seed: &[u8], span: usize, bytes: &mut Bytes<'_>) -> Vec<u8> {
+    let mut file = seed.to_vec();
+    for _ in 0..bytes.small(8) {
+        let at = bytes.wide() % span.max(1);
+        if let Some(b) = file.get_mut(at) {
+            *b = bytes.byte();
+        }
+    }
+    file
+}
+
+/// The first bytes of `seed`, as many as `bytes` says.
+fn cut(seed: &[u8], bytes: &mut Bytes<'_>) -> Vec<u8> {
+    seed[..bytes.wide().min(seed.len())].to_vec()
+}
+
+/// Counts a load, and for a model that loaded, a forward pass on two tokens.
+fn run_loaded<E>(loaded: Result<crate::model::Decoder, E>, outcome: &mut FuzzOutcome) {
+    match loaded {
         Ok(model) => {
             outcome.succeeded += 1;
             let vocab = model.config().vocab_size;
@@ -175,7 +188,6 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
         }
         Err(_) => outcome.rejected += 1,
     }
-    outcome
 }
 
 /// `file` (a valid checkpoint of ours) written again with `field` of its stored configuration set
@@ -256,22 +268,10 @@ pub fn run_gguf_from_bytes(data: &[u8]) -> FuzzOutcome {
     let seed = seed_gguf();
     let file: Vec<u8> = match bytes.small(4) {
         0 => bytes.0.to_vec(),
-        mode @ (1 | 2) => {
-            // mode 2: only the first 1152 bytes (header, metadata, tensor infos), where sizes live
-            let span = if mode == 2 { 1152 } else { seed.len() };
-            let mut file = seed.to_vec();
-            for _ in 0..bytes.small(8) {
-                let at = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-                if let Some(b) = file.get_mut(at % span) {
-                    *b = bytes.byte();
-                }
-            }
-            file
-        }
-        _ => {
-            let keep = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-            seed[..keep.min(seed.len())].to_vec()
-        }
+        1 => overwritten(seed, seed.len(), &mut bytes),
+        // only the first 1152 bytes (header, metadata, tensor infos), where the sizes are
+        2 => overwritten(seed, 1152, &mut bytes),
+        _ => cut(seed, &mut bytes),
     };
     let parsed = crate::gguf::Gguf::parse(&file);
     let Ok(parsed) = parsed else {
@@ -280,15 +280,7 @@ pub fn run_gguf_from_bytes(data: &[u8]) -> FuzzOutcome {
     };
     outcome.succeeded += 1;
     let rope = if bytes.byte() % 2 == 0 { crate::gguf::GgufRope::AsStored } else { crate::gguf::GgufRope::HuggingFace };
-    match crate::gguf::llama_from_gguf(&parsed, rope) {
-        Ok(model) => {
-            outcome.succeeded += 1;
-            let vocab = model.config().vocab_size;
-            let ran = model.forward(&[1 % vocab, 2 % vocab], [1, 2]).and_then(|l| Ok(l.value()?));
-            if ran.is_ok() { outcome.succeeded += 1 } else { outcome.rejected += 1 }
-        }
-        Err(_) => outcome.rejected += 1,
-    }
+    run_loaded(crate::gguf::llama_from_gguf(&parsed, rope), &mut outcome);
     outcome
 }
 
