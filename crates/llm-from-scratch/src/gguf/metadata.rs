@@ -80,13 +80,7 @@ impl<'a> Metadata<'a> {
     /// [`GgufError::MissingKey`], [`GgufError::WrongType`], [`GgufError::InvalidValue`] for a
     /// negative value or one past `usize`.
     pub fn count(&self, key: &str) -> Result<usize, GgufError> {
-        let value = self.require(key)?;
-        let n = value.as_integer().ok_or_else(|| Self::wrong(key, "an integer", value))?;
-        usize::try_from(n).map_err(|_| GgufError::InvalidValue {
-            key: key.to_string(),
-            value: n.to_string(),
-            reason: "a count must be ≥ 0 and fit in usize",
-        })
+        self.integer_as(key, "a count must be ≥ 0 and fit in usize")
     }
 
     /// The integer `key` (of any integer type) as `i64`.
@@ -95,13 +89,14 @@ impl<'a> Metadata<'a> {
     /// [`GgufError::MissingKey`], [`GgufError::WrongType`], [`GgufError::InvalidValue`] for a
     /// `u64` past `i64::MAX`.
     pub fn integer(&self, key: &str) -> Result<i64, GgufError> {
+        self.integer_as(key, "does not fit in i64")
+    }
+
+    /// The integer `key` converted to `T`; `reason` says why it may not fit.
+    fn integer_as<T: TryFrom<i128>>(&self, key: &str, reason: &'static str) -> Result<T, GgufError> {
         let value = self.require(key)?;
         let n = value.as_integer().ok_or_else(|| Self::wrong(key, "an integer", value))?;
-        i64::try_from(n).map_err(|_| GgufError::InvalidValue {
-            key: key.to_string(),
-            value: n.to_string(),
-            reason: "does not fit in i64",
-        })
+        T::try_from(n).map_err(|_| GgufError::InvalidValue { key: key.to_string(), value: n.to_string(), reason })
     }
 
     /// The float `key`: an `f32` widened to `f64` exactly (`1e-5` stored as `f32` reads back as
