@@ -17,7 +17,7 @@
 //! ```
 
 use super::{GgufError, TensorType};
-use crate::model::f16_to_f64;
+use crate::model::{bf16_to_f64, f16_to_f64};
 
 /// The f32 value of the little-endian f16 at the start of `bytes` (exact: every f16 is an f32).
 fn f16(bytes: &[u8]) -> f32 {
@@ -150,10 +150,7 @@ pub fn dequantize_into(tensor: &str, tensor_type: TensorType, bytes: &[u8], out:
     match tensor_type {
         TensorType::F32 => blocks::<4>(bytes, out, 1, |b, x| x[0] = f64::from(f32::from_le_bytes(*b))),
         TensorType::F16 => blocks::<2>(bytes, out, 1, |b, x| x[0] = f16_to_f64(u16::from_le_bytes(*b))),
-        // bfloat16 is the upper half of an f32
-        TensorType::BF16 => {
-            blocks::<2>(bytes, out, 1, |b, x| x[0] = f64::from(f32::from_bits(u32::from(u16::from_le_bytes(*b)) << 16)))
-        }
+        TensorType::BF16 => blocks::<2>(bytes, out, 1, |b, x| x[0] = bf16_to_f64(u16::from_le_bytes(*b))),
         TensorType::Q8_0 => blocks(bytes, out, 32, q8_0),
         TensorType::Q4_0 => blocks(bytes, out, 32, q4_0),
         TensorType::Q4_1 => blocks(bytes, out, 32, q4_1),

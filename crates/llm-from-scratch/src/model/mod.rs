@@ -52,11 +52,11 @@ mod train_state;
 pub use adamw::{AdamW, AdamWConfig, decays};
 pub use batch::TokenBatch;
 pub use block::DecoderBlock;
-pub(crate) use checkpoint::f16_to_f64;
 pub use checkpoint::{
     CheckpointError, checkpoint_from_bytes, hf_llama_config, hf_llama_from_bytes, load_checkpoint, load_hf_llama,
     save_checkpoint,
 };
+pub(crate) use checkpoint::{bf16_to_f64, f16_to_f64};
 pub use clip::{clip_global_norm, global_norm};
 pub use config::{DecoderConfig, MAX_PARAMETERS};
 pub use decoder::Decoder;

@@ -21,7 +21,7 @@ pub(super) fn widen(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f64>, 
 }
 
 /// bfloat16 is the upper half of an f32: sign, 8 exponent bits, 7 fraction bits.
-fn bf16_to_f64(bits: u16) -> f64 {
+pub(crate) fn bf16_to_f64(bits: u16) -> f64 {
     f64::from(f32::from_bits(u32::from(bits) << 16))
 }
 

@@ -47,8 +47,8 @@ mod dtypes;
 use std::path::Path;
 
 pub(crate) use config_json::{config_from_json, config_to_json};
-pub(crate) use dtypes::f16_to_f64;
 use dtypes::widen;
+pub(crate) use dtypes::{bf16_to_f64, f16_to_f64};
 
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
