@@ -5,7 +5,9 @@
 //! ([`save_train_state`], [`load_train_state`]).
 //!
 //! Chapter 36 (`ch36-tiny-decoder`) trains one to reverse sequences and generates with it; the
-//! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights.
+//! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights,
+//! and [`crate::gguf::load_gguf_llama`] to the quantized GGUF files of llama.cpp (a pretrained
+//! SmolLM2-135M runs on it).
 //!
 //! ```
 //! use llm_from_scratch::model::{
