@@ -1,5 +1,5 @@
-//! Building and running attention layers, and loading checkpoints and configurations, from raw
-//! bytes: the entry points of the cargo-fuzz targets in `fuzz/` and of property tests that feed
+//! Building and running attention layers, and loading checkpoints, configurations and GGUF files,
+//! from raw bytes: the entry points of the cargo-fuzz targets in `fuzz/` and of property tests that feed
 //! them random bytes on every `cargo test` (so the targets' bodies run in CI on stable Rust; a
 //! longer fuzzing run needs nightly, see `docs/reliability.md`).
 //!
@@ -29,6 +29,11 @@ impl Bytes<'_> {
             }
             None => 0,
         }
+    }
+
+    /// A number below 2^16 from the next two bytes (a position in a seed file).
+    fn wide(&mut self) -> usize {
+        usize::from(self.byte()) << 8 | usize::from(self.byte())
     }
 
     fn small(&mut self, below: u8) -> usize {
@@ -140,18 +145,7 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
     let mut outcome = FuzzOutcome::default();
     let file: Vec<u8> = match bytes.small(4) {
         0 => bytes.0.to_vec(),
-        1 => {
-            // overwrite up to 8 bytes at positions taken from the data
-            let mut file = seed_checkpoint().to_vec();
-            for _ in 0..bytes.small(8) {
-                let at = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-                let len = file.len().max(1);
-                if let Some(b) = file.get_mut(at % len) {
-                    *b = bytes.byte();
-                }
-            }
-            file
-        }
+        1 => overwritten(seed_checkpoint(), seed_checkpoint().len(), &mut bytes),
         2 => {
             // a well-formed file whose stored configuration has one number replaced
             let fields =
@@ -160,13 +154,32 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
             let number = [0u64, 1, 3, 1 << 20, 1 << 40, u64::MAX][bytes.small(6)];
             with_stored_config(seed_checkpoint(), field, number).unwrap_or_default()
         }
-        _ => {
-            let seed = seed_checkpoint();
-            let keep = usize::from(bytes.byte()) << 8 | usize::from(bytes.byte());
-            seed[..keep.min(seed.len())].to_vec()
-        }
+        _ => cut(seed_checkpoint(), &mut bytes),
     };
-    match crate::model::checkpoint_from_bytes(&file) {
+    run_loaded(crate::model::checkpoint_from_bytes(&file), &mut outcome);
+    outcome
+}
+
+/// `seed` with up to 8 bytes overwritten, at positions below `span` taken from `bytes`.
+fn overwritten(seed: &[u8], span: usize, bytes: &mut Bytes<'_>) -> Vec<u8> {
+    let mut file = seed.to_vec();
+    for _ in 0..bytes.small(8) {
+        let at = bytes.wide() % span.max(1);
+        if let Some(b) = file.get_mut(at) {
+            *b = bytes.byte();
+        }
+    }
+    file
+}
+
+/// The first bytes of `seed`, as many as `bytes` says.
+fn cut(seed: &[u8], bytes: &mut Bytes<'_>) -> Vec<u8> {
+    seed[..bytes.wide().min(seed.len())].to_vec()
+}
+
+/// Counts a load, and for a model that loaded, a forward pass on two tokens.
+fn run_loaded<E>(loaded: Result<crate::model::Decoder, E>, outcome: &mut FuzzOutcome) {
+    match loaded {
         Ok(model) => {
             outcome.succeeded += 1;
             let vocab = model.config().vocab_size;
@@ -175,7 +188,6 @@ pub fn run_checkpoint_from_bytes(data: &[u8]) -> FuzzOutcome {
         }
         Err(_) => outcome.rejected += 1,
     }
-    outcome
 }
 
 /// `file` (a valid checkpoint of ours) written again with `field` of its stored configuration set
@@ -240,6 +252,38 @@ pub fn run_config_from_text(data: &[u8]) -> FuzzOutcome {
     outcome
 }
 
+/// The tied tiny LLaMA of `tests/fixtures/gguf/` (one layer, 16 KB): the seed that
+/// [`run_gguf_from_bytes`] mutates.
+pub fn seed_gguf() -> &'static [u8] {
+    include_bytes!("../tests/fixtures/gguf/tiny-llama-tied.gguf")
+}
+
+/// Reads a GGUF file from `data` — as raw bytes, or as the seed file with up to 8 bytes
+/// overwritten (anywhere, or within its header and tensor infos), or cut short — then maps it
+/// onto a decoder and, if that works, runs a forward pass on two tokens. Every outcome must be
+/// `Ok` or a typed error ([`crate::gguf::GgufError`]).
+pub fn run_gguf_from_bytes(data: &[u8]) -> FuzzOutcome {
+    let mut bytes = Bytes(data);
+    let mut outcome = FuzzOutcome::default();
+    let seed = seed_gguf();
+    let file: Vec<u8> = match bytes.small(4) {
+        0 => bytes.0.to_vec(),
+        1 => overwritten(seed, seed.len(), &mut bytes),
+        // only the first 1152 bytes (header, metadata, tensor infos), where the sizes are
+        2 => overwritten(seed, 1152, &mut bytes),
+        _ => cut(seed, &mut bytes),
+    };
+    let parsed = crate::gguf::Gguf::parse(&file);
+    let Ok(parsed) = parsed else {
+        outcome.rejected += 1;
+        return outcome;
+    };
+    outcome.succeeded += 1;
+    let rope = if bytes.byte() % 2 == 0 { crate::gguf::GgufRope::AsStored } else { crate::gguf::GgufRope::HuggingFace };
+    run_loaded(crate::gguf::llama_from_gguf(&parsed, rope), &mut outcome);
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -272,6 +316,15 @@ mod tests {
         assert_eq!(run_config_from_text(&[1, 2, 4]), FuzzOutcome { succeeded: 0, rejected: 1 });
     }
 
+    #[test]
+    fn the_seed_gguf_loads_and_runs() {
+        // mode 1 with no overwrites, then each row order: the seed itself
+        assert_eq!(run_gguf_from_bytes(&[1, 0, 0]), FuzzOutcome { succeeded: 3, rejected: 0 });
+        assert_eq!(run_gguf_from_bytes(&[1, 0, 1]), FuzzOutcome { succeeded: 3, rejected: 0 });
+        // cut after 100 bytes: refused by the reader
+        assert_eq!(run_gguf_from_bytes(&[3, 0, 100]), FuzzOutcome { succeeded: 0, rejected: 1 });
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..96)) {
@@ -281,6 +334,11 @@ mod tests {
         #[test]
         fn hostile_checkpoints_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = run_checkpoint_from_bytes(&data);
+        }
+
+        #[test]
+        fn hostile_gguf_files_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = run_gguf_from_bytes(&data);
         }
 
         #[test]

@@ -2,8 +2,9 @@
 //!
 //! How a modern LLM's attention works, built from the ground up in `f64`: a small tape-based
 //! autodiff ([`autodiff`]), the layers on top of it ([`nn`]), the attention family
-//! ([`attention`]) and a small decoder-only language model built from them ([`model`]), with the
-//! byte-level BPE tokenizer of a real pretrained model ([`bpe`]).
+//! ([`attention`]) and a small decoder-only language model built from them ([`model`]), which can
+//! also load a pretrained LLaMA from a GGUF file ([`gguf`]) and read its text with the byte-level
+//! BPE tokenizer of [`bpe`].
 //!
 //! ```
 //! use llm_from_scratch::{constant, parameter};
@@ -34,6 +35,7 @@ pub mod error;
 /// every `cargo test`.
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+pub mod gguf;
 pub mod model;
 pub mod nn;
 pub mod parallel;

@@ -11,15 +11,20 @@
 //!   gradient — exactly what it is with ordinary numbers there, on the explicit and the tiled
 //!   kernel alike.
 //!
-//! `docs/reliability.md` lists what was tried and what holds.
+//! The GGUF cases edit the tiny fixture of `tests/fixtures/gguf/` where a key or a tensor info is
+//! (`tests/gguf_edit/`). `docs/reliability.md` lists what was tried and what holds.
+
+mod gguf_edit;
 
 use std::path::PathBuf;
 use std::process::Command;
 
+use gguf_edit::{put_in_value, set_array_len, set_dim, set_offset, set_type, set_u32, tiny};
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionError, AttentionKernel, AttentionOptions, GroupedQueryAttention, KvCache,
     LatentAttention, LatentConfig, SlidingWindow, Visibility, generate_with_cache, grouped_attention, tiled_attention,
 };
+use llm_from_scratch::gguf::{Gguf, GgufError, GgufRope, gguf_llama_from_bytes};
 use llm_from_scratch::model::{
     AdamW, AdamWConfig, CheckpointError, Decoder, DecoderConfig, ModelError, hf_llama_config, load_hf_llama,
 };
@@ -130,7 +135,64 @@ const CASES: &[(&str, Case)] = &[
         let y = rope.rotate(&x, (1 << 40) - 1).and_then(|y| Ok(y.value()?)).map_err(|e| e.to_string())?;
         y.all_finite().then_some(()).ok_or_else(|| "non-finite rotation".to_string())
     }),
+    // GGUF files: every size the file states is held against its length before anything is
+    // allocated; each lie below ends in a typed error within the limit
+    ("gguf files cut at every length", || {
+        let (bytes, refused) = (tiny(), |e: &GgufError| !matches!(e, GgufError::Model(_)));
+        (0..600).chain((600..tiny().len()).step_by(97)).try_for_each(|n| expect_gguf("cut", &bytes[..n], refused))
+    }),
+    ("a gguf tensor of an unknown type", || {
+        let bytes = edit_gguf(|b| set_type(b, "blk.0.attn_q.weight", 99));
+        expect_gguf("type", &bytes, |e| matches!(e, GgufError::UnknownTensorType { type_id: 99, .. }))
+    }),
+    ("gguf tensors of 2^63 · 2^63 and of 2^31 · 2^31 values", || {
+        let huge = |d| edit_gguf(|b| (0..2).for_each(|axis| set_dim(b, "blk.0.attn_q.weight", axis, d)));
+        expect_gguf("overflow", &huge(1 << 63), |e| matches!(e, GgufError::TensorDims { .. }))?;
+        expect_gguf("size", &huge(1 << 31), |e| matches!(e, GgufError::TensorData { .. }))
+    }),
+    ("a gguf tensor offset past the end", || {
+        let bytes = edit_gguf(|b| set_offset(b, "token_embd.weight", u64::MAX - 31));
+        expect_gguf("offset", &bytes, |e| matches!(e, GgufError::TensorData { .. }))
+    }),
+    ("gguf arrays of 2^40 strings and 2^60 bytes, a string of 2^62 bytes, 2^60 keys", || {
+        let too_many = |e: &GgufError| matches!(e, GgufError::CountTooLarge { .. });
+        expect_gguf("strings", &edit_gguf(|b| set_array_len(b, "tokenizer.ggml.tokens", 1 << 40)), too_many)?;
+        expect_gguf("bytes", &edit_gguf(|b| set_array_len(b, "fixture.bytes", 1 << 60)), too_many)?;
+        expect_gguf("keys", &edit_gguf(|b| b[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes())), too_many)?;
+        let bytes = edit_gguf(|b| put_in_value(b, "general.name", 0, &(1u64 << 62).to_le_bytes()));
+        expect_gguf("string", &bytes, |e| matches!(e, GgufError::Truncated { .. }))
+    }),
+    ("a gguf model of another architecture", || {
+        let bytes = edit_gguf(|b| put_in_value(b, "general.architecture", 8, b"gpt2x"));
+        expect_gguf("architecture", &bytes, |e| matches!(e, GgufError::Architecture { .. }))
+    }),
+    ("gguf models of 2^31 layers and of width 2^30 beside a two-layer file", || {
+        let too_big = |e: &GgufError| matches!(e, GgufError::Model(_) | GgufError::TooManyParameters { .. });
+        expect_gguf("layers", &edit_gguf(|b| set_u32(b, "llama.block_count", 1 << 31)), too_big)?;
+        let wide = edit_gguf(|b| {
+            set_u32(b, "llama.embedding_length", 1 << 30);
+            set_u32(b, "llama.rope.dimension_count", 1 << 28)
+        });
+        expect_gguf("width", &wide, too_big)
+    }),
 ];
+
+/// The tiny GGUF fixture with `edit` applied.
+fn edit_gguf(edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut bytes = tiny();
+    edit(&mut bytes);
+    bytes
+}
+
+/// `bytes` must be refused — by the reader, or by the mapping onto a decoder — with an error that
+/// `expected` accepts.
+fn expect_gguf(what: &str, bytes: &[u8], expected: impl Fn(&GgufError) -> bool) -> Result<(), String> {
+    match Gguf::parse(bytes).and_then(|_| gguf_llama_from_bytes(bytes, GgufRope::AsStored)) {
+        Err(e) if expected(&e) => Ok(()),
+        Err(e) => Err(format!("{what}: unexpected error {e}")),
+        Ok(_) => Err(format!("{what}: accepted")),
+    }
+}
 
 /// Runs the case named by `HOSTILE_CASE` when this binary is a child; does nothing otherwise.
 #[test]

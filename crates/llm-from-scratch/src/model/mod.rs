@@ -5,7 +5,9 @@
 //! ([`save_train_state`], [`load_train_state`]).
 //!
 //! Chapter 36 (`ch36-tiny-decoder`) trains one to reverse sequences and generates with it; the
-//! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights.
+//! checkpoint functions ([`save_checkpoint`], [`load_hf_llama`]) connect it to Hugging Face weights,
+//! and [`crate::gguf::load_gguf_llama`] to the quantized GGUF files of llama.cpp (a pretrained
+//! SmolLM2-135M runs on it).
 //!
 //! ```
 //! use llm_from_scratch::model::{
@@ -56,6 +58,7 @@ pub use checkpoint::{
     CheckpointError, checkpoint_from_bytes, hf_llama_config, hf_llama_from_bytes, load_checkpoint, load_hf_llama,
     save_checkpoint,
 };
+pub(crate) use checkpoint::{bf16_to_f64, f16_to_f64};
 pub use clip::{clip_global_norm, global_norm};
 pub use config::{DecoderConfig, MAX_PARAMETERS};
 pub use decoder::Decoder;

@@ -21,12 +21,12 @@ pub(super) fn widen(name: &str, dtype: Dtype, bytes: &[u8]) -> Result<Vec<f64>, 
 }
 
 /// bfloat16 is the upper half of an f32: sign, 8 exponent bits, 7 fraction bits.
-fn bf16_to_f64(bits: u16) -> f64 {
+pub(crate) fn bf16_to_f64(bits: u16) -> f64 {
     f64::from(f32::from_bits(u32::from(bits) << 16))
 }
 
-/// IEEE half: sign, 5 exponent bits (bias 15), 10 fraction bits.
-fn f16_to_f64(bits: u16) -> f64 {
+/// IEEE half: sign, 5 exponent bits (bias 15), 10 fraction bits. (A NaN's payload is not kept.)
+pub(crate) fn f16_to_f64(bits: u16) -> f64 {
     let sign = if bits & 0x8000 == 0 { 1.0 } else { -1.0 };
     let exponent = i32::from((bits >> 10) & 0x1f);
     let fraction = f64::from(bits & 0x3ff);

@@ -48,6 +48,7 @@ use std::path::Path;
 
 pub(crate) use config_json::{config_from_json, config_to_json};
 use dtypes::widen;
+pub(crate) use dtypes::{bf16_to_f64, f16_to_f64};
 
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
