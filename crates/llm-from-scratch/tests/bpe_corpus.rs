@@ -4,23 +4,23 @@
 //! contractions, special tokens inside text, the empty string; then 40 random texts drawn from
 //! many scripts), written once by `scripts/make_bpe_fixtures.py`.
 //!
-//! The vocabulary is not in the repository: it lives in the model file. [`smollm_vocabulary`] is
-//! the one place that fetches it. For now it reads the JSON export that the script writes with
-//! `--export-vocab` (path in `LLM_BPE_VOCAB`); without it, each test says so in one line on
-//! standard error and passes. The last test checks the pre-tokenizer on every code point against
-//! a file the script writes with `--export-code-points` (path in `LLM_BPE_CODE_POINTS`).
+//! The vocabulary is not in the repository: it lives in the model file, which
+//! `scripts/fetch-model` downloads ([`smollm_tokenizer`] reads it with the GGUF reader); without
+//! it, each test says so in one line on standard error and passes. The last test checks the
+//! pre-tokenizer on every code point against a file the script writes with
+//! `--export-code-points` (path in `LLM_BPE_CODE_POINTS`).
 //!
 //! ```text
 //! python3 scripts/make_bpe_fixtures.py --gguf SmolLM2-135M-Instruct.Q4_1.gguf \
-//!     --export-vocab /tmp/smollm2-vocab.json --export-code-points /tmp/smollm2-code-points.bin
-//! LLM_BPE_VOCAB=/tmp/smollm2-vocab.json LLM_BPE_CODE_POINTS=/tmp/smollm2-code-points.bin \
-//!     cargo test -p llm-from-scratch --test bpe_corpus -- --nocapture
+//!     --export-code-points /tmp/smollm2-code-points.bin
+//! LLM_BPE_CODE_POINTS=/tmp/smollm2-code-points.bin cargo test -p llm-from-scratch --test bpe_corpus
 //! ```
 
 use std::io::Write;
 use std::time::Instant;
 
-use llm_from_scratch::bpe::{BpeTokenizer, StreamDecoder, pre_tokenize, special_ids_from_token_types};
+use llm_from_scratch::bpe::{BpeTokenizer, StreamDecoder, pre_tokenize};
+use llm_from_scratch::gguf::{Gguf, gguf_tokenizer, model_path_from_env};
 use serde_json::Value;
 
 const CORPUS: &str = include_str!("fixtures/bpe/corpus.json");
@@ -32,34 +32,16 @@ fn skipped(test: &str, what: &str) {
     let _ = writeln!(std::io::stderr(), "bpe_corpus::{test}: skipped, needs {what}");
 }
 
-/// SmolLM2-135M-Instruct's tokens, merges and GGUF token types, or `None` (with one line on
-/// standard error naming `test`) when they are not available.
-///
-/// The only function to change when the vocabulary comes from the GGUF file itself
-/// (`tokenizer.ggml.tokens`, `tokenizer.ggml.merges`, `tokenizer.ggml.token_type`).
-fn smollm_vocabulary(test: &str) -> Option<(Vec<String>, Vec<String>, Vec<i32>)> {
-    let Some(path) = std::env::var_os("LLM_BPE_VOCAB") else {
-        skipped(test, "LLM_BPE_VOCAB=<SmolLM2's vocabulary, from scripts/make_bpe_fixtures.py --export-vocab>");
+/// SmolLM2-135M-Instruct's tokenizer, read from its GGUF file (`LLM_MODEL`, else the file
+/// `scripts/fetch-model` puts in its cache), or `None` (with one line on standard error naming
+/// `test`) when there is no model file.
+fn smollm_tokenizer(test: &str) -> Option<BpeTokenizer> {
+    let Some(path) = model_path_from_env() else {
+        skipped(test, "the model file (run scripts/fetch-model, then set LLM_MODEL=<path>)");
         return None;
     };
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("LLM_BPE_VOCAB={path:?}: {error}"));
-    let export: Value = serde_json::from_str(&text).expect("LLM_BPE_VOCAB is not JSON");
-    let strings = |key: &str| -> Vec<String> {
-        export[key].as_array().expect(key).iter().map(|item| item.as_str().expect(key).to_string()).collect()
-    };
-    let token_types = export["token_types"]
-        .as_array()
-        .expect("token_types")
-        .iter()
-        .map(|item| item.as_i64().and_then(|value| i32::try_from(value).ok()).expect("token_types"))
-        .collect();
-    Some((strings("tokens"), strings("merges"), token_types))
-}
-
-fn smollm_tokenizer(test: &str) -> Option<BpeTokenizer> {
-    let (tokens, merges, token_types) = smollm_vocabulary(test)?;
-    let special = special_ids_from_token_types(&token_types).expect("token types");
-    Some(BpeTokenizer::new(tokens, &merges, &special).expect("SmolLM2's vocabulary"))
+    let bytes = std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    Some(gguf_tokenizer(&Gguf::parse(&bytes).expect("the model file")).expect("SmolLM2's tokenizer"))
 }
 
 /// `(text, ids, decoded)` of every case in the fixture.

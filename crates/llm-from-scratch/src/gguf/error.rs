@@ -198,4 +198,17 @@ pub enum GgufError {
     /// Building the model failed (configuration rules, tensor errors).
     #[error("gguf: {0}")]
     Model(#[from] ModelError),
+    /// The file's tokenizer is of a kind [`crate::bpe`] does not implement.
+    #[error("gguf tokenizer: {key} = {found:?} is not supported (only {supported})")]
+    UnsupportedTokenizer {
+        /// The key (`tokenizer.ggml.model`, `tokenizer.ggml.pre`).
+        key: &'static str,
+        /// Its value in the file.
+        found: String,
+        /// What is supported.
+        supported: &'static str,
+    },
+    /// The file's vocabulary or merges do not make a tokenizer.
+    #[error("gguf tokenizer: {0}")]
+    Tokenizer(#[from] crate::bpe::BpeError),
 }

@@ -36,6 +36,7 @@ mod metadata;
 mod model_path;
 mod reader;
 mod tensor_type;
+mod tokenizer;
 mod value;
 
 pub use dequantize::dequantize_into;
@@ -46,4 +47,5 @@ pub use metadata::Metadata;
 pub use model_path::{DEFAULT_MODEL_FILE, MODEL_ENV, default_cache_dir, model_path_from_env};
 pub use reader::{DEFAULT_ALIGNMENT, Gguf, TensorInfo};
 pub use tensor_type::TensorType;
+pub use tokenizer::{SUPPORTED_PRE_TOKENIZERS, gguf_tokenizer};
 pub use value::{MetadataArray, MetadataValue, ValueType};
