@@ -43,11 +43,10 @@
 //! binary, `generate`, writes text from a saved state.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ops::ControlFlow;
 
 use llm_from_scratch::model::{
-    AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, LrSchedule, Overflow, Sampling, StepReport,
-    TokenBatch, TrainState, Trainer, TrainingConfig, save_train_state,
+    AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, StepReport, TokenBatch,
+    TrainState, Trainer, TrainingConfig, save_train_state,
 };
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_thousands};
@@ -371,29 +370,6 @@ pub fn sample(model: &Decoder, corpus: &Corpus) -> DemoResult<Sample> {
 /// The distinct lower-cased words (runs of letters) of `text`.
 fn words(text: &str) -> BTreeSet<String> {
     text.split(|c: char| !c.is_alphabetic()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
-}
-
-/// Streams a continuation of `prompt` to `emit`, one character at a time (the `generate` binary).
-///
-/// # Errors
-/// A prompt character outside the vocabulary; the sampling errors of the library.
-pub fn stream(
-    model: &Decoder,
-    tokenizer: &CharTokenizer,
-    prompt: &str,
-    chars: usize,
-    sampling: Sampling,
-    seed: u64,
-    mut emit: impl FnMut(char) -> ControlFlow<()>,
-) -> DemoResult<usize> {
-    let ids = tokenizer.encode(prompt)?;
-    let mut rng = SplitMix64::new(seed);
-    let vocabulary = tokenizer.vocabulary();
-    let n =
-        model.generate_streaming(&ids, chars, sampling, Decoding::KvCache, Overflow::Slide, &mut rng, |id, _| {
-            emit(vocabulary.get(id).copied().unwrap_or('\u{fffd}'))
-        })?;
-    Ok(n)
 }
 
 /// What the chapter computes; [`render_report`] prints it.

@@ -11,6 +11,18 @@ fn run(binary: &str, args: &[&str]) -> Output {
     Command::new(binary).args(args).output().unwrap()
 }
 
+/// The pretrained model `scripts/fetch-model` fetches, or `None` after one line on standard error
+/// naming `test` (written to the stream: the harness swallows `eprintln!` of passing tests).
+fn pretrained(test: &str) -> Option<PathBuf> {
+    let path = llm_from_scratch::gguf::model_path_from_env();
+    if path.is_none() {
+        let line =
+            format!("cli::{test}: skipped, no model file (run scripts/fetch-model, then set LLM_MODEL=<path>)\n");
+        std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes()).ok();
+    }
+    path
+}
+
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ch37-cli-{name}-{}.safetensors", std::process::id()))
 }
@@ -70,11 +82,15 @@ fn stopping_saving_and_resuming_prints_what_one_run_prints() {
             2,
             "error: invalid value '0' for '--top-k <K>': expected a whole number of at least 1",
         ),
-        (&[path, "--chars", "many"], 2, "error: invalid value 'many' for '--chars <N>': invalid digit found in string"),
+        (
+            &[path, "--chars", "many"],
+            2,
+            "error: invalid value 'many' for '--max-tokens <N>': invalid digit found in string",
+        ),
         (&[path, "--verbose"], 2, "error: unexpected argument '--verbose' found"),
         (&[path, "--seed"], 2, "error: a value is required for '--seed <N>' but none was supplied"),
         (&[path, "--prompt", ""], 2, "error: invalid value '' for '--prompt <TEXT>': expected at least one character"),
-        (&[], 2, "error: the following required arguments were not provided:"),
+        (&[path, "--chat"], 1, "error: --chat needs a model with a chat template: a GGUF file (--model)"),
         (&[path, "--prompt", "Jupiter"], 1, "error: tokenizer: character 'J' at index 0 is not in the vocabulary"),
     ];
     for (args, code, message) in cases {
@@ -129,4 +145,45 @@ fn the_figure_is_written() {
     assert!(text.starts_with("<svg ") && text.contains("validation (last 10 %, never trained on)"));
     let (code, line) = refused(&run(TRAIN, &["--quiet", "--steps", "1", "--figure", "/nonexistent/dir/loss.svg"]));
     assert!(code == 1 && line.starts_with("error: cannot write /nonexistent/dir/loss.svg"), "{line}");
+}
+
+#[test]
+fn generate_without_a_model_or_with_a_file_that_is_no_model_says_so() {
+    let no_model = Command::new(GENERATE).env_remove("LLM_MODEL").env("HOME", "/nonexistent").output().unwrap();
+    let (code, line) = refused(&no_model);
+    assert!(code == 1 && line.starts_with("error: no model: give a training state"), "{line}");
+    // a GGUF file without a tokenizer (the library's tiny test model)
+    let tiny =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../crates/llm-from-scratch/tests/fixtures/gguf/tiny-llama.gguf");
+    let (code, line) = refused(&run(GENERATE, &["--model", tiny]));
+    assert_eq!((code, line.as_str()), (1, "error: gguf metadata: tokenizer.ggml.pre is missing"));
+    let (code, line) = refused(&run(GENERATE, &["--model", "/nonexistent.gguf"]));
+    assert!(code == 1 && line.starts_with("error: cannot read /nonexistent.gguf"), "{line}");
+}
+
+#[test]
+fn generate_writes_with_the_pretrained_model() {
+    let Some(model) = pretrained("generate_writes_with_the_pretrained_model") else { return };
+    let model = model.to_str().unwrap();
+    // greedy: the prompt, then the model's words
+    let out = run(GENERATE, &["--model", model, "--temperature", "0", "--max-tokens", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "The capital of France is Paris.\n");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.starts_with("prefill: 5 tokens in ") && stderr.contains("; decode: 1 tokens in "), "{stderr}");
+    // JSON lines: the prompt's ids, then each token with its five best logits
+    let out = run(GENERATE, &["--model", model, "--temperature", "0", "--max-tokens", "1", "--json"]);
+    let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    assert_eq!(lines[0], r#"{"prompt_ids":[504,3575,282,4649,314]}"#);
+    let token: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+    assert_eq!((token["id"].as_u64(), token["text"].as_str()), (Some(7042), Some(" Paris")));
+    assert_eq!(token["top"].as_array().unwrap().len(), 5);
+    assert_eq!(token["top"][0][0].as_u64(), Some(7042));
+    // a chat turn ends at <|im_end|>, long before the 100 tokens allowed
+    let out = run(
+        GENERATE,
+        &["--model", model, "--chat", "--prompt", "What is 2+2?", "--temperature", "0", "--max-tokens", "100"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "The answer to this classic math problem is 4.\n");
 }

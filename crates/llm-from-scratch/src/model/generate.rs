@@ -76,7 +76,9 @@ impl Decoder {
     /// long or open-ended generation use [`Decoder::generate_streaming`], which keeps nothing.
     ///
     /// # Errors
-    /// As [`Decoder::generate_streaming`].
+    /// [`ModelError::InvalidSetting`] when the logits of `steps` tokens would hold more values than
+    /// one tensor may ([`crate::tensor::MAX_ELEMENTS`]), before anything runs; otherwise as
+    /// [`Decoder::generate_streaming`].
     pub fn generate(
         &self,
         prompt: &[usize],
@@ -85,6 +87,14 @@ impl Decoder {
         decoding: Decoding,
         rng: &mut SplitMix64,
     ) -> Result<Generation, ModelError> {
+        if steps.checked_mul(self.config().vocab_size).is_none_or(|n| n > crate::tensor::MAX_ELEMENTS) {
+            return Err(ModelError::InvalidSetting {
+                module: "model generation",
+                setting: "steps",
+                value: steps.to_string(),
+                reason: "the logits of that many steps would pass the 2^31-value ceiling; generate_streaming keeps none",
+            });
+        }
         let mut generation = Generation { tokens: Vec::new(), logits: Vec::new() };
         self.generate_streaming(prompt, steps, sampling, decoding, Overflow::Slide, rng, |token, logits| {
             generation.tokens.push(token);
@@ -208,6 +218,11 @@ mod tests {
         assert_eq!(refuse(usize::MAX, &mut rng), Err(ModelError::ContextOverflow { needed: usize::MAX, capacity: 12 }));
         let err = model.generate(&[1], 1, Sampling::TopK { temperature: 1.0, k: 0 }, Decoding::Recompute, &mut rng);
         assert!(matches!(err, Err(ModelError::InvalidSetting { module: "sampling", .. })));
+        // collecting the logits of usize::MAX steps (or of 2^31 / 12 + 1) is refused before any step
+        for steps in [usize::MAX, (1 << 31) / 12 + 1] {
+            let err = model.generate(&[1], steps, Sampling::Greedy, Decoding::KvCache, &mut rng).unwrap_err();
+            assert!(matches!(err, ModelError::InvalidSetting { module: "model generation", setting: "steps", .. }));
+        }
     }
 
     #[test]
