@@ -150,8 +150,8 @@ impl Decoder {
     fn head(&self, h: &TensorValue) -> Result<TensorValue, ModelError> {
         match &self.lm_head {
             Some(head) => Ok(head.forward(h)?),
-            // tied: [B, T, d] · [V, d]ᵀ, the transpose recorded on the tape
-            None => Ok(h.matmul(&self.embed.weight().transpose(0, 1)?)?),
+            // tied: [B, T, d] · [V, d]ᵀ, the table read as it is stored (no [d, V] copy per call)
+            None => Ok(h.matmul_transposed(self.embed.weight())?),
         }
     }
 

@@ -25,7 +25,7 @@ pub(crate) use gemm_targets::gemm_kernel;
 mod row_path;
 
 pub use row_path::row_times_matrices;
-use row_path::{row_times_matrix, takes_row_path};
+use row_path::{row_times_matrix, row_times_transposed, takes_row_path, takes_transposed_row_path};
 
 /// Below this many multiply-adds (`m·n·k`) the naive loop beats the packing overhead of the fast
 /// kernel, so [`matmul`] uses it. The choice depends only on the sizes, never on the machine load.
@@ -197,6 +197,10 @@ pub fn matmul_scaled(
         row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
+    if takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
+        row_times_transposed(dst, lhs, rhs, scale, accumulate, parallel);
+        return Ok(());
+    }
     if splits_rows(m, k, n) {
         // a fixed split, so the same sums run in the same order whatever the thread count
         let half = m / 2;
@@ -299,7 +303,9 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
         reason: "the product has more values than memory can address",
     })?;
     check_dims(len, &lhs, &rhs)?;
-    if len == 0 || k == 0 || is_small(m, k, n) || takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
+    let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
+        || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
+    if len == 0 || k == 0 || is_small(m, k, n) || one_row {
         let mut out = vec![0.0; len];
         matmul(&mut out, lhs, rhs, false, parallel)?;
         return Ok(out);

@@ -214,6 +214,97 @@ impl TensorValue {
     }
 }
 
+impl TensorValue {
+    /// `self · rhsᵀ` for one shared matrix `rhs`, without copying it into its transpose: the tied
+    /// LM head `h · Eᵀ` reads the embedding table `E [V, d]` as it is stored. The same numbers as
+    /// `self.matmul(&rhs.transpose(0, 1)?)`, bit for bit (the same products summed in the same
+    /// order; only the stride the kernel reads `rhs` with differs).
+    ///
+    /// # Shapes
+    /// `self [..., m, k] · rhs [n, k]ᵀ → [..., m, n]`.
+    ///
+    /// ```
+    /// use llm_from_scratch::constant;
+    /// // [1 2] · [[5 6]; [7 8]]ᵀ = [1·5 + 2·6, 1·7 + 2·8] = [17, 23]
+    /// let x = constant(&[1, 2], &[1.0, 2.0])?;
+    /// let w = constant(&[2, 2], &[5.0, 6.0, 7.0, 8.0])?;
+    /// assert_eq!(x.matmul_transposed(&w)?.value()?.as_slice(), &[17.0, 23.0]);
+    /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`TensorAutodiffError::RankMismatch`] when `self` has rank < 2 or `rhs` is not a matrix;
+    /// [`TensorAutodiffError::ShapeMismatch`] when their last axes differ;
+    /// [`TensorAutodiffError::Released`] if an operand was released.
+    pub fn matmul_transposed(&self, rhs: &TensorValue) -> Result<TensorValue> {
+        let op = "matmul_transposed";
+        if rhs.shape().len() != 2 {
+            return Err(TensorAutodiffError::RankMismatch {
+                op,
+                expected: "2".into(),
+                shape: Shape::from(rhs.shape()),
+            });
+        }
+        let (n, k) = (rhs.shape()[0], rhs.shape()[1]);
+        // the plan of self · [k, n]: the shapes, their checks and the folded rows
+        let plan = Plan::new(self.shape(), &[k, n]).map_err(|e| match e {
+            TensorAutodiffError::ShapeMismatch { .. } => TensorAutodiffError::ShapeMismatch {
+                op,
+                lhs: Shape::from(self.shape()),
+                rhs: Shape::from(rhs.shape()),
+                reason: "the last axis of lhs must equal the last axis of rhs",
+            },
+            other => other,
+        })?;
+        let (a, w) = (self.read(op)?, rhs.read(op)?);
+        let rows = plan.out_shape.iter().product::<usize>().checked_div(n).unwrap_or(0);
+        // forward: C = A · Wᵀ, with Wᵀ read from W's rows
+        let out = if rows * n == 0 {
+            vec![0.0; rows * n]
+        } else {
+            matmul_new(MatRef::row_major(a.as_slice(), rows, k)?, MatRef::row_major(w.as_slice(), n, k)?.t(), true)?
+        };
+        let out = Tensor::from_parts(plan.out_shape.clone(), out);
+        Ok(TensorValue::record(op, vec![self.clone(), rhs.clone()], out, move |ctx| {
+            let (a, w, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
+            let (a, w, g) = (a.as_slice(), w.as_slice(), g.as_slice());
+            let mut grads = vec![None, None];
+            if rows * n * k == 0 {
+                let zeros =
+                    |i: usize| if ctx.wants(i) { Tensor::zeros(ctx.input_shape(i)).map(Some) } else { Ok(None) };
+                return Ok(vec![zeros(0)?, zeros(1)?]);
+            }
+            if ctx.wants(0) {
+                // forward: C = A·Wᵀ  =>  dA += dC·W
+                let mut sum = ctx.take_sum(0);
+                grads[0] = Some(match sum.take() {
+                    Some(mut sum) => {
+                        kernel(
+                            sum.as_mut_slice(),
+                            MatRef::row_major(g, rows, n)?,
+                            MatRef::row_major(w, n, k)?,
+                            true,
+                            true,
+                        )?;
+                        sum
+                    }
+                    None => Tensor::from_parts(
+                        ctx.input_shape(0).to_vec(),
+                        matmul_new(MatRef::row_major(g, rows, n)?, MatRef::row_major(w, n, k)?, true)?,
+                    ),
+                });
+            }
+            if ctx.wants(1) {
+                // forward: C = A·Wᵀ  =>  dWᵀ += Aᵀ·dC, summed over every row, then moved into W's
+                // layout (the product of the explicit path, so the same bits)
+                let dw_t = matmul_new(MatRef::row_major(a, rows, k)?.t(), MatRef::row_major(g, rows, n)?, true)?;
+                grads[1] = Some(super::shape::permute_tensor(&Tensor::from_parts(vec![k, n], dw_t), &[1, 0]));
+            }
+            Ok(grads)
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
@@ -223,6 +314,45 @@ mod tests {
     fn ramp(shape: &[usize], start: f64) -> Tensor {
         let len = shape.iter().product();
         Tensor::new(shape, (0..len).map(|i| start + 0.37 * ((i * 7 % 11) as f64) - 1.3).collect()).unwrap()
+    }
+
+    #[test]
+    fn the_transposed_product_equals_the_product_with_the_transpose_bit_for_bit() {
+        // small (the row path) and large enough for the blocked kernel, batched rows folded
+        // the naive loop, the blocked kernel, one row (decoding), the weight gradient on the row
+        // split (chapter 37's head: 1 024 rows), and one row of a real model's width
+        let cases = [(vec![2, 3], 4), (vec![3, 40, 64], 130), (vec![1, 1, 576], 300), (vec![16, 64, 64], 57)];
+        for (lhs, n) in cases.into_iter().chain([(vec![1, 1, 100], 1001), (vec![1, 7, 576], 700)]) {
+            let k = *lhs.last().unwrap();
+            let (a, w) = (ramp(&lhs, 0.1), ramp(&[n, k], -0.4));
+            let (x, e) = (
+                crate::autodiff::parameter(a.shape(), a.as_slice()).unwrap(),
+                crate::autodiff::parameter(w.shape(), w.as_slice()).unwrap(),
+            );
+            let fast = x.matmul_transposed(&e).unwrap();
+            let slow = x.matmul(&e.transpose(0, 1).unwrap()).unwrap();
+            let (fv, sv) = (fast.value().unwrap(), slow.value().unwrap());
+            assert_eq!(fv.shape(), sv.shape());
+            let bits = |t: &Tensor| t.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fv), bits(&sv), "{lhs:?} · [{n},{k}]ᵀ");
+            let upstream = ramp(fv.shape(), 0.7);
+            let (gf, gs) = (fast.backward_with(&upstream).unwrap(), slow.backward_with(&upstream).unwrap());
+            for leaf in [&x, &e] {
+                assert_eq!(bits(gf.get(leaf).unwrap()), bits(gs.get(leaf).unwrap()), "gradients of {lhs:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_transposed_product_passes_gradcheck_and_names_bad_shapes() {
+        let inputs = vec![("x", ramp(&[2, 3, 4], 0.2)), ("w", ramp(&[5, 4], -0.3))];
+        let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| v[0].matmul_transposed(&v[1])).unwrap();
+        assert!(report.passed(), "{report:?}");
+        let x = constant(&[2, 3, 4], &[0.0; 24]).unwrap();
+        let err = x.matmul_transposed(&constant(&[5, 3], &[0.0; 15]).unwrap()).unwrap_err();
+        assert!(err.to_string().starts_with("matmul_transposed: shapes [2,3,4] and [5,3]"), "{err}");
+        let err = x.matmul_transposed(&x).unwrap_err();
+        assert!(matches!(err, crate::TensorAutodiffError::RankMismatch { op: "matmul_transposed", .. }));
     }
 
     #[test]

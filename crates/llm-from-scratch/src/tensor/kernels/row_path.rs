@@ -67,6 +67,63 @@ fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<
     partials
 }
 
+/// Whether [`matmul_scaled`](super::matmul_scaled) computes a one-row product whose right side is
+/// a transposed row-major matrix (row stride 1: the tied LM head `h · Eᵀ` reading the embedding
+/// table `E [V, d]` as stored) by [`row_times_transposed`].
+pub(super) fn takes_transposed_row_path(m: usize, k: usize, n: usize, row_stride: usize, col_stride: usize) -> bool {
+    m == 1 && row_stride == 1 && col_stride >= k && n.saturating_mul(k) >= SMALL_PRODUCT
+}
+
+/// Outputs per task of [`row_times_transposed`], and per group of interleaved sums inside one.
+const COLUMNS_PER_TASK: usize = 512;
+const COLUMNS_AT_ONCE: usize = 8;
+
+/// [`row_times_matrix`] for a right side stored transposed: each output `j` is the row times
+/// column `j`, a contiguous stretch of `k` values. It performs exactly the sums of
+/// [`row_times_matrix`] on the transposed copy — within each block of [`ROWS_PER_TASK`] rows,
+/// `s = 0; s += a·w` in row order, then the blocks' sums added in block order — so the result is
+/// the same bits, without writing the copy (226 MB for a real model's head, on every token).
+/// [`COLUMNS_AT_ONCE`] outputs run interleaved, so that their sums overlap instead of each
+/// waiting on its own additions.
+pub(super) fn row_times_transposed(
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) {
+    let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
+    let k = row.len();
+    let column = |j: usize| &rhs.data[j * rhs.col_stride..][..k];
+    let task = |(t, outs): (usize, &mut [f64])| {
+        for (g, group) in outs.chunks_mut(COLUMNS_AT_ONCE).enumerate() {
+            let first = t * COLUMNS_PER_TASK + g * COLUMNS_AT_ONCE;
+            let mut totals = [0.0; COLUMNS_AT_ONCE];
+            for (b, block) in row.chunks(ROWS_PER_TASK).enumerate() {
+                let mut partials = [0.0; COLUMNS_AT_ONCE];
+                for (i, &a) in block.iter().enumerate() {
+                    let p = b * ROWS_PER_TASK + i;
+                    for (c, partial) in partials.iter_mut().enumerate().take(group.len()) {
+                        *partial += a * column(first + c)[p];
+                    }
+                }
+                for (total, partial) in totals.iter_mut().zip(partials) {
+                    *total = if b == 0 { partial } else { *total + partial };
+                }
+            }
+            for (out, total) in group.iter_mut().zip(totals) {
+                *out = if accumulate { *out + total } else { total };
+            }
+        }
+    };
+    if parallel && dst.len() > COLUMNS_PER_TASK {
+        dst.par_chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
+    } else {
+        dst.chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
+    }
+}
+
 /// `dst (+)=` the sum of the `blocks × n` partials, added in block order (block by block, so the
 /// loops run along contiguous rows; each element sees the same additions in the same order).
 fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
