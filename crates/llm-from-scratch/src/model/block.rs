@@ -12,7 +12,7 @@
 //! `x` unchanged (`∂out/∂x = I + ∂branches/∂x`), which is what lets deep stacks train without a
 //! careful warm-up; the final RMSNorm of the model normalises the stream once, before the head.
 
-use crate::attention::{GroupedQueryAttention, KvCache};
+use crate::attention::{AttentionTrace, GroupedQueryAttention, KvCache};
 use crate::autodiff::TensorValue;
 use crate::model::names::{BLOCK_TENSORS, block_prefix, block_shapes, take};
 use crate::model::{DecoderConfig, ModelError, SwiGlu};
@@ -130,10 +130,24 @@ impl DecoderBlock {
     /// # Errors
     /// The input errors of the attention layer ([`ModelError::Attention`]); tensor errors.
     pub fn forward(&self, x: &TensorValue, position_offset: usize) -> Result<TensorValue, ModelError> {
-        let attended = self.attention.forward(&self.input_norm.forward(x)?, position_offset)?.output;
-        let h = x.add(&attended)?; // residual: [B, T, d]
+        Ok(self.forward_traced(x, position_offset)?.0)
+    }
+
+    /// [`DecoderBlock::forward`], also returning its attention layer's [`AttentionTrace`]: what
+    /// the block computed on the way (rotated queries and keys, and with the explicit kernel the
+    /// weights `[B, H, T, T]`), the values on the tape rather than a recomputation.
+    ///
+    /// # Errors
+    /// As [`DecoderBlock::forward`].
+    pub fn forward_traced(
+        &self,
+        x: &TensorValue,
+        position_offset: usize,
+    ) -> Result<(TensorValue, AttentionTrace), ModelError> {
+        let trace = self.attention.forward(&self.input_norm.forward(x)?, position_offset)?;
+        let h = x.add(&trace.output)?; // residual: [B, T, d]
         let fed = self.mlp.forward(&self.post_norm.forward(&h)?)?;
-        Ok(h.add(&fed)?) // residual: [B, T, d]
+        Ok((h.add(&fed)?, trace)) // residual: [B, T, d]
     }
 
     /// The same block for the next `T` tokens after what `cache` holds (prefill or decode),

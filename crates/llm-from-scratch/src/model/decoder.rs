@@ -12,12 +12,22 @@
 //! With tied embeddings `W_head = embed_tokensᵀ`: the same leaf is read twice (by the lookup and,
 //! transposed, by the head), so the tape adds both adjoints into its gradient.
 
-use crate::attention::{AttentionError, Branch, KvCache};
+use crate::attention::{AttentionError, AttentionTrace, Branch, KvCache};
 use crate::autodiff::TensorValue;
 use crate::model::names::{EMBED_TOKENS, FINAL_NORM, LM_HEAD, parameter_shapes, take};
 use crate::model::{DecoderBlock, DecoderConfig, ModelError, TokenBatch, TokenEmbedding, cross_entropy};
 use crate::nn::{Linear, NamedParameters, RmsNorm, SplitMix64};
 use crate::tensor::Tensor;
+
+/// What [`Decoder::forward_traced`] returns: the logits and what each layer's attention did.
+#[derive(Clone, Debug)]
+pub struct DecoderTrace {
+    /// Logits `[B, T, V]`, as [`Decoder::forward`] returns them.
+    pub logits: TensorValue,
+    /// One trace per layer, first to last (weights `[B, H, T, T]` with the explicit kernel,
+    /// `None` with the tiled one, which never forms them).
+    pub attention: Vec<AttentionTrace>,
+}
 
 /// Embedding, `N` pre-norm blocks, final RMSNorm and LM head.
 ///
@@ -136,13 +146,38 @@ impl Decoder {
     /// [`ModelError::BatchShape`], [`ModelError::TokenOutOfRange`]; attention input errors (no
     /// token, more tokens than `max_positions`).
     pub fn forward(&self, tokens: &[usize], shape: [usize; 2]) -> Result<TensorValue, ModelError> {
+        Ok(self.forward_traced(tokens, shape)?.logits)
+    }
+
+    /// [`Decoder::forward`], also returning every layer's [`AttentionTrace`] — with the explicit
+    /// kernel, `attention[i].weights` is layer `i`'s `[B, H, T, T]`: where each head of each
+    /// layer looked. The traces are values the pass kept on its tape anyway.
+    ///
+    /// ```
+    /// use llm_from_scratch::model::{Decoder, DecoderConfig};
+    /// use llm_from_scratch::nn::SplitMix64;
+    /// let model = Decoder::new(DecoderConfig::new(10, 8, 2, 2).with_rope(16, 100.0), &mut SplitMix64::new(0))?;
+    /// let trace = model.forward_traced(&[1, 2, 3], [1, 3])?;
+    /// assert_eq!(trace.attention.len(), 2); // one per layer
+    /// let weights = trace.attention[1].weights.as_ref().unwrap().value()?;
+    /// assert_eq!(weights.shape(), &[1, 2, 3, 3]); // [B, H, T, T]
+    /// assert_eq!(weights.as_slice()[1], 0.0); // query 0 cannot see key 1
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Decoder::forward`].
+    pub fn forward_traced(&self, tokens: &[usize], shape: [usize; 2]) -> Result<DecoderTrace, ModelError> {
         // one worker kept from parking through all the layers (crate::parallel)
         crate::parallel::with_workers_awake(|| {
             let mut x = self.embed.forward(tokens, shape)?; // [B, T, d]
+            let mut attention = Vec::with_capacity(self.layers.len());
             for layer in &self.layers {
-                x = layer.forward(&x, 0)?;
+                let (out, trace) = layer.forward_traced(&x, 0)?;
+                attention.push(trace);
+                x = out;
             }
-            self.head(&self.norm.forward(&x)?)
+            Ok(DecoderTrace { logits: self.head(&self.norm.forward(&x)?)?, attention })
         })
     }
 
@@ -309,6 +344,35 @@ mod tests {
             let scale = x.as_slice().iter().fold(1e-300f64, |m, v| m.max(v.abs()));
             assert!(x.max_abs_diff(&y).unwrap() <= 1e-12 * scale, "{}", p.name());
         }
+    }
+
+    #[test]
+    fn the_traced_pass_is_the_forward_pass_and_keeps_each_layers_weights() {
+        let model = Decoder::new(config().with_embedding_init_std(0.5), &mut SplitMix64::new(5)).unwrap();
+        let tokens = [1, 5, 5, 0, 6, 2];
+        let trace = model.forward_traced(&tokens, [2, 3]).unwrap();
+        assert!(trace.logits.value().unwrap().bitwise_eq(&model.forward(&tokens, [2, 3]).unwrap().value().unwrap()));
+        assert_eq!(trace.attention.len(), 2);
+        // layer 0's weights are those of its attention layer on the normalised embeddings
+        let block = &model.layers()[0];
+        let x = model.embedding().forward(&tokens, [2, 3]).unwrap();
+        let (out, direct) = block.forward_traced(&x, 0).unwrap();
+        assert!(out.value().unwrap().bitwise_eq(&block.forward(&x, 0).unwrap().value().unwrap()));
+        let weights = |t: &AttentionTrace| t.weights.as_ref().unwrap().value().unwrap();
+        assert!(weights(&trace.attention[0]).bitwise_eq(&weights(&direct)));
+        for layer in &trace.attention {
+            let w = weights(layer);
+            assert_eq!(w.shape(), &[2, 2, 3, 3]); // [B, H, T, T]
+            for (r, row) in w.as_slice().chunks(3).enumerate() {
+                let query = r % 3;
+                assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+                assert!(row[query + 1..].iter().all(|&p| p == 0.0), "query {query} sees the future: {row:?}");
+            }
+        }
+        // the tiled kernel never forms the weights
+        let tiled = config().with_embedding_init_std(0.5).with_kernel(crate::attention::AttentionKernel::Tiled);
+        let tiled = Decoder::from_named(tiled, &model.parameters()).unwrap();
+        assert!(tiled.forward_traced(&tokens, [2, 3]).unwrap().attention.iter().all(|t| t.weights.is_none()));
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub use checkpoint::{
 pub(crate) use checkpoint::{bf16_to_f64, f16_to_f64};
 pub use clip::{clip_global_norm, global_norm};
 pub use config::{DecoderConfig, MAX_PARAMETERS};
-pub use decoder::Decoder;
+pub use decoder::{Decoder, DecoderTrace};
 pub use embedding::TokenEmbedding;
 pub use error::ModelError;
 pub use evaluate::Evaluation;
