@@ -9,22 +9,27 @@ use demo_support::svg::{Stroke, Svg, TextStyle};
 use crate::Evidence;
 
 /// The figure's title.
-pub const TITLE: &str = "Chapter 38 — where a pretrained model's attention goes (SmolLM2-135M-Instruct)";
+pub const TITLE: &str = "Chapter 38 — where a pretrained model's attention goes";
 /// `(layer, head)` of the three heat maps: early, middle, late.
-pub const HEADS: [(usize, usize); 3] = [(0, 0), (15, 0), (29, 0)];
+pub const HEADS: [(usize, usize); 3] = [(1, 2), (15, 6), (29, 1)];
 
 /// Width of a cell of the heat maps.
 const CELL: f64 = 19.0;
 /// Room above a grid for its column labels, written upwards.
 const COLUMN_LABELS: f64 = 80.0;
 
+/// The height a map of `t` tokens takes: title, column labels, grid, the line below.
+fn map_height(t: usize) -> f64 {
+    COLUMN_LABELS + 20.0 + t as f64 * CELL + 20.0
+}
+
 /// Draws head `head` of layer `layer` with its title at `(x, y)`, the tokens on both axes and a
-/// colour key to its right; returns the height used.
-fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, y: f64) -> f64 {
+/// colour key to its right (nothing if the evidence has no such head).
+fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, y: f64) {
     let tokens = e.attention_tokens();
     let t = tokens.len();
     let Some(weights) = e.attention.get(layer).and_then(|w| w.get(head * t * t..(head + 1) * t * t)) else {
-        return 0.0;
+        return;
     };
     let share = weights.chunks(t).skip(1).map(|row| row[0]).sum::<f64>() / (t.max(2) - 1) as f64;
     let title = format!("block {layer}, head {head}: {:.0} % of the weight on token 0", 100.0 * share);
@@ -54,39 +59,42 @@ fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, 
     let height = t as f64 * CELL;
     draw_colour_scale(svg, gx + t as f64 * CELL + 12.0, gy, height, map.shading, 1, "weight");
     svg.text(gx, gy + height + 16.0, TextStyle::label().size(11.0).color("#555555"), "rows: query · columns: key");
-    gy + height + 20.0 - y
 }
 
 /// The chapter's figure.
 pub fn render_svg(e: &Evidence) -> String {
-    let mut svg = Svg::new(800.0, 1200.0, TITLE);
+    let t = e.attention_tokens().len();
+    let (top, map) = (90.0, map_height(t));
+    let second = top + map + 25.0;
+    let area = Area { x: 80.0, y: second + map + 60.0, width: 690.0, height: 200.0 };
+    let mut svg = Svg::new(800.0, area.bottom() + 60.0, TITLE);
     let intro = [
-        format!("Attention weights of the prompt {:?} (one row per query token, one", crate::SENTENCE),
-        "column per key it may see; grey: the future, masked). Spaces are shown as ␣.".to_string(),
+        format!("SmolLM2-135M-Instruct reading {:?}: one row per", crate::SENTENCE),
+        "query token, one column per key it may see (grey: the future, masked); a space is shown as ␣.".to_string(),
     ];
     svg.text_lines(20.0, 56.0, 17.0, TextStyle::label().size(13.0), &intro);
-    let top = 90.0;
-    let first = head_map(&mut svg, e, HEADS[0], 15.0, top);
+    head_map(&mut svg, e, HEADS[0], 15.0, top);
     head_map(&mut svg, e, HEADS[1], 405.0, top);
-    let second = top + first + 25.0;
-    let third = head_map(&mut svg, e, HEADS[2], 15.0, second);
+    head_map(&mut svg, e, HEADS[2], 15.0, second);
     let caption = [
-        "The first block's head looks around the",
-        "query itself. In later blocks most rows put",
-        "most of their weight in column 0: the first",
-        "token, whatever it says, has become a sink.",
+        "Block 1, head 2 looks at the previous token",
+        "(the line just below the diagonal).",
+        "Block 15, head 6 puts nearly all of every row",
+        "on column 0: the first token, whatever it",
+        "says, has become a sink. Block 29, head 1",
+        "splits between the sink and the query itself.",
         "",
         "Softmax must hand out all of a row's weight.",
         "A head with nothing to fetch parks it on a",
-        "token every query can see; the value there",
-        "is small, so little is added to the output.",
-        "Chapter 34 gave attention a sink logit for",
-        "this; this model learnt one by itself.",
+        "token every query can see, whose value adds",
+        "little to the output. Chapter 34 gave attention",
+        "a sink logit for this; this model, trained",
+        "without one, made the first token its sink.",
     ];
-    svg.text_lines(405.0, second + 70.0, 19.0, TextStyle::label().size(14.0), &caption);
+    svg.text_lines(405.0, second + 40.0, 19.0, TextStyle::label().size(14.0), &caption);
     let shares = e.sink_shares();
-    let area = Area { x: 80.0, y: second + third + 60.0, width: 690.0, height: 200.0 };
-    svg.text(20.0, area.y - 22.0, TextStyle::heading(13.0), "Share of attention on token 0, per block (mean over heads and query positions 1…)");
+    let heading = "Share of attention on token 0, per block (mean over heads and query positions 1…)";
+    svg.text(20.0, area.y - 30.0, TextStyle::heading(13.0), heading);
     BarChart {
         area,
         categories: (0..shares.len()).map(|l| l.to_string()).collect(),
@@ -96,11 +104,13 @@ pub fn render_svg(e: &Evidence) -> String {
     }
     .draw_without_legend(&mut svg);
     // what an even spread over the visible tokens would give token 0
-    let t = e.attention_tokens().len();
     let even = (1..t).map(|q| 1.0 / (q + 1) as f64).sum::<f64>() / (t.max(2) - 1) as f64;
     let y = area.bottom() - even * area.height;
-    svg.line(area.x, y, area.right(), y, Stroke::dashed("#d62728", 1.5));
-    svg.text(area.right() - 4.0, y - 5.0, TextStyle::right().size(12.0).color("#d62728"), "an even spread over the visible tokens");
+    let red = "#d62728";
+    svg.line(area.x, y, area.right(), y, Stroke::dashed(red, 2.0));
+    svg.line(area.x, area.y - 12.0, area.x + 30.0, area.y - 12.0, Stroke::dashed(red, 2.0));
+    let note = format!("what an even spread over the visible tokens would give: {:.2}", even);
+    svg.text(area.x + 38.0, area.y - 8.0, TextStyle::label().size(12.0).color(red), &note);
     svg.finish()
 }
 

@@ -64,7 +64,7 @@ pub const NO_MODEL: &str = "no model file: run scripts/fetch-model, then set LLM
 /// The prompt whose attention weights are measured and drawn.
 pub const SENTENCE: &str = "The capital of France is Paris, and the capital of Italy is";
 /// The question of the chat prompt.
-pub const QUESTION: &str = "What is 7 times 8?";
+pub const QUESTION: &str = "What is 2 plus 2?";
 /// A sentence with digits (SmolLM2's pre-tokenizer splits them one by one).
 pub const DIGITS: &str = "In 1969, 2 people walked on the moon; 3 stayed in orbit for";
 /// Tokens of each greedy continuation at most (fewer if the model ends its turn).

@@ -57,8 +57,9 @@ pub fn render_report(e: &Evidence) -> String {
         "chapter=38-a-real-model".to_string(),
         format!(
             "prediction=a pretrained model is the same decoder as chapter 36 with numbers read from a file: its \
-             greedy continuation of {SENTENCE:?} names Rome, it answers {QUESTION:?} in the chat template, and from \
-             the third block on most of its attention goes to the first token, a sink it learnt without being given one"
+             greedy continuation of {SENTENCE:?} names Rome, it answers {QUESTION:?} in the file's chat template and \
+             ends its turn, and in most blocks from the third on more than half of the attention goes to the first \
+             token, a sink it learnt without being given one"
         ),
         format!(
             "file=name:{:?} architecture:{} bytes:{} tensors:{} types:[{}] chat_template:chatml_with_default_system:{}",
