@@ -57,7 +57,7 @@ pub mod tokens;
 
 pub use demo_support::evidence::DemoResult;
 pub use figure::render_svg;
-pub use report::render_report;
+pub use report::{render_prompt, render_report};
 
 /// The one line that says how to get the model.
 pub const NO_MODEL: &str = "no model file: run scripts/fetch-model, then set LLM_MODEL=<path> or pass --model PATH";
@@ -149,7 +149,8 @@ impl Evidence {
         self.attention
             .iter()
             .map(|w| {
-                let rows: Vec<f64> = w.chunks(t.max(1)).enumerate().filter(|(r, _)| r % t >= 1).map(|(_, row)| row[0]).collect();
+                let rows: Vec<f64> =
+                    w.chunks(t.max(1)).enumerate().filter(|(r, _)| r % t >= 1).map(|(_, row)| row[0]).collect();
                 rows.iter().sum::<f64>() / rows.len().max(1) as f64
             })
             .collect()
@@ -177,15 +178,18 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
 /// # Errors
 /// The file cannot be read or is not SmolLM2's kind of model; a prompt the model refuses.
 pub fn evidence_from(path: &Path) -> DemoResult<Evidence> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read the model {}: {e}", path.display()))?;
+    let bytes = read_model(path)?;
     let file = Gguf::parse(&bytes)?;
     let tokenizer = gguf_tokenizer(&file)?;
     let model = llama_from_gguf(&file, GgufRope::AsStored)?;
     let mut prompts = Vec::new();
-    for (name, text, continue_it) in
-        [("sentence", SENTENCE.to_string(), true), ("chat", chat_prompt(QUESTION), true), ("digits", DIGITS.to_string(), false)]
-    {
-        prompts.push(run_prompt(&model, &tokenizer, name, text, continue_it)?);
+    // (name, text, tokens of the greedy continuation)
+    for (name, text, steps) in [
+        ("sentence", SENTENCE.to_string(), CONTINUATION),
+        ("chat", chat_prompt(QUESTION), CONTINUATION),
+        ("digits", DIGITS.to_string(), 0),
+    ] {
+        prompts.push(run_prompt(&model, &tokenizer, name, text, steps)?);
     }
     // the attention prompt once through the full (taped) pass, keeping every layer's weights
     let ids = &prompts[0].ids;
@@ -193,7 +197,8 @@ pub fn evidence_from(path: &Path) -> DemoResult<Evidence> {
     let logits = trace.logits.value()?;
     let mut attention = Vec::with_capacity(trace.attention.len());
     for layer in &trace.attention {
-        attention.push(layer.weights.as_ref().ok_or("the explicit kernel keeps its weights")?.value()?.as_slice().to_vec());
+        attention
+            .push(layer.weights.as_ref().ok_or("the explicit kernel keeps its weights")?.value()?.as_slice().to_vec());
     }
     let vocab = model.config().vocab_size;
     let last = &logits.as_slice()[(ids.len() - 1) * vocab..];
@@ -205,7 +210,30 @@ pub fn evidence_from(path: &Path) -> DemoResult<Evidence> {
     let hugging_face = llama_from_gguf(&file, GgufRope::HuggingFace)?;
     let other = hugging_face.forward(ids, [1, ids.len()])?.value()?;
     let rope_difference = relative_difference(logits.as_slice(), other.as_slice());
-    Ok(Evidence { file: summary(&file, bytes.len()), config, parameters, prompts, rope_difference, cache_difference, attention })
+    Ok(Evidence {
+        file: summary(&file, bytes.len()),
+        config,
+        parameters,
+        prompts,
+        rope_difference,
+        cache_difference,
+        attention,
+    })
+}
+
+/// The bytes of the model file.
+fn read_model(path: &Path) -> DemoResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| format!("cannot read the model {}: {e}", path.display()).into())
+}
+
+/// The tokenizer and the model (rows as stored) of the GGUF file at `path`.
+///
+/// # Errors
+/// The file cannot be read or is not SmolLM2's kind of model.
+pub fn load(path: &Path) -> DemoResult<(BpeTokenizer, Decoder)> {
+    let bytes = read_model(path)?;
+    let file = Gguf::parse(&bytes)?;
+    Ok((gguf_tokenizer(&file)?, llama_from_gguf(&file, GgufRope::AsStored)?))
 }
 
 /// `max |a − b| / max |a|`.
@@ -221,21 +249,25 @@ fn prefill_logits(model: &Decoder, ids: &[usize]) -> DemoResult<Vec<f64>> {
     Ok(logits.as_slice()[logits.len() - model.config().vocab_size..].to_vec())
 }
 
-/// Tokens, top next tokens and (if `continue_it`) a greedy continuation of `text`, all through the
-/// KV cache: the prefill's last row gives the top tokens, then one token at a time.
-fn run_prompt(
+/// Tokens, top next tokens and a greedy continuation of up to `steps` tokens (none if 0) of
+/// `text`, all through the KV cache: the prefill's last row gives the top tokens, then one token
+/// at a time, stopping after [`END_OF_TURN`].
+///
+/// # Errors
+/// An empty or too long prompt; the model's errors.
+pub fn run_prompt(
     model: &Decoder,
     tokenizer: &BpeTokenizer,
     name: &'static str,
     text: String,
-    continue_it: bool,
+    steps: usize,
 ) -> DemoResult<PromptRun> {
     let ids = tokenizer.encode(&text);
     let end = tokenizer.id_of(END_OF_TURN);
-    let steps = if continue_it { CONTINUATION } else { 1 };
     let (mut first, mut generated) = (None, Vec::new());
     let rng = &mut SplitMix64::new(0); // greedy never draws
-    model.generate_streaming(&ids, steps, Sampling::Greedy, Decoding::KvCache, Overflow::Refuse, rng, |id, logits| {
+    let decode = (Sampling::Greedy, Decoding::KvCache, Overflow::Refuse);
+    model.generate_streaming(&ids, steps.max(1), decode.0, decode.1, decode.2, rng, |id, logits| {
         first.get_or_insert_with(|| logits.to_vec());
         generated.push(id);
         if Some(id) == end { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
@@ -245,9 +277,9 @@ fn run_prompt(
         .into_iter()
         .map(|id| Ok((id, tokens::shown(tokenizer, id)?, logits[id])))
         .collect::<DemoResult<Vec<_>>>()?;
-    let continuation = match continue_it {
-        true => Some((generated.clone(), tokenizer.decode(&generated)?)),
-        false => None,
+    let continuation = match steps {
+        0 => None,
+        _ => Some((generated.clone(), tokenizer.decode(&generated)?)),
     };
     let shown = ids.iter().map(|&id| tokens::shown(tokenizer, id)).collect::<Result<_, _>>()?;
     Ok(PromptRun { name, text, ids, tokens: shown, top, continuation })

@@ -2,12 +2,15 @@
 //! one line saying how to get it, and exits with status 1.
 //!
 //! `--model PATH` names the file (default: `LLM_MODEL`, else where `scripts/fetch-model` puts it);
-//! `--figure PATH` also draws the chapter's figure; `--help` lists every flag.
+//! `--figure PATH` also draws the chapter's figure; `--prompt TEXT [--tokens N]` prints the tokens,
+//! next tokens and greedy continuation of a text of your own instead; `--help` lists every flag.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ch38_a_real_model::{evidence_from, model_path, render_report, render_svg};
+use ch38_a_real_model::{
+    CONTINUATION, evidence_from, load, model_path, render_prompt, render_report, render_svg, run_prompt,
+};
 use demo_support::cli::{self, ChapterArgs};
 
 /// Chapter 38, a real model: SmolLM2-135M-Instruct read from its GGUF file — its tokens, next
@@ -19,15 +22,36 @@ struct Cli {
     /// [default: $LLM_MODEL, else the file scripts/fetch-model writes]
     #[arg(long, value_name = "PATH")]
     model: Option<PathBuf>,
+    /// Instead of the report, print the tokens of TEXT, its five most likely next tokens and a
+    /// greedy continuation (ChatML tokens such as <|im_start|> are read as such) [default: the report]
+    #[arg(long, value_name = "TEXT", conflicts_with = "figure")]
+    prompt: Option<String>,
+    /// Tokens of the --prompt continuation at most; it stops after <|im_end|>
+    #[arg(long, value_name = "N", requires = "prompt", default_value_t = CONTINUATION, value_parser = tokens)]
+    tokens: usize,
     #[command(flatten)]
     chapter: ChapterArgs,
+}
+
+/// A whole number of tokens, 0 to 1 000.
+fn tokens(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n <= 1000 => Ok(n),
+        _ => Err("expected a whole number from 0 to 1000".to_string()),
+    }
 }
 
 fn main() -> ExitCode {
     cli::finish((|| {
         let args: Cli = cli::parse("ch38-a-real-model")?;
         args.chapter.run.apply()?;
-        let evidence = evidence_from(&model_path(args.model.as_deref())?)?;
+        let path = model_path(args.model.as_deref())?;
+        if let Some(text) = args.prompt {
+            let (tokenizer, model) = load(&path)?;
+            let run = run_prompt(&model, &tokenizer, "user", text, args.tokens)?;
+            return cli::print(&render_prompt(&run));
+        }
+        let evidence = evidence_from(&path)?;
         if let Some(path) = &args.chapter.figure {
             cli::write_figure(path, &render_svg(&evidence))?;
         }

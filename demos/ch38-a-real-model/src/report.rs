@@ -20,6 +20,11 @@ fn quoted(items: &[String]) -> String {
     format!("[{}]", items.join(","))
 }
 
+/// The lines of one prompt (`--prompt`), ending with a newline.
+pub fn render_prompt(p: &PromptRun) -> String {
+    prompt_lines(p).join("\n") + "\n"
+}
+
 fn prompt_lines(p: &PromptRun) -> Vec<String> {
     let top: Vec<String> = p.top.iter().map(|(id, shown, logit)| format!("{id}:{shown:?}:{}", fmt_f64(*logit))).collect();
     let mut lines = vec![
