@@ -111,7 +111,9 @@ fn every_report_matches_its_golden_file() {
 fn every_figure_matches_its_committed_copy() {
     let failures: Vec<String> = rendered()
         .iter()
-        .filter_map(|(name, r)| r.clone().and_then(|r| r.map_or(Ok(()), |(_, svg)| golden::check_figure(name, &svg))).err())
+        .filter_map(|(name, r)| {
+            r.clone().and_then(|r| r.map_or(Ok(()), |(_, svg)| golden::check_figure(name, &svg))).err()
+        })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -34,7 +34,10 @@ fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, 
     let share = weights.chunks(t).skip(1).map(|row| row[0]).sum::<f64>() / (t.max(2) - 1) as f64;
     let title = format!("block {layer}, head {head}: {:.0} % of the weight on token 0", 100.0 * share);
     svg.text(x, y + 14.0, TextStyle::heading(13.0), &title);
-    let cells = weights.chunks(t).enumerate().map(|(q, row)| row.iter().enumerate().map(|(k, &w)| (k <= q).then_some(w)).collect());
+    let cells = weights
+        .chunks(t)
+        .enumerate()
+        .map(|(q, row)| row.iter().enumerate().map(|(k, &w)| (k <= q).then_some(w)).collect());
     let map = HeatMap {
         x,
         y: y + COLUMN_LABELS - 20.0,
@@ -124,9 +127,9 @@ mod tests {
     use super::*;
     use crate::{FileSummary, PromptRun};
 
-    /// Thirty layers of one head over three tokens, every query on token 0.
+    /// Thirty layers of nine heads over three tokens, every query on token 0.
     fn evidence() -> Evidence {
-        let sink = vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0];
+        let sink = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0].repeat(9);
         let prompt = PromptRun {
             name: "sentence",
             text: "a b c".into(),
@@ -144,7 +147,7 @@ mod tests {
         };
         Evidence {
             file,
-            config: DecoderConfig::new(4, 2, 30, 1),
+            config: DecoderConfig::new(4, 18, 30, 9),
             parameters: 0,
             prompts: vec![prompt],
             rope_difference: 0.0,
@@ -161,13 +164,13 @@ mod tests {
             render_svg,
             TITLE,
             &[
-                &|e: &mut Evidence| e.attention[15][4] = 0.5,
+                &|e: &mut Evidence| e.attention[15][6 * 9 + 4] = 0.5, // a cell of block 15, head 6
                 &|e: &mut Evidence| e.attention[7][3] = 0.0,
                 &|e: &mut Evidence| e.prompts[0].tokens[1] = "␣z".into(),
             ],
         )?;
         let svg = render_svg(&evidence());
-        assert!(svg.contains("block 29, head 0: 100 % of the weight on token 0"), "{svg}");
+        assert!(svg.contains("block 29, head 1: 100 % of the weight on token 0"), "{svg}");
         assert_eq!(evidence().sink_shares(), vec![1.0; 30]);
         Ok(())
     }

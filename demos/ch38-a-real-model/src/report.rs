@@ -26,7 +26,8 @@ pub fn render_prompt(p: &PromptRun) -> String {
 }
 
 fn prompt_lines(p: &PromptRun) -> Vec<String> {
-    let top: Vec<String> = p.top.iter().map(|(id, shown, logit)| format!("{id}:{shown:?}:{}", fmt_f64(*logit))).collect();
+    let top: Vec<String> =
+        p.top.iter().map(|(id, shown, logit)| format!("{id}:{shown:?}:{}", fmt_f64(*logit))).collect();
     let mut lines = vec![
         format!("prompt_{}=tokens:{} text:{:?}", p.name, p.ids.len(), p.text),
         format!("prompt_{}_ids={}", p.name, fmt_indices(&p.ids)),
@@ -122,7 +123,10 @@ pub fn render_report(e: &Evidence) -> String {
              logits_compared:{t}x{v} max_relative_difference:{}",
             bound(e.rope_difference)
         ),
-        format!("attention_sink_prompt=sentence tokens:{t} heads_per_layer:{h} query_positions:1..{}", t.saturating_sub(1)),
+        format!(
+            "attention_sink_prompt=sentence tokens:{t} heads_per_layer:{h} query_positions:1..{}",
+            t.saturating_sub(1)
+        ),
         format!("attention_sink_share_per_layer={}", fmt_values(&shares)),
         format!(
             "attention_sink=even_spread_would_give:{} layers_0_1:{} mean_of_layers_2_on:{} layers_above_one_half:{}/{}",
