@@ -29,8 +29,8 @@
 //!
 //! The trained model continues the first characters of the validation text with nucleus (top-p)
 //! sampling and a KV cache. The sample is longer than the model's 64 positions: the context
-//! slides ([`Overflow::Slide`]), and recomputing every step from scratch over the same window
-//! gives the same tokens. How many of its words occur in the book measures how Latin it looks.
+//! slides ([`Overflow::Slide`](llm_from_scratch::model::Overflow::Slide)), and recomputing every
+//! step from scratch over the same window gives the same tokens. How many of its words occur in the book measures how Latin it looks.
 //!
 //! ## Determinism
 //!

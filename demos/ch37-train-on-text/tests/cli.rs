@@ -62,6 +62,25 @@ fn stopping_saving_and_resuming_prints_what_one_run_prints() {
     assert_eq!(String::from_utf8(again.stdout).unwrap(), text);
     let greedy = run(GENERATE, &[straight.to_str().unwrap(), "--temperature", "0", "--top-k", "3", "--chars", "5"]);
     assert!(greedy.status.success());
+    // no tokens at all: the prompt alone; 10^12 tokens reserve nothing (a closed pipe ends them)
+    let none = run(GENERATE, &[straight.to_str().unwrap(), "--prompt", "Non ", "--max-tokens", "0"]);
+    assert!(none.status.success() && none.stdout == b"Non \n", "{none:?}");
+    let (reader, writer) = std::io::pipe().unwrap();
+    let mut endless = Command::new(GENERATE)
+        .args([straight.to_str().unwrap(), "--max-tokens", "1000000000000"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    std::io::Read::read_exact(&mut { reader }, &mut first).unwrap(); // 64 bytes came, then the reader goes
+    assert_eq!(endless.wait().unwrap().code(), Some(141));
+    // a prompt file that is not UTF-8: a character model cannot read it, and says where
+    let bad = temp("not-utf8");
+    std::fs::write(&bad, b"Non \xff").unwrap();
+    let (code, line) = refused(&run(GENERATE, &[straight.to_str().unwrap(), "--prompt-file", bad.to_str().unwrap()]));
+    assert_eq!((code, line.as_str()), (1, "error: the prompt is not UTF-8 (at byte 4)"));
+    std::fs::remove_file(&bad).ok();
 
     // bad inputs of generate
     let path = straight.to_str().unwrap();
@@ -186,4 +205,12 @@ fn generate_writes_with_the_pretrained_model() {
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "The answer to this classic math problem is 4.\n");
+    // a prompt file with bytes that are not UTF-8: byte-level BPE reads any bytes
+    let bytes = temp("bytes");
+    std::fs::write(&bytes, b"Caf\xe9 au lait").unwrap();
+    let out =
+        run(GENERATE, &["--model", model, "--prompt-file", bytes.to_str().unwrap(), "--max-tokens", "1", "--json"]);
+    std::fs::remove_file(&bytes).ok();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8(out.stdout).unwrap().starts_with(r#"{"prompt_ids":["#));
 }

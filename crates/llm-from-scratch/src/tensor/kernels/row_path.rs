@@ -74,8 +74,10 @@ pub(super) fn takes_transposed_row_path(m: usize, k: usize, n: usize, row_stride
     m == 1 && row_stride == 1 && col_stride >= k && n.saturating_mul(k) >= SMALL_PRODUCT
 }
 
-/// Outputs per task of [`row_times_transposed`], and per group of interleaved sums inside one.
+/// Outputs per task of [`row_times_transposed`]: a fixed number, like [`ROWS_PER_TASK`] (each
+/// output is summed alone, so the split could not change a bit anyway).
 const COLUMNS_PER_TASK: usize = 512;
+/// Outputs whose sums [`row_times_transposed`] interleaves.
 const COLUMNS_AT_ONCE: usize = 8;
 
 /// [`row_times_matrix`] for a right side stored transposed: each output `j` is the row times
