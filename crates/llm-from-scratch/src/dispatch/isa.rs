@@ -82,9 +82,10 @@ pub(crate) fn run<K: Kernel>(target: Target, kernel: K) -> K::Output {
 
 /// A target the processor runs, checked once: [`Checked::run`] then only matches on it (for
 /// kernels called once per row). The flag says whether the processor has the FMA instruction,
-/// which the portable target then uses (see [`Pairs`]).
+/// which the portable target then uses (see [`Pairs`]; only x86-64 reads it: elsewhere the
+/// baseline has FMA or the portable build is the only one).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Checked(Target, bool);
+pub(crate) struct Checked(Target, #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] bool);
 
 impl Checked {
     /// `target` if the processor runs it, else the widest narrower target it runs.
