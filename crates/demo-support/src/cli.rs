@@ -45,7 +45,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, ValueEnum};
-use llm_from_scratch::dispatch::{self, Target};
+use llm_from_scratch::kernels::{self, Target};
 
 /// The exit status of a program whose reader went away: 128 + `SIGPIPE` (13), what a shell
 /// reports for a program the signal stopped.
@@ -182,8 +182,8 @@ impl RunArgs {
     /// names no target; [`Failure::Run`] when the threads cannot be started.
     pub fn apply(&self) -> Result<Target, Failure> {
         let target = match self.kernels {
-            Some(KernelTarget(target)) => dispatch::force(target).map_err(|e| e.to_string()),
-            None => dispatch::configured().map_err(|e| format!("{}: {e}", dispatch::ENV_VAR)),
+            Some(KernelTarget(target)) => kernels::force(target).map_err(|e| e.to_string()),
+            None => kernels::configured().map_err(|e| format!("{}: {e}", kernels::target::ENV_VAR)),
         }
         .map_err(|e| Failure::Usage(clap::Error::raw(ErrorKind::InvalidValue, format!("{e}\n"))))?;
         if let Some(n) = self.threads {

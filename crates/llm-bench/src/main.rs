@@ -12,10 +12,10 @@
 //! workload runs inside a rayon pool of `N` threads (default: every core).
 //!
 //! `--kernels portable|avx2|avx512` (or `LLM_KERNELS`) forces the instruction set of every fast
-//! kernel, the matrix product included (`llm_from_scratch::dispatch`); a target this processor
+//! kernel, the matrix product included (`llm_kernels::target`); a target this processor
 //! cannot run is a usage error.
 //!
-//! At start-up the binary calls [`llm_from_scratch::allocator::keep_freed_memory`], so that
+//! At start-up the binary calls [`llm_from_scratch::kernels::allocator::keep_freed_memory`], so that
 //! glibc reuses freed buffers instead of returning them to the system between runs; set
 //! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults.
 //!
@@ -29,7 +29,8 @@ mod workloads;
 use std::process::ExitCode;
 
 use demo_support::cli::{self, Failure, RunArgs};
-use llm_from_scratch::dispatch::{self, Target};
+use llm_from_scratch::kernels::gemm::micro_kernel_name;
+use llm_from_scratch::kernels::target::{self, Target};
 use workloads::{Outcome, Workload};
 
 /// The workload benchmarks of docs/performance.md: a line naming the machine, then one line per
@@ -46,13 +47,22 @@ struct Cli {
 /// The first output line: the processor, the threads, its SIMD features and the kernel each fast
 /// operation runs on.
 fn machine_line(threads: usize, target: Target) -> String {
-    let kernels: Vec<String> = dispatch::kernels_for(target).iter().map(|(op, k)| format!("{op}:{k}")).collect();
+    let kernels: Vec<String> = kernels_for(target).iter().map(|(op, k)| format!("{op}:{k}")).collect();
     format!(
         "machine cpu=\"{}\" threads={threads} simd={} kernels={}",
         cpu_model(),
-        dispatch::features_found().join(","),
+        target::features_found().join(","),
         kernels.join(",")
     )
+}
+
+/// The kernel each fast operation runs on when `target` is in force: the matrix product
+/// (`gemm-f64`'s micro-kernels), the strip kernels of tiled attention, the exponential and
+/// softmax, RoPE, and one-token decoding over a KV cache.
+fn kernels_for(target: Target) -> Vec<(&'static str, &'static str)> {
+    let mut ops = vec![("gemm", micro_kernel_name(target))];
+    ops.extend(["strips", "softmax", "rope", "decode"].map(|op| (op, target.name())));
+    ops
 }
 
 /// The processor's model name (`/proc/cpuinfo` on Linux), else the architecture.
@@ -72,9 +82,9 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
     // the kernels as every binary takes them; the threads are this pool's, not the global one
     let target = RunArgs { threads: None, ..run }.apply()?;
     // glibc would otherwise return the buffers of each step to the system and fault them in again
-    // in the next (see `llm_from_scratch::allocator`); LLM_BENCH_MALLOC=default measures without
+    // in the next (see `llm_kernels::allocator`); LLM_BENCH_MALLOC=default measures without
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
-        llm_from_scratch::allocator::keep_freed_memory();
+        llm_from_scratch::kernels::allocator::keep_freed_memory();
     }
     let threads = run.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let pool = rayon::ThreadPoolBuilder::new()

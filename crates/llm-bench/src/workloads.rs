@@ -17,7 +17,7 @@ use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, LrSchedule, ModelError, TokenBatch, Trainer, TrainingConfig,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::tensor::kernels::{self, MatRef};
+use llm_from_scratch::tensor::matmul::{self as kernels, MatRef};
 use llm_from_scratch::{Tensor, TensorValue};
 
 use crate::measure::{Measurement, Runs, median_ms, resident_growth};
@@ -265,11 +265,12 @@ fn layer_products(n: usize, d: usize) -> Result<f64, String> {
     let w = random_values(d * d, 302);
     let (mut out, mut grad_x, mut grad_w) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; d * d]);
     let err = |e: llm_from_scratch::TensorAutodiffError| e.to_string();
+    let view = |e: llm_from_scratch::kernels::gemm::ShapeError| e.to_string();
     median_ms(Runs { warmups: 3, timed: 11 }, |_| -> Result<(), String> {
         let (x, dy, w) = (
-            MatRef::row_major(&x, n, d).map_err(err)?,
-            MatRef::row_major(&dy, n, d).map_err(err)?,
-            MatRef::row_major(&w, d, d).map_err(err)?,
+            MatRef::row_major(&x, n, d).map_err(view)?,
+            MatRef::row_major(&dy, n, d).map_err(view)?,
+            MatRef::row_major(&w, d, d).map_err(view)?,
         );
         for _ in 0..4 {
             kernels::matmul(&mut out, x, w, false, true).map_err(err)?; // forward, four projections

@@ -25,7 +25,7 @@ use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, LatentAttention, LatentConfig, LatentKvCache, Visibility,
     block_size, causal_scaled_dot_product_self_attention, tiled_attention,
 };
-use llm_from_scratch::dispatch::{Target, with_target};
+use llm_from_scratch::kernels::{Target, with_target};
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
 use llm_from_scratch::{Tensor, TensorValue, constant};
 
@@ -236,7 +236,7 @@ fn latent_decode(c: &mut Criterion) {
 /// The benchmarks' settings, after pinning the allocator's thresholds (see the module docs).
 fn config() -> Criterion {
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
-        llm_from_scratch::allocator::keep_freed_memory();
+        llm_from_scratch::kernels::allocator::keep_freed_memory();
     }
     Criterion::default().sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(2))
 }

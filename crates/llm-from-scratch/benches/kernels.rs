@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::tensor::kernels::{self, MatRef};
+use llm_from_scratch::tensor::matmul::{self as kernels, MatRef};
 use llm_from_scratch::{Tensor, TensorValue, parameter};
 
 /// `len` values uniform in [−1, 1) (never zeros, so no kernel can skip work).

@@ -24,12 +24,11 @@
 //! reproducible and independent of the number of threads.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
-pub mod allocator;
 pub mod attention;
 pub mod autodiff;
 pub mod bpe;
-pub mod dispatch;
 pub mod error;
 /// Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`); their property tests run in
 /// every `cargo test`.
@@ -38,7 +37,6 @@ pub mod fuzzing;
 pub mod gguf;
 pub mod model;
 pub mod nn;
-pub mod parallel;
 pub mod report;
 pub mod tensor;
 
@@ -47,6 +45,10 @@ pub use autodiff::{
     parameter,
 };
 pub use error::{TensorAutodiffError, fmt_shape};
+/// The speed half of the workspace, `llm-kernels`: the per-instruction-set kernels this crate's
+/// operations call, the target they run on ([`kernels::Target`], `LLM_KERNELS`), and the process
+/// settings of the benchmarks. Each kernel has a plain twin here that its tests hold it to.
+pub use llm_kernels as kernels;
 pub use tensor::{Mask, Tensor};
 
 /// The README's Rust example, compiled and run as a doctest of this crate: `cargo test --doc`

@@ -2,52 +2,16 @@
 //! cache only by its scores and weights (`2·H` values per cached token and batch row), never by
 //! a copy of the cached latents and rotated keys (`d_c + d_r` values per token and row).
 //!
-//! The binary counts the bytes every thread allocates (a wrapper around the system allocator that
-//! adds each request's size to a counter), so it holds this one test alone: another test running
+//! The binary counts the bytes every thread allocates (the kernels crate's `CountingAllocator`, the system
+//! allocator adding each request's size to a counter), so it holds this one test alone: another test running
 //! beside it would add its own allocations.
 
-#![allow(unsafe_code)] // `GlobalAlloc` is an unsafe trait; every call is passed on unchanged
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use llm_from_scratch::attention::{LatentAttention, LatentConfig, LatentKvCache};
+use llm_from_scratch::kernels::allocator::CountingAllocator;
 use llm_from_scratch::{Tensor, constant, nn::SplitMix64};
 
-/// The system allocator, counting the bytes requested.
-struct Counting;
-
-static REQUESTED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: each method forwards its arguments to the system allocator, whose contract is the same;
-// the counter is only added to.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        REQUESTED.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's promises about `layout` hold for this call too.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        REQUESTED.fetch_add(layout.size(), Ordering::Relaxed);
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        REQUESTED.fetch_add(new_size, Ordering::Relaxed);
-        // SAFETY: `ptr` came from this allocator (so from the system one) with `layout`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as for `realloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator::new();
 
 const BATCH: usize = 2;
 const WIDTH: usize = 16;
@@ -88,9 +52,9 @@ fn bytes_per_step(layer: &LatentAttention, cache: &mut LatentKvCache) -> usize {
     (0..3)
         .map(|step| {
             let token = constant(&[BATCH, 1, WIDTH], tokens(1, 10 + step).as_slice()).unwrap();
-            let before = REQUESTED.load(Ordering::Relaxed);
+            let before = ALLOCATOR.requested();
             layer.forward_cached(&token, cache).unwrap();
-            REQUESTED.load(Ordering::Relaxed) - before
+            ALLOCATOR.requested() - before
         })
         .min()
         .unwrap_or(0)

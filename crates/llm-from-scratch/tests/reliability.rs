@@ -324,7 +324,7 @@ proptest! {
 #[test]
 fn regressions_found_by_review() {
     use llm_from_scratch::attention::SlidingWindow;
-    use llm_from_scratch::tensor::kernels::{MatRef, matmul};
+    use llm_from_scratch::tensor::matmul::{MatRef, matmul};
     let mut rng = SplitMix64::new(1);
     // 1. zero-stride views whose m·n overflows must not pass for an empty destination
     let one = [0.0];

@@ -6,7 +6,7 @@ use llm_from_scratch::attention::{
     AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax,
     SHORT_BLOCK, SlidingWindow, Visibility, block_size, grouped_attention, tiled_attention,
 };
-use llm_from_scratch::dispatch::{Target, with_target};
+use llm_from_scratch::kernels::{Target, with_target};
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::{GradcheckConfig, Tensor, TensorValue, gradcheck};
 

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use crate::attention::decode::{RowQuery, Run, attend_row};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::check_sequence;
-use crate::attention::{AttentionError, GroupedQueryAttention, KvCache, Stage};
+use crate::attention::{AttentionError, GroupedQueryAttention, KvCache, SlidingWindow, Stage};
 use crate::autodiff::{TensorValue, constant};
 use crate::tensor::Tensor;
 
@@ -33,7 +33,7 @@ impl GroupedQueryAttention {
     pub fn forward_cached(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
         // a decoding step is three parallel passes with serial work between them: keep a worker
         // from parking (crate::parallel)
-        crate::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
+        crate::kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
     }
 
     fn forward_cached_body(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
@@ -84,7 +84,8 @@ impl GroupedQueryAttention {
         let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
         let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
         let mut heads = vec![0.0; q.len()];
-        let target = crate::dispatch::active();
+        let target = crate::kernels::active();
+        let window_keys = c.window.map(SlidingWindow::visible_keys);
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
             let (bi, hi) = (lane / h, lane % h);
             let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
@@ -97,7 +98,7 @@ impl GroupedQueryAttention {
             for step in 0..t {
                 // the new keys after `step` are in the future of this query: the mask hides them
                 let q = &q.as_slice()[(lane * t + step) * d..][..d];
-                let query = RowQuery { q, position: first + step, window: c.window, scale, sink, target };
+                let query = RowQuery { q, position: first + step, window_keys, scale, sink, target };
                 attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
             }
         });

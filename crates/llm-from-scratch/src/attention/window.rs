@@ -94,6 +94,15 @@ pub struct Visibility {
 }
 
 impl Visibility {
+    /// The same rule as plain data, as the kernels read it (a window as its number of keys).
+    pub(crate) fn rule(&self) -> crate::kernels::visibility::Visibility<'_> {
+        crate::kernels::visibility::Visibility {
+            query_offset: self.query_offset,
+            window_keys: self.window.map(SlidingWindow::visible_keys),
+            key_padding: self.key_padding.as_deref(),
+        }
+    }
+
     /// `true` when query row `i` of batch row `b` sees key `j` (of `t_k`).
     pub(crate) fn sees(&self, b: usize, t_k: usize, i: usize, j: usize) -> bool {
         visible(self.query_offset + i, j, self.window) && !self.key_padding.as_ref().is_some_and(|p| p[b * t_k + j])
@@ -101,18 +110,12 @@ impl Visibility {
 
     /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only).
     pub(crate) fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
-        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
-        let future = j0 > last_q;
-        let too_old = self.window.is_some_and(|w| (j1 - 1).saturating_add(w.visible_keys()) <= first_q);
-        future || too_old
+        self.rule().block_hidden(i0, i1, j0, j1)
     }
 
     /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed).
     pub(crate) fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
-        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
-        let causal_ok = j1 - 1 <= first_q;
-        let window_ok = self.window.is_none_or(|w| last_q.saturating_sub(j0) < w.visible_keys());
-        causal_ok && window_ok && self.key_padding.is_none()
+        self.rule().block_open(i0, i1, j0, j1)
     }
 }
 

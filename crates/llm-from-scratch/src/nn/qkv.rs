@@ -6,7 +6,7 @@ use crate::autodiff::{TensorValue, constant};
 use crate::error::Shape;
 use crate::nn::{NamedParameter, NnError, SplitMix64};
 use crate::tensor::Tensor;
-use crate::tensor::kernels::{MatRef, row_times_matrices};
+use crate::tensor::matmul::{MatRef, row_times_matrices};
 
 /// Three projections of the same input: `Q = x·W_Q (+b_Q)`, `K = x·W_K (+b_K)`, `V = x·W_V (+b_V)`.
 ///

@@ -25,10 +25,10 @@
 use thiserror::Error;
 
 use crate::autodiff::TensorValue;
-use crate::dispatch::isa::{Checked, Isa, Kernel};
 use crate::error::{Shape, TensorAutodiffError};
+use crate::kernels::rope::{PairLayout, RowRotation};
+use crate::kernels::rows::{RowTasks, build_rows};
 use crate::tensor::Tensor;
-use crate::tensor::rows::{RowOut, RowTasks, Written, build_rows};
 
 /// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
 /// looked up, later ones computed when used — with the same expression, so the results are the
@@ -160,54 +160,13 @@ fn angle(p: usize, theta: f64) -> (f64, f64) {
 
 /// The rotation of one coordinate pair by the angle whose cosine and sine are `c` and `s`:
 /// `(x_a, x_b) ↦ (x_a·c − x_b·s, x_a·s + x_b·c)`.
-#[inline(always)]
+///
+/// The plain twin of the row loop ([`crate::kernels::rope`]), which turns every pair of a row
+/// this way, compiled for the processor's vector instructions; the tests hold the two to the same
+/// bits.
+#[cfg_attr(not(test), expect(dead_code, reason = "the twin the tests hold the row loop to"))]
 fn rotate_pair((xa, xb): (f64, f64), c: f64, s: f64) -> (f64, f64) {
     (xa * c - xb * s, xa * s + xb * c)
-}
-
-/// One row of [`RopeLayout::SplitHalves`]: pair `(input[i], input[i + d_h/2])` turned by the
-/// angle whose cosine is `cos[i]` and sine `sign · sin[i]` (sign −1: the inverse rotation, which is
-/// the backward), written to the same places of `out`.
-///
-/// The row loop of the forward and the backward: a straight pass over four slices (no index
-/// arithmetic, no bounds checks), so that it vectorises — and can be compiled once per
-/// instruction set by a caller with `#[target_feature]`.
-#[inline(always)]
-fn rotate_row_apart<'a>(cos: &[f64], sin: &[f64], input: &[f64], out: RowOut<'a>, sign: f64) -> Written<'a> {
-    let (lo, hi) = input.split_at(input.len() / 2);
-    let angles = cos.iter().zip(sin).map(|(&c, &s)| (c, sign * s));
-    out.pairs_apart(lo.iter().zip(hi).zip(angles).map(|((&xa, &xb), (c, s))| rotate_pair((xa, xb), c, s)))
-}
-
-/// One row of [`RopeLayout::AdjacentPairs`]: pair `(input[2i], input[2i + 1])` turned as in
-/// [`rotate_row_apart`].
-#[inline(always)]
-fn rotate_row_adjacent<'a>(cos: &[f64], sin: &[f64], input: &[f64], out: RowOut<'a>, sign: f64) -> Written<'a> {
-    let (pairs, _) = input.as_chunks::<2>(); // the width is even: no remainder
-    let angles = cos.iter().zip(sin).map(|(&c, &s)| (c, sign * s));
-    out.pairs_adjacent(pairs.iter().zip(angles).map(|(&[xa, xb], (c, s))| rotate_pair((xa, xb), c, s)))
-}
-
-/// One row's rotation as a kernel compiled per target.
-struct RotateRow<'r, 'o> {
-    layout: RopeLayout,
-    cos: &'r [f64],
-    sin: &'r [f64],
-    input: &'r [f64],
-    out: RowOut<'o>,
-    sign: f64,
-}
-
-impl<'o> Kernel for RotateRow<'_, 'o> {
-    type Output = Written<'o>;
-    #[inline(always)]
-    fn run<I: Isa>(self, _isa: I) -> Written<'o> {
-        let RotateRow { layout, cos, sin, input, out, sign } = self;
-        match layout {
-            RopeLayout::SplitHalves => rotate_row_apart(cos, sin, input, out, sign),
-            RopeLayout::AdjacentPairs => rotate_row_adjacent(cos, sin, input, out, sign),
-        }
-    }
 }
 
 /// The absolute position of each row `[..., T, d_h]` of an input: `positions[t]` for token `t`,
@@ -403,21 +362,25 @@ impl RotaryEmbedding {
     /// Rows are independent, so blocks of [`ROWS_PER_TASK`] rows run in parallel; each value is
     /// computed the same way whatever the thread count. Each output row is written once, from
     /// its input row, into storage that was never filled (no pass of zeros, no copy of the input),
-    /// by [`rotate_row_apart`] or [`rotate_row_adjacent`].
+    /// by the kernels crate's row loop ([`RowRotation`]).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
         let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
         let rows = RowPositions::new(x.shape(), positions);
         let tables = self.tables();
         let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
-        // the row loops compiled for the target in force (no fused operations: the same bits on
+        // the row loop compiled for the target in force (no fused operations: the same bits on
         // every target)
-        let target = Checked::new(crate::dispatch::active());
+        let rotation = RowRotation::new(crate::kernels::active());
+        let layout = match self.layout {
+            RopeLayout::AdjacentPairs => PairLayout::Adjacent,
+            RopeLayout::SplitHalves => PairLayout::Apart,
+        };
         // per task: the angles of a position past the tables, computed when needed
         let far_angles = || (Vec::new(), Vec::new());
         let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
             let (cos, sin) = self.angles(tables, rows.position(r), far);
             let input = &x.as_slice()[r * d..(r + 1) * d];
-            target.run(RotateRow { layout: self.layout, cos, sin, input, out: row, sign })
+            rotation.rotate(layout, (cos, sin), input, row, sign)
         });
         Tensor::from_parts(x.shape().to_vec(), out)
     }

@@ -33,7 +33,7 @@ use crate::attention::{AttentionError, LatentAttention, Stage};
 use crate::autodiff::TensorValue;
 use crate::autodiff::ops::softmax::softmax_row;
 use crate::tensor::Tensor;
-use crate::tensor::kernels::{MatRef, matmul, matmul_new};
+use crate::tensor::matmul::{MatRef, matmul, matmul_new};
 
 /// The latent KV cache: `C` and `k_R` per token, nothing else.
 ///
@@ -138,7 +138,7 @@ impl LatentAttention {
     pub fn forward_cached(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
         // a decoding step is several parallel passes with serial work between them: keep a worker
         // from parking (crate::parallel)
-        crate::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
+        crate::kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
     }
 
     fn forward_cached_body(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
@@ -182,13 +182,16 @@ impl LatentAttention {
         let (h, dh, dc) = (self.config.heads, self.config.head_width, self.config.latent_width);
         let t = q.shape()[2];
         let mut out = vec![0.0; q.len() / dh * dc];
-        // one task per (batch row, head) lane: [T, d_h] · A_hᵀ [d_h, d_c]
-        out.par_chunks_mut(t * dc).zip(q.as_slice().par_chunks(t * dh)).enumerate().try_for_each(
-            |(lane, (out, q))| {
-                let a_h = MatRef::new(&up_key.as_slice()[(lane % h) * dh..], dc, dh, h * dh, 1)?; // A_h [d_c, d_h]
-                matmul(out, MatRef::row_major(q, t, dh)?, a_h.t(), false, false)
-            },
-        )?;
+        // one task per (batch row, head) lane: [T, d_h] · A_hᵀ [d_h, d_c], on the target read here
+        let target = crate::kernels::active();
+        let lane = |lane: usize, out: &mut [f64], q: &[f64]| -> Result<(), TensorAutodiffError> {
+            let a_h = MatRef::new(&up_key.as_slice()[(lane % h) * dh..], dc, dh, h * dh, 1)?; // A_h [d_c, d_h]
+            matmul(out, MatRef::row_major(q, t, dh)?, a_h.t(), false, false)
+        };
+        out.par_chunks_mut(t * dc)
+            .zip(q.as_slice().par_chunks(t * dh))
+            .enumerate()
+            .try_for_each(|(l, (out, q))| target.within(|| lane(l, out, q)))?;
         Ok(out)
     }
 
@@ -260,7 +263,11 @@ impl LatentAttention {
             // one decoding row: the kernels use the threads
             token(0, &mut mixed, true)?;
         } else {
-            mixed.par_chunks_mut(h * dc).enumerate().try_for_each(|(job, out)| token(job, out, false))?;
+            let target = crate::kernels::active();
+            mixed
+                .par_chunks_mut(h * dc)
+                .enumerate()
+                .try_for_each(|(job, out)| target.within(|| token(job, out, false)))?;
         }
         Ok(mixed)
     }

@@ -1,5 +1,5 @@
-//! The backward of tiled attention, written with block matrix products, and the choice of the
-//! kernel that runs it.
+//! The backward of tiled attention, written with block matrix products, and how each path runs
+//! its lanes.
 //!
 //! The backward recomputes each score block from `Q`, `K` and the saved `log Σ eˢ` instead of
 //! storing the weights:
@@ -14,15 +14,16 @@
 
 use rayon::prelude::*;
 
+use super::path::TiledPath;
 use super::plain;
 use super::reference::{BlockAt, score_block};
 use super::shapes::{Dims, LaneInputs, Operands};
-use super::strips;
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
+use crate::kernels::strips;
 use crate::tensor::Tensor;
 use crate::tensor::exp::{exp, exp_shifted_sum};
-use crate::tensor::kernels::{MatRef, matmul};
+use crate::tensor::matmul::{MatRef, matmul};
 
 /// The operands of one (batch, query head) lane.
 struct Lane<'a> {
@@ -65,7 +66,7 @@ impl<'a> Backward<'a> {
     ) -> Result<(), TensorAutodiffError> {
         let d = self.dims.d;
         let (n, w) = (i1 - i0, j1 - j0);
-        let scale = 1.0 / (d as f64).sqrt();
+        let scale = self.dims.scale();
         let at = BlockAt { b: lane.b, rows: (i0, i1), keys: (j0, j1) };
         score_block(p, (lane.ops.q, lane.ops.k), self.dims, self.vis, at)?;
         for (r, row) in p[..n * w].chunks_mut(w).enumerate() {
@@ -180,22 +181,6 @@ fn add_product(c: &mut [f64], a: MatRef<'_>, b: MatRef<'_>) -> Result<(), Tensor
     matmul(c, a, b, true, false)
 }
 
-/// Which kernel runs a call: the strip kernel, block products, or the plain twin (module
-/// `plain`), which the tiled attention runs for operands that are not all finite and tests
-/// compare with the other two.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Kernel {
-    /// The strip kernel (module `strips`) for one target.
-    Strips(strips::StripKernel),
-    /// Block matrix products (module `reference` and this module): the reference the strip
-    /// kernel is tested against.
-    #[cfg_attr(not(test), expect(dead_code, reason = "only tests run a whole call on block products"))]
-    Blocks,
-    /// One query row at a time (module `plain`).
-    #[cfg_attr(not(test), expect(dead_code, reason = "only tests run a whole call on the plain twin"))]
-    Plain,
-}
-
 /// What the forward saved for the backward: `q`, `k`, `v`, the sinks, the output `o` and each
 /// query row's `log Σ eˢ`.
 #[derive(Clone, Copy)]
@@ -224,7 +209,7 @@ pub(super) fn backward(
     vis: &Visibility,
     saved: Saved<'_>,
     g: &Tensor,
-    kernel: Kernel,
+    path: TiledPath,
 ) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
     let Saved { q, k, v, sinks, o, lse, operands_finite } = saved;
     if q.is_empty() || k.is_empty() {
@@ -236,7 +221,7 @@ pub(super) fn backward(
         }
         return Ok(grads);
     }
-    if matches!(kernel, Kernel::Plain) || !operands_finite || !g.all_finite() {
+    if matches!(path, TiledPath::Plain) || !operands_finite || !g.all_finite() {
         return Ok(plain_backward(dims, vis, saved, g));
     }
     let delta = row_constants(g, o, dims.d);
@@ -246,9 +231,9 @@ pub(super) fn backward(
     let (mut dq, mut dk, mut dv) = (zeros(q.len()), zeros(k.len()), zeros(v.len()));
     let adjoints = Adjoints { dq: &mut dq, dk: &mut dk, dv: &mut dv };
     let fused = dims.b * dims.g >= FUSED_BACKWARD_LANES;
-    match kernel {
-        Kernel::Strips(strips) if fused => run.fused_strips(strips, adjoints),
-        Kernel::Strips(strips) => run.two_pass_strips(strips, adjoints),
+    match path {
+        TiledPath::Strips(strips) if fused => run.fused_strips(strips, adjoints),
+        TiledPath::Strips(strips) => run.two_pass_strips(strips, adjoints),
         _ if fused => run.fused_blocks(adjoints)?,
         _ => run.two_pass_blocks(adjoints)?,
     }
@@ -282,7 +267,7 @@ impl Backward<'_> {
     }
 
     fn fused_strips(&self, kernel: strips::StripKernel, out: Adjoints<'_>) {
-        let (dims, vis) = (self.dims, self.vis);
+        let (dims, vis) = (self.dims, self.vis.rule());
         let lane_len = dims.t_k * dims.d;
         let kv_lanes = out.dk.par_chunks_mut(lane_len).zip(out.dv.par_chunks_mut(lane_len)).enumerate();
         let groups = out.dq.par_chunks_mut(dims.group() * dims.t_q * dims.d);
@@ -295,7 +280,7 @@ impl Backward<'_> {
 
     fn two_pass_strips(&self, kernel: strips::StripKernel, out: Adjoints<'_>) {
         let Dims { h: h_n, g: g_n, t_q, t_k, d, block, .. } = self.dims;
-        let (dims, vis) = (self.dims, self.vis);
+        let (dims, vis) = (self.dims, self.vis.rule());
         // pass 1: dQ per (query lane, query block)
         out.dq.par_chunks_mut(t_q * d).enumerate().for_each(|(lane, dq)| {
             let (b, h) = (lane / h_n, lane % h_n);
@@ -315,22 +300,28 @@ impl Backward<'_> {
         });
     }
 
+    // The block paths' products and exponentials run on the target read where each begins.
+
     fn fused_blocks(&self, out: Adjoints<'_>) -> Result<(), TensorAutodiffError> {
+        let target = crate::kernels::active();
         let lane_len = self.dims.t_k * self.dims.d;
         let kv_lanes = out.dk.par_chunks_mut(lane_len).zip(out.dv.par_chunks_mut(lane_len)).enumerate();
         let groups = out.dq.par_chunks_mut(self.dims.group() * self.dims.t_q * self.dims.d);
-        kv_lanes.zip(groups).try_for_each(|((lane, (dk, dv)), dq)| self.kv_lane(lane, Some(dq), dk, dv))
+        kv_lanes
+            .zip(groups)
+            .try_for_each(|((lane, (dk, dv)), dq)| target.within(|| self.kv_lane(lane, Some(dq), dk, dv)))
     }
 
     fn two_pass_blocks(&self, out: Adjoints<'_>) -> Result<(), TensorAutodiffError> {
+        let target = crate::kernels::active();
         let Dims { h: h_n, t_q, t_k, d, .. } = self.dims;
         // pass 1: dQ per query lane; pass 2: dK and dV per kv lane
         out.dq
             .par_chunks_mut(t_q * d)
             .enumerate()
-            .try_for_each(|(lane, dq)| self.query_lane(&self.lane(lane / h_n, lane % h_n), dq))?;
+            .try_for_each(|(lane, dq)| target.within(|| self.query_lane(&self.lane(lane / h_n, lane % h_n), dq)))?;
         let kv_lanes = out.dk.par_chunks_mut(t_k * d).zip(out.dv.par_chunks_mut(t_k * d)).enumerate();
-        kv_lanes.try_for_each(|(lane, (dk, dv))| self.kv_lane(lane, None, dk, dv))
+        kv_lanes.try_for_each(|(lane, (dk, dv))| target.within(|| self.kv_lane(lane, None, dk, dv)))
     }
 }
 

@@ -29,8 +29,8 @@
 //! fixed order: results do not depend on the number of threads.
 //!
 //! Forward and backward above, written with block matrix products, are the reference. Both run
-//! instead on the *strip kernel* (module `strips`), compiled for each instruction set
-//! (`crate::dispatch`): the same
+//! instead on the kernels crate's *strip kernel* ([`crate::kernels::strips`]), compiled for each
+//! instruction set: the same
 //! online softmax for 32 queries at a time held across vector lanes, with scores, weights and
 //! the weighted sum of each key block computed in registers, and a backward with keys across the
 //! lanes (one task per kv lane; two passes with fewer than 8 lanes). It keeps data in registers
@@ -48,19 +48,24 @@
 //! |---|---|
 //! | `online_softmax` | [`OnlineSoftmax`]: running maximum, normaliser and numerator; the rescale |
 //! | `plain` | the plain twin: one query row at a time, over the keys it sees |
-//! | `shapes` | block sizes, the shapes of one call, the lanes the kernels read |
+//! | `shapes` | the checks of one call, the slices of a lane the plain and block paths read |
 //! | `reference` | the forward with block matrix products |
-//! | `backward` | the backward with block matrix products, and which kernel runs it |
+//! | `backward` | the backward with block matrix products, and how each path runs its lanes |
+//! | `path` | which of the three runs a call: the strip kernel, block products, the plain twin |
 //! | `operation` | [`tiled_attention`]: checks, a task per query block, the record on the tape |
-//! | `strips` | the same forward and backward in vector registers, per instruction set |
+//!
+//! The strip kernel itself lives in the kernels crate (`crates/llm-kernels`, module `strips`);
+//! `strip_tests` holds it to the block path here, on every target.
 
 mod backward;
 mod online_softmax;
 mod operation;
+mod path;
 mod plain;
 mod reference;
 mod shapes;
-mod strips;
+#[cfg(test)]
+mod strip_tests;
 
 pub use online_softmax::OnlineSoftmax;
 pub use operation::tiled_attention;

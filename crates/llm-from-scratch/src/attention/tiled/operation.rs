@@ -1,18 +1,19 @@
 //! [`tiled_attention`], the operation on the tape: it checks the shapes, runs one task per
-//! (lane, query block) on the kernel that fits, keeps each row's `log Σ eˢ` when a backward may
+//! (lane, query block) on the path that fits, keeps each row's `log Σ eˢ` when a backward may
 //! need it, and records the backward (module `backward`).
 
 use rayon::prelude::*;
 
-use super::backward::{Kernel, Saved, backward};
+use super::backward::{Saved, backward};
+use super::path::TiledPath;
 use super::plain;
 use super::reference::BlockForward;
 use super::shapes::{Dims, LaneInputs, check};
-use super::strips;
 use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
 use crate::error::TensorAutodiffError;
+use crate::kernels::strips;
 use crate::tensor::Tensor;
 
 /// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
@@ -52,18 +53,18 @@ pub fn tiled_attention(
     sinks: Option<&TensorValue>,
     visibility: &Visibility,
 ) -> Result<TensorValue, AttentionError> {
-    let kernel = Kernel::Strips(strips::StripKernel::new(crate::dispatch::active()));
-    tiled_attention_on(q, k, v, sinks, visibility, kernel)
+    let path = TiledPath::Strips(strips::StripKernel::new(crate::kernels::active()));
+    tiled_attention_on(q, k, v, sinks, visibility, path)
 }
 
-/// [`tiled_attention`] on the given kernel (tests compare the three).
+/// [`tiled_attention`] on the given path (tests compare the three).
 pub(super) fn tiled_attention_on(
     q: &TensorValue,
     k: &TensorValue,
     v: &TensorValue,
     sinks: Option<&TensorValue>,
     visibility: &Visibility,
-    kernel: Kernel,
+    path: TiledPath,
 ) -> Result<TensorValue, AttentionError> {
     let dims = check(q, k, v, sinks, visibility)?;
     let read = |x: &TensorValue| x.read("tiled_attention").at(Stage::Scores);
@@ -71,7 +72,7 @@ pub(super) fn tiled_attention_on(
     let sink_values = sinks.map(read).transpose()?;
     let poisoned = poisoned_lanes(dims, &kt, &vt);
     let forward =
-        Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), kernel, poisoned };
+        Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), path, poisoned };
     // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
     let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
     // whether q, k and v are all finite, for the backward (checked here, while they are at hand,
@@ -87,7 +88,7 @@ pub(super) fn tiled_attention_on(
         let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
         let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
         let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse, operands_finite };
-        backward(dims, &vis, saved, ctx.grad(), kernel)
+        backward(dims, &vis, saved, ctx.grad(), path)
     }))
 }
 
@@ -106,7 +107,7 @@ fn poisoned_lanes(dims: Dims, k: &Tensor, v: &Tensor) -> Vec<bool> {
         .collect()
 }
 
-/// One call's forward: its inputs, and the kernel each (lane, query block) task runs on.
+/// One call's forward: its inputs, and the path each (lane, query block) task runs on.
 struct Forward<'a> {
     dims: Dims,
     vis: &'a Visibility,
@@ -114,7 +115,7 @@ struct Forward<'a> {
     k: &'a Tensor,
     v: &'a Tensor,
     sinks: Option<&'a Tensor>,
-    kernel: Kernel,
+    path: TiledPath,
     /// Per kv lane, from [`poisoned_lanes`].
     poisoned: Vec<bool>,
 }
@@ -126,9 +127,9 @@ impl Forward<'_> {
     /// Query rows per task: a block, or on the strip kernel several blocks, whose strips then
     /// share each block of keys and values fetched from memory.
     fn rows_per_task(&self) -> usize {
-        match self.kernel {
-            Kernel::Strips(_) => strips::TASK_BLOCKS * self.dims.block,
-            Kernel::Blocks | Kernel::Plain => self.dims.block,
+        match self.path {
+            TiledPath::Strips(_) => strips::TASK_BLOCKS * self.dims.block,
+            TiledPath::Blocks | TiledPath::Plain => self.dims.block,
         }
     }
 
@@ -139,6 +140,8 @@ impl Forward<'_> {
         let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
         let rows = self.rows_per_task();
         let init = || (Vec::new(), Vec::new());
+        // the block and plain paths' products and exponentials run on the target read here
+        let target = crate::kernels::active();
         // lanes, then query blocks within a lane: no list of tasks is allocated
         if out.is_empty() {
             // no query rows: nothing to compute
@@ -147,13 +150,15 @@ impl Forward<'_> {
                 o.par_chunks_mut(rows * d)
                     .zip(l.par_chunks_mut(rows))
                     .enumerate()
-                    .try_for_each_init(init, |scratch, (qb, (o, l))| self.task(scratch, (lane, qb), o, Some(l)))
+                    .try_for_each_init(init, |scratch, (qb, (o, l))| {
+                        target.within(|| self.task(scratch, (lane, qb), o, Some(l)))
+                    })
             })?;
         } else {
             out.par_chunks_mut(t_q * d).enumerate().try_for_each(|(lane, o)| {
-                o.par_chunks_mut(rows * d)
-                    .enumerate()
-                    .try_for_each_init(init, |scratch, (qb, o)| self.task(scratch, (lane, qb), o, None))
+                o.par_chunks_mut(rows * d).enumerate().try_for_each_init(init, |scratch, (qb, o)| {
+                    target.within(|| self.task(scratch, (lane, qb), o, None))
+                })
             })?;
         }
         Ok((out, lse))
@@ -177,13 +182,14 @@ impl Forward<'_> {
             (&self.q.as_slice()[ql..ql + dims.t_q * dims.d], &self.k.as_slice()[kv.clone()], &self.v.as_slice()[kv]);
         let lane = LaneInputs { q, k, v, sink, b };
         let (i0, rows) = (qb * self.rows_per_task(), o.len() / dims.d);
-        let plain = matches!(self.kernel, Kernel::Plain) || self.poisoned[b * dims.g + h / dims.group()];
-        match self.kernel {
+        let plain = matches!(self.path, TiledPath::Plain) || self.poisoned[b * dims.g + h / dims.group()];
+        match self.path {
             _ if plain => plain::forward_rows(&lane, dims, vis, i0, o, lse_or_scratch(lse, own_lse, rows)),
-            Kernel::Strips(kernel) => {
+            TiledPath::Strips(kernel) => {
+                let vis = vis.rule();
                 kernel.forward_block(strips::QueryBlock { out: o, lse, q, k, v, sink, dims, b, i0, vis });
             }
-            Kernel::Blocks | Kernel::Plain => {
+            TiledPath::Blocks | TiledPath::Plain => {
                 BlockForward { lane, dims, vis, i0 }.run(o, lse_or_scratch(lse, own_lse, rows), scratch)?
             }
         }
@@ -208,10 +214,10 @@ pub(super) mod tests {
     use crate::attention::SlidingWindow;
     use crate::nn::SplitMix64;
 
-    /// The whole operation on two kernels, `[B, H, G, T_q, T_k, d]`: outputs and the gradients of
+    /// The whole operation on two paths, `[B, H, G, T_q, T_k, d]`: outputs and the gradients of
     /// `q`, `k`, `v` and the sinks, to 1e-12 relative.
-    pub(in crate::attention::tiled) fn assert_kernels_agree(
-        (a, b): (Kernel, Kernel),
+    pub(in crate::attention::tiled) fn assert_paths_agree(
+        (a, b): (TiledPath, TiledPath),
         shape: [usize; 6],
         vis: &Visibility,
         sinks: bool,
@@ -227,8 +233,8 @@ pub(super) mod tests {
         let (q, k, v) = (leaf(&[b_n, h, t_q, d], 2.0), leaf(&[b_n, g, t_k, d], 2.0), leaf(&[b_n, g, t_k, d], 1.0));
         let s = sinks.then(|| leaf(&[h], 1.0));
         let upstream = leaf(&[b_n, h, t_q, d], 1.0).value().unwrap();
-        let run = |kernel| {
-            let out = tiled_attention_on(&q, &k, &v, s.as_ref(), vis, kernel).unwrap();
+        let run = |path| {
+            let out = tiled_attention_on(&q, &k, &v, s.as_ref(), vis, path).unwrap();
             let grads = out.backward_with(&upstream).unwrap();
             let mut all =
                 vec![out.value().unwrap(), grads.get_or_zeros(&q), grads.get_or_zeros(&k), grads.get_or_zeros(&v)];
@@ -244,22 +250,22 @@ pub(super) mod tests {
 
     #[test]
     fn the_block_path_equals_the_plain_twin_in_outputs_and_gradients() {
-        let both = (Kernel::Blocks, Kernel::Plain);
+        let both = (TiledPath::Blocks, TiledPath::Plain);
         let causal = |t_q: usize, t_k: usize| Visibility { query_offset: t_k - t_q, ..Visibility::default() };
         // causal over several blocks; GQA (2 query heads per kv head) with sinks, one and two passes
-        assert_kernels_agree(both, [1, 2, 2, 70, 70, 5], &causal(70, 70), false, 400);
-        assert_kernels_agree(both, [2, 4, 2, 33, 33, 7], &causal(33, 33), true, 401);
-        assert_kernels_agree(both, [4, 4, 2, 20, 20, 3], &causal(20, 20), true, 402);
+        assert_paths_agree(both, [1, 2, 2, 70, 70, 5], &causal(70, 70), false, 400);
+        assert_paths_agree(both, [2, 4, 2, 33, 33, 7], &causal(33, 33), true, 401);
+        assert_paths_agree(both, [4, 4, 2, 20, 20, 3], &causal(20, 20), true, 402);
         // the last queries of a longer stream (chunked prefill)
-        assert_kernels_agree(both, [1, 2, 1, 9, 80, 4], &causal(9, 80), true, 403);
+        assert_paths_agree(both, [1, 2, 1, 9, 80, 4], &causal(9, 80), true, 403);
         // windows and padding (a query whose only key is padded: a zero row, zero gradients)
         let mut vis = causal(70, 70);
         vis.window = Some(SlidingWindow::Exclusive(23));
-        assert_kernels_agree(both, [1, 2, 1, 70, 70, 5], &vis, true, 404);
+        assert_paths_agree(both, [1, 2, 1, 70, 70, 5], &vis, true, 404);
         vis.window = Some(SlidingWindow::Inclusive(3));
         vis.key_padding = Some((0..140).map(|j| j % 5 == 0).collect());
-        assert_kernels_agree(both, [2, 2, 1, 70, 70, 6], &vis, true, 405);
+        assert_paths_agree(both, [2, 2, 1, 70, 70, 6], &vis, true, 405);
         vis.window = None;
-        assert_kernels_agree(both, [2, 4, 4, 70, 70, 6], &vis, false, 406);
+        assert_paths_agree(both, [2, 4, 4, 70, 70, 6], &vis, false, 406);
     }
 }

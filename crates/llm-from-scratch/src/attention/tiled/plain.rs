@@ -32,7 +32,7 @@ struct RowView {
 
 fn row_view(lane: &LaneInputs<'_>, dims: Dims, vis: &Visibility, i: usize) -> RowView {
     let d = dims.d;
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     let q = &lane.q[i * d..(i + 1) * d];
     let keys: Vec<usize> = (0..dims.t_k).filter(|&j| vis.sees(lane.b, dims.t_k, i, j)).collect();
     let mut scores: Vec<f64> = keys.iter().map(|&j| scale * dot(q, &lane.k[j * d..(j + 1) * d])).collect();
@@ -89,7 +89,7 @@ pub(super) fn backward_lane(
     grads: PlainGradients<'_>,
 ) {
     let d = dims.d;
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     for i in 0..dims.t_q {
         let RowView { keys, weights, .. } = row_view(lane, dims, vis, i);
         let (gi, qi) = (&g[i * d..(i + 1) * d], &lane.q[i * d..(i + 1) * d]);

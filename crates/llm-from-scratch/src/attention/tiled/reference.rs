@@ -16,7 +16,7 @@ use super::online_softmax::RunningRow;
 use super::shapes::{Dims, LaneInputs};
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
-use crate::tensor::kernels::{MatRef, matmul, matmul_scaled};
+use crate::tensor::matmul::{MatRef, matmul, matmul_scaled};
 
 /// Where one block of scores lies: batch row `b`, query rows `i0..i1`, key rows `j0..j1`.
 #[derive(Clone, Copy, Debug)]
@@ -38,7 +38,7 @@ pub(super) fn score_block(
     let BlockAt { b, rows: (i0, i1), keys: (j0, j1) } = at;
     let d = dims.d;
     let (n, m) = (i1 - i0, j1 - j0);
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     let qv = MatRef::row_major(&q[i0 * d..], n, d)?;
     let kv = MatRef::row_major(&k[j0 * d..], m, d)?.t();
     matmul_scaled(&mut s[..n * m], qv, kv, scale, false, false)?;

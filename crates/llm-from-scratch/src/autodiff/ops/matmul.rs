@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
-use crate::tensor::kernels::{MatRef, matmul as kernel, matmul_new};
+use crate::tensor::matmul::{MatRef, matmul as kernel, matmul_new};
 use crate::tensor::{Tensor, broadcast_shapes};
 
 /// Which lhs and rhs matrix every output matrix reads.
@@ -120,6 +120,9 @@ impl Plan {
     }
 }
 
+/// A view of one operand of a product, or why it cannot be made.
+type View<'a> = std::result::Result<MatRef<'a>, crate::kernels::gemm::ShapeError>;
+
 /// `dst[t] = Σ_j left(j) · right(j)` over the jobs `(t, left, right)` of each target `t`, summed in
 /// job order. Targets run in parallel; a lone target lets the kernel use the threads instead.
 fn grouped_products<'a>(
@@ -127,8 +130,8 @@ fn grouped_products<'a>(
     rows: usize,
     cols: usize,
     jobs: impl Iterator<Item = (usize, usize, usize)>,
-    left: impl Fn(usize) -> Result<MatRef<'a>> + Sync,
-    right: impl Fn(usize) -> Result<MatRef<'a>> + Sync,
+    left: impl Fn(usize) -> View<'a> + Sync,
+    right: impl Fn(usize) -> View<'a> + Sync,
 ) -> Result<Vec<f64>> {
     let mut per_target: Vec<Vec<(usize, usize)>> = vec![Vec::new(); targets];
     for (t, l, r) in jobs {
@@ -156,7 +159,11 @@ fn grouped_products<'a>(
     if targets == 1 {
         run(&mut out, &per_target[0], true)?;
     } else {
-        out.par_chunks_mut(rows * cols).zip(per_target.par_iter()).try_for_each(|(dst, list)| run(dst, list, false))?;
+        // the workers run the products on the target read here (one rule for every kernel)
+        let target = crate::kernels::active();
+        out.par_chunks_mut(rows * cols)
+            .zip(per_target.par_iter())
+            .try_for_each(|(dst, list)| target.within(|| run(dst, list, false)))?;
     }
     Ok(out)
 }
@@ -309,7 +316,7 @@ impl TensorValue {
 mod tests {
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
     use crate::tensor::Tensor;
-    use crate::tensor::kernels::{MatRef, matmul_naive};
+    use crate::tensor::matmul::{MatRef, matmul_naive};
 
     fn ramp(shape: &[usize], start: f64) -> Tensor {
         let len = shape.iter().product();
@@ -412,7 +419,7 @@ mod tests {
         // x [2, 150, 64] folds to 300 rows: the weight's adjoint xᵀ·dy is 64 × 300 · 300 × 8, a
         // product the kernel runs as two halves of its 64 output rows (k = 300 ≥ 2·64), each
         // over a depth block of 256 and one of 44
-        assert!(crate::tensor::kernels::splits_rows(64, 300, 8));
+        assert!(crate::kernels::gemm::splits_rows(64, 300, 8));
         let x = constant(&[2, 150, 64], ramp(&[2, 150, 64], 0.05).as_slice()).unwrap();
         let inputs = vec![("w", ramp(&[64, 8], -0.1))];
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| x.matmul(&v[0])).unwrap();

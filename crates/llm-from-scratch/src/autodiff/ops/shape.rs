@@ -3,8 +3,8 @@
 
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
+use crate::kernels::rows::{RowTasks, build_rows};
 use crate::tensor::Tensor;
-use crate::tensor::rows::{RowTasks, build_rows};
 
 /// Copies `x` into the axis order `perm`: `out.shape[i] = x.shape[perm[i]]`.
 pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {

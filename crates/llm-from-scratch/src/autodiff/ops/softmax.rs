@@ -126,7 +126,9 @@ impl TensorValue {
         let mut out = vec![0.0; x.len()];
         if width > 0 {
             let chunk = width * ROWS_PER_TASK;
-            out.par_chunks_mut(chunk).zip(x.as_slice().par_chunks(chunk)).enumerate().for_each(|(c, (o, xs))| {
+            // the workers' exponentials run on the target read here
+            let target = crate::kernels::active();
+            let task = |c: usize, o: &mut [f64], xs: &[f64]| {
                 let mut row_buf = vec![0.0; width];
                 for (r, (orow, xrow)) in o.chunks_mut(width).zip(xs.chunks(width)).enumerate() {
                     match &masked {
@@ -140,7 +142,11 @@ impl TensorValue {
                         }
                     }
                 }
-            });
+            };
+            out.par_chunks_mut(chunk)
+                .zip(x.as_slice().par_chunks(chunk))
+                .enumerate()
+                .for_each(|(c, (o, xs))| target.within(|| task(c, o, xs)));
         }
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::autodiff::{GradcheckConfig, constant, gradcheck};
-use crate::dispatch::{Target, with_target};
+use crate::kernels::target::{Target, with_target};
 use crate::nn::SplitMix64;
 
 #[test]
@@ -59,6 +59,39 @@ fn explicit_per_row_positions_match_offsets() {
     let row0 = rope.rotate(&x.slice_axis(0, 0, 1).unwrap(), 0).unwrap().value().unwrap();
     let row1 = rope.rotate(&x.slice_axis(0, 1, 2).unwrap(), 5).unwrap().value().unwrap();
     assert!(y.as_slice()[..24] == *row0.as_slice() && y.as_slice()[24..] == *row1.as_slice());
+}
+
+#[test]
+fn the_row_loop_of_every_target_turns_each_pair_as_rotate_pair_does() {
+    // two positions past the tables' reach are not needed: the row loop reads the angles given
+    let mut rng = SplitMix64::new(5);
+    let (d, positions) = (10, [0, 1, 7, 300]);
+    let x: Vec<f64> = (0..positions.len() * d).map(|_| rng.uniform(-3.0, 3.0)).collect();
+    for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
+        let rope = RotaryEmbedding::new(d, 512, 10_000.0).unwrap().with_layout(layout);
+        let pair = |i: usize| match layout {
+            RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
+            RopeLayout::SplitHalves => (i, i + d / 2),
+        };
+        for sign in [1.0, -1.0] {
+            // by hand: every pair of every row turned by `rotate_pair`
+            let mut want = x.clone();
+            for (row, &p) in want.chunks_mut(d).zip(&positions) {
+                for (i, &theta) in rope.thetas.iter().enumerate() {
+                    let (c, s) = angle(p, theta);
+                    let (a, b) = pair(i);
+                    (row[a], row[b]) = rotate_pair((row[a], row[b]), c, sign * s);
+                }
+            }
+            let input = Tensor::new(&[positions.len(), d], x.clone()).unwrap();
+            for target in Target::available() {
+                let got = with_target(target, || rope.apply(&input, &positions, sign)).unwrap();
+                for (g, w) in got.as_slice().iter().zip(&want) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{target} {layout:?} sign {sign}: {g} vs {w}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

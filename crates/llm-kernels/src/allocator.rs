@@ -1,7 +1,8 @@
-//! One process setting that matters for speed: when the C allocator gives memory back.
+//! One process setting that matters for speed — when the C allocator gives memory back — and a
+//! counting allocator for the tests that measure what a call allocates.
 //!
 //! No chapter uses it: it belongs to the benchmarks (`crates/llm-bench`, `docs/performance.md`) and
-//! to programs that train with the crate.
+//! to programs that train with the teaching crate.
 //!
 //! Every operation allocates its output, and a training step frees dozens of buffers of a few
 //! MiB. glibc's malloc serves buffers above a self-adjusting threshold straight from the operating
@@ -42,6 +43,60 @@ pub fn keep_freed_memory() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
+    }
+}
+
+/// The system allocator, counting the bytes every thread requests: for tests that measure what a
+/// call allocates (`#[global_allocator] static A: CountingAllocator = CountingAllocator::new();`,
+/// then [`CountingAllocator::requested`] before and after). It counts every thread's requests, so
+/// such a test runs alone in its binary.
+#[derive(Debug, Default)]
+pub struct CountingAllocator {
+    requested: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingAllocator {
+    /// A counter at 0.
+    pub const fn new() -> Self {
+        Self { requested: std::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    /// The bytes requested so far (allocations, zeroed allocations and the new sizes of
+    /// reallocations; frees are not subtracted).
+    pub fn requested(&self) -> usize {
+        self.requested.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn add(&self, bytes: usize) {
+        self.requested.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+// SAFETY: each method forwards its arguments to the system allocator, whose contract is the same;
+// the counter is only added to.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        self.add(layout.size());
+        // SAFETY: the caller's promises about `layout` hold for this call too.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        self.add(layout.size());
+        // SAFETY: as for `alloc`.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        self.add(new_size);
+        // SAFETY: `ptr` came from this allocator (so from the system one) with `layout`.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as for `realloc`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
     }
 }
 

@@ -7,8 +7,8 @@
 //! (long-causal 6–9 % faster than with everything inlined into one function).
 
 use super::{Lanes, STRIP, TILE};
-use crate::dispatch::isa::{Isa, Kernel};
-use crate::tensor::exp::exp_weight_vectors;
+use crate::exp::exp_weight_vectors;
+use crate::isa::{Isa, Kernel};
 
 /// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
 /// cover the lanes `c0..c0 + chunk::<I>()`.

@@ -1,7 +1,8 @@
 //! Building a tensor's values row by row, in parallel, straight into storage that was never
 //! filled: no pass of zeros before the real values, no copy after.
 //!
-//! RoPE's rotation and the row copies of a permutation build their outputs this way. The one
+//! RoPE's rotation ([`crate::rope`]) and the teaching crate's row copies of a permutation build
+//! their outputs this way. The one
 //! `unsafe` step — telling the vector its values are there — is here, and the types make it
 //! true: each row reaches the caller as a [`RowOut`], whose only methods write every value of
 //! the row and hand back the [`Written`] receipt that the caller must return for that row.
@@ -11,16 +12,18 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use crate::target::active;
+
 /// One output row not yet written. Each method writes all of its values and returns the receipt.
-pub(crate) struct RowOut<'a>(&'a mut [MaybeUninit<f64>]);
+pub struct RowOut<'a>(&'a mut [MaybeUninit<f64>]);
 
 /// Proof that one [`RowOut`] was written whole. Only `RowOut`'s methods make one, and the lifetime
 /// is invariant, so a receipt cannot stand for another row.
-pub(crate) struct Written<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
+pub struct Written<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
 
 impl<'a> RowOut<'a> {
     /// Copies `src`, which must be exactly as wide as the row (else a panic).
-    pub(crate) fn copy_from(self, src: &[f64]) -> Written<'a> {
+    pub fn copy_from(self, src: &[f64]) -> Written<'a> {
         self.0.write_copy_of_slice(src);
         Written(PhantomData)
     }
@@ -30,7 +33,7 @@ impl<'a> RowOut<'a> {
     ///
     /// A zip of slice iterators, not indices: the loop carries no bounds checks and vectorises.
     #[inline(always)]
-    pub(crate) fn pairs_apart(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
+    pub fn pairs_apart(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
         assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
         let (lo, hi) = self.0.split_at_mut(self.0.len() / 2);
         let mut written = 0;
@@ -45,7 +48,7 @@ impl<'a> RowOut<'a> {
 
     /// Writes the pairs `(2i, 2i + 1)` from `pairs`, as [`RowOut::pairs_apart`] does.
     #[inline(always)]
-    pub(crate) fn pairs_adjacent(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
+    pub fn pairs_adjacent(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
         let (out, odd) = self.0.as_chunks_mut::<2>();
         assert!(odd.is_empty(), "a row of pairs has an even width");
         let mut written = 0;
@@ -61,11 +64,11 @@ impl<'a> RowOut<'a> {
 
 /// How [`build_rows`] spreads the rows over threads.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RowTasks {
+pub struct RowTasks {
     /// Rows per task.
-    pub(crate) rows_per_task: usize,
+    pub rows_per_task: usize,
     /// `false`: every row on the calling thread.
-    pub(crate) parallel: bool,
+    pub parallel: bool,
 }
 
 /// `len` values as rows of `row_len`, row `r` written by `fill(state, r, row)`; `init` makes the
@@ -74,7 +77,7 @@ pub(crate) struct RowTasks {
 ///
 /// # Panics
 /// If `row_len` is 0 or does not divide `len` (callers pass whole rows).
-pub(crate) fn build_rows<S>(
+pub fn build_rows<S>(
     (len, row_len): (usize, usize),
     tasks: RowTasks,
     init: impl Fn() -> S + Sync + Send,
@@ -90,6 +93,9 @@ pub(crate) fn build_rows<S>(
     let mut out: Vec<f64> = Vec::with_capacity(len);
     let unfilled = &mut out.spare_capacity_mut()[..len];
     if tasks.parallel {
+        // the workers run the kernels `fill` calls on the caller's target
+        let target = active();
+        let task = |state: &mut S, block| target.within(|| task(state, block));
         unfilled.par_chunks_mut(rows_per_task * row_len).enumerate().for_each_init(&init, task);
     } else {
         let mut state = init();

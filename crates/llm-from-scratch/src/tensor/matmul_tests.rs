@@ -84,7 +84,7 @@ fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
         (64, 257, 8, true),
         (64, 258, 8, false),
     ] {
-        assert!(splits_rows(m, k, n));
+        assert!(crate::kernels::gemm::splits_rows(m, k, n));
         let x = filled(k * m, 11);
         let dy = filled(k * n, 12);
         let lhs =
@@ -114,15 +114,6 @@ fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
             }
         }
     }
-    // a wide output or a short inner dimension stays whole
-    assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
-    // row views past their end are empty, whatever their strides
-    let x = filled(12, 14);
-    let view = MatRef::row_major(&x, 3, 4).unwrap();
-    assert_eq!(view.rows_from(1).data.len(), 8);
-    assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
-    let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
-    assert!(no_columns.rows_from(2).data.is_empty());
 }
 
 proptest::proptest! {
@@ -236,15 +227,6 @@ fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
 }
 
 #[test]
-fn the_row_path_never_takes_overlapping_rows() {
-    // a zero-stride view describes 2³² rows over one value: the row path would keep a partial
-    // result per 64 of them (gigabytes), so such products take the general kernel
-    assert!(!takes_row_path(1, 1 << 32, 1, 0, 1));
-    assert!(!takes_row_path(1, 1 << 20, 512, 511, 1));
-    assert!(takes_row_path(1, 512, 512, 512, 1) && takes_row_path(1, 512, 512, 600, 1));
-}
-
-#[test]
 fn views_that_read_past_their_storage_are_rejected() {
     let data = [0.0; 5];
     assert!(MatRef::new(&data, 2, 3, 3, 1).is_err());
@@ -261,12 +243,12 @@ fn every_kernel_target_matches_naive_on_the_product_and_the_row_path() {
     // 96³ and 200×150·150×90 take gemm-f64 (the AVX2 micro-kernels where AVX2 is forced on an
     // AVX-512 processor), 1×300·300×130 the row path (its loop compiled per target)
     let mut row_results: Vec<Vec<u64>> = Vec::new();
-    for target in crate::dispatch::Target::available() {
+    for target in crate::kernels::target::Target::available() {
         for &(m, k, n) in &[(96, 96, 96), (200, 150, 90), (1, 300, 130)] {
             let (a, b) = (filled(m * k, 11), filled(k * n, 12));
             let (av, bv) = (MatRef::row_major(&a, m, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
             let mut fast = vec![0.0; m * n];
-            crate::dispatch::with_target(target, || matmul(&mut fast, av, bv, false, true)).unwrap().unwrap();
+            crate::kernels::target::with_target(target, || matmul(&mut fast, av, bv, false, true)).unwrap().unwrap();
             let mut slow = vec![0.0; m * n];
             matmul_naive(&mut slow, av, bv, false).unwrap();
             for (f, s) in fast.iter().zip(&slow) {

@@ -1,7 +1,7 @@
 //! Keeping the thread pool's workers awake through a call made of many short parallel steps.
 //!
-//! No chapter uses it directly: the layers' forwards, the backward sweep and the decoder's passes
-//! (chapter 36) run inside it. Why it exists is measured in `docs/performance.md`.
+//! The teaching crate's layers' forwards, its backward sweep and its decoder's passes run inside
+//! it. Why it exists is measured in `docs/performance.md`.
 //!
 //! A training step or a decoding step is dozens of parallel regions (matrix products, copies,
 //! attention lanes) separated by short serial stretches (recording the tape, small tensors). rayon
@@ -11,9 +11,9 @@
 //!
 //! [`with_workers_awake`] runs a call while one task of the pool spins, executing pending work of
 //! the pool (`rayon::yield_now`: in practice the call's own regions) instead of parking. The
-//! layer's forward ([`crate::attention::GroupedQueryAttention::forward_with`]) and its decoding
-//! step (`forward_cached`), the tape's backward sweep, the decoder's forward passes and a training
-//! step of [`crate::model::Trainer`] run inside it. It changes which thread runs a task, never
+//! attention layer's forward (`GroupedQueryAttention::forward_with`) and its decoding step
+//! (`forward_cached`), the tape's backward sweep, the decoder's forward passes and a training
+//! step (`model::Trainer`) of the teaching crate run inside it. It changes which thread runs a task, never
 //! what a task computes, so results stay bitwise the same.
 //!
 //! The spinning task is started with `rayon::spawn`, so the call never waits for it (a caller

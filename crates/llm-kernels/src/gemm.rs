@@ -1,31 +1,55 @@
-//! Matrix-product kernels: the naive reference and the fast path, side by side.
+//! The fast matrix product: `dst (+)= scale · lhs · rhs` on strided views.
 //!
-//! Every chapter's products run here (through [`crate::TensorValue::matmul`]); the naive kernel is
-//! what the fast one is tested against.
+//! Its plain twin is the teaching crate's `tensor::matmul_naive` (one dot product per output
+//! element), which its tests hold it to on every target; every product of the teaching crate
+//! runs here.
 //!
 //! Both compute `dst (+)= lhs · rhs` for a row-major `dst` of `m × n` and strided views of
 //! `lhs` (`m × k`) and `rhs` (`k × n`). Strides make transposes free: `q · kᵀ` reads `k` with its
 //! strides swapped instead of copying it.
 //!
-//! The fast path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 or AVX2 micro-kernels
-//! chosen at run time, rayon threads; `--kernels avx2` holds it to AVX2, module `gemm_targets`). It splits work over output blocks only — never over `k` — so every
-//! output element is summed in the same order whatever the number of threads. A product whose
-//! inner dimension is long against a small output (a weight gradient `xᵀ·dy`: `B·T` rows summed
-//! into `d × d`) runs as two single-threaded products on a fixed split of its output rows, which
-//! beats the crate's own threads there, each over blocks of 256 of its inner dimension added one
-//! after the other; the splits depend only on the sizes. One row times a
-//! matrix (decoding) does split `k`, into blocks of a fixed 64 rows whose partial sums are added
-//! in block order, which is just as independent of the thread count: results are bitwise the same
-//! on 1 thread or many (tests check 1 against 2).
+//! The general path is the `gemm-f64` crate (packed, cache-blocked, AVX-512 or AVX2 micro-kernels
+//! chosen at run time, rayon threads; `--kernels avx2` holds it to AVX2, module `targets`). It
+//! splits work over output blocks only — never over `k` — so every output element is summed in
+//! the same order whatever the number of threads. A product whose inner dimension is long against
+//! a small output (a weight gradient `xᵀ·dy`: `B·T` rows summed into `d × d`) runs as two
+//! single-threaded products on a fixed split of its output rows, which beats the crate's own
+//! threads there, each over blocks of 256 of its inner dimension added one after the other; the
+//! splits depend only on the sizes. One row times a matrix (decoding) does split `k`, into blocks
+//! of a fixed 64 rows whose partial sums are added in block order, which is just as independent of
+//! the thread count: results are bitwise the same on 1 thread or many (tests check 1 against 2).
+//! Tiny products (under [`SMALL_PRODUCT`] multiply-adds) run a plain loop.
 
-use crate::error::{Result, Shape, TensorAutodiffError};
+use thiserror::Error;
 
-mod gemm_targets;
-pub(crate) use gemm_targets::gemm_kernel;
+use crate::target::{Target, active, note};
+
 mod row_path;
+mod targets;
 
 pub use row_path::row_times_matrices;
 use row_path::{row_times_matrix, row_times_transposed, takes_row_path, takes_transposed_row_path};
+
+/// Shapes a product cannot take: the views do not chain, or a view reads past its storage.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("matmul kernel: {lhs:?} and {rhs:?}: {reason}")]
+pub struct ShapeError {
+    /// The left side's `[rows, cols]` (or the view's, for a view past its storage).
+    pub lhs: Vec<usize>,
+    /// The right side's `[rows, cols]` (or the storage's `[len]`).
+    pub rhs: Vec<usize>,
+    /// What is wrong.
+    pub reason: &'static str,
+}
+
+/// The result of a product.
+pub type Result<T> = std::result::Result<T, ShapeError>;
+
+/// The name of the micro-kernels the matrix product runs for `target` (`avx512`, `avx2`, `neon`
+/// or `scalar`), as `llm-bench` prints it.
+pub fn micro_kernel_name(target: Target) -> &'static str {
+    targets::gemm_kernel(target)
+}
 
 /// Below this many multiply-adds (`m·n·k`) the naive loop beats the packing overhead of the fast
 /// kernel, so [`matmul`] uses it. The choice depends only on the sizes, never on the machine load.
@@ -46,7 +70,7 @@ impl<'a> MatRef<'a> {
     /// `i·row_stride + j·col_stride`.
     ///
     /// # Errors
-    /// [`TensorAutodiffError::ShapeMismatch`] if the view would read past the end of `data`.
+    /// [`ShapeError`] if the view would read past the end of `data`.
     pub fn new(data: &'a [f64], rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Result<Self> {
         let last = if rows == 0 || cols == 0 {
             Some(0)
@@ -60,10 +84,9 @@ impl<'a> MatRef<'a> {
             Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => {
                 Ok(Self { data, rows, cols, row_stride, col_stride })
             }
-            _ => Err(TensorAutodiffError::ShapeMismatch {
-                op: "matmul kernel",
-                lhs: Shape(vec![rows, cols]),
-                rhs: Shape(vec![data.len()]),
+            _ => Err(ShapeError {
+                lhs: vec![rows, cols],
+                rhs: vec![data.len()],
                 reason: "the strided view reads past the end of its storage",
             }),
         }
@@ -110,8 +133,9 @@ impl<'a> MatRef<'a> {
         self.cols
     }
 
+    /// Element `(i, j)` (a panic past the view: the plain loops index in bounds).
     #[inline]
-    fn at(&self, i: usize, j: usize) -> f64 {
+    pub fn at(&self, i: usize, j: usize) -> f64 {
         self.data[i * self.row_stride + j * self.col_stride]
     }
 }
@@ -120,48 +144,24 @@ fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> 
     // checked: with zero strides a small slice can describe a huge view, and an overflowing m·n
     // must never pass for the destination's length
     if lhs.cols != rhs.rows || lhs.rows.checked_mul(rhs.cols) != Some(dst_len) {
-        return Err(TensorAutodiffError::ShapeMismatch {
-            op: "matmul kernel",
-            lhs: Shape(vec![lhs.rows, lhs.cols]),
-            rhs: Shape(vec![rhs.rows, rhs.cols]),
+        return Err(ShapeError {
+            lhs: vec![lhs.rows, lhs.cols],
+            rhs: vec![rhs.rows, rhs.cols],
             reason: "need lhs [m,k], rhs [k,n] and a destination of m·n values",
         });
     }
     Ok(())
 }
 
-/// The reference kernel: one dot product per output element, `k` summed left to right.
-///
-/// ```text
-/// dst[i][j] (+)= Σ_p lhs[i][p] · rhs[p][j]
-/// ```
-///
-/// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
-pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool) -> Result<()> {
-    check_dims(dst.len(), &lhs, &rhs)?;
-    let n = rhs.cols;
-    for i in 0..lhs.rows {
-        for j in 0..n {
-            let mut sum = 0.0;
-            for p in 0..lhs.cols {
-                sum += lhs.at(i, p) * rhs.at(p, j);
-            }
-            let out = &mut dst[i * n + j];
-            *out = if accumulate { *out + sum } else { sum };
-        }
-    }
-    Ok(())
-}
-
-/// The fast kernel: same contract as [`matmul_naive`]; agrees with it to rounding (FMA and
-/// blocked summation), and is bitwise reproducible for a given size whatever the thread count.
+/// `dst (+)= lhs · rhs`, `dst` row-major `m × n`: the same contract as the teaching crate's
+/// `matmul_naive`, which it agrees with to rounding (FMA and blocked summation); bitwise
+/// reproducible for a given size whatever the thread count and the target.
 /// Uses the threads of the current rayon pool when `parallel` is true (two of them for a weight
 /// gradient's shape, a long inner dimension against a small output, whose output rows it halves:
 /// see the module docs).
 ///
 /// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+/// [`ShapeError`] if the dimensions do not chain.
 pub fn matmul(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool, parallel: bool) -> Result<()> {
     matmul_scaled(dst, lhs, rhs, 1.0, accumulate, parallel)
 }
@@ -170,7 +170,7 @@ pub fn matmul(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: boo
 /// scores `q·kᵀ/√d_h` without a separate pass over them).
 ///
 /// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+/// [`ShapeError`] if the dimensions do not chain.
 pub fn matmul_scaled(
     dst: &mut [f64],
     lhs: MatRef<'_>,
@@ -180,6 +180,8 @@ pub fn matmul_scaled(
     parallel: bool,
 ) -> Result<()> {
     check_dims(dst.len(), &lhs, &rhs)?;
+    let target = active();
+    note(target);
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     if m == 0 || n == 0 {
         return Ok(());
@@ -194,7 +196,7 @@ pub fn matmul_scaled(
         return matmul_small(dst, lhs, rhs, scale, accumulate);
     }
     if takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
-        row_times_matrix(dst, lhs, rhs, scale, accumulate, parallel);
+        row_times_matrix(target, dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
     if takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
@@ -209,7 +211,7 @@ pub fn matmul_scaled(
         // SAFETY: each half of `dst` is exclusively borrowed and holds its rows·n values.
         #[allow(unsafe_code)]
         let half_product = |out: &mut [f64], rows: MatRef<'_>| unsafe {
-            gemm_in_depth_blocks(out.as_mut_ptr(), rows, rhs, scale, accumulate)
+            gemm_in_depth_blocks(target, out.as_mut_ptr(), rows, rhs, scale, accumulate)
         };
         if parallel {
             rayon::join(|| half_product(top, upper), || half_product(bottom, lower));
@@ -219,7 +221,7 @@ pub fn matmul_scaled(
         }
         return Ok(());
     }
-    gemm_call(dst, lhs, rhs, scale, accumulate, parallel);
+    gemm_call(target, dst, lhs, rhs, scale, accumulate, parallel);
     Ok(())
 }
 
@@ -231,7 +233,7 @@ pub fn matmul_scaled(
 /// gradients of `mha-train` (256 × 1024 · 1024 × 256, the left side a transposed view) the halves
 /// are faster; products with a larger output (`1024 × 256 · 256 × 256`, `1024³`) are as fast or
 /// faster on the crate's own threads, so they keep them (`docs/performance.md`).
-pub(crate) fn splits_rows(m: usize, k: usize, n: usize) -> bool {
+pub fn splits_rows(m: usize, k: usize, n: usize) -> bool {
     m >= SPLIT_ROWS_MIN && k >= 2 * m.max(n)
 }
 
@@ -252,7 +254,14 @@ const SPLIT_DEPTH: usize = 256;
 /// call, initialised if `accumulate` (the first block writes every value before later blocks
 /// read them); and `k > 0` (with no block at all, nothing would be written).
 #[allow(unsafe_code)]
-unsafe fn gemm_in_depth_blocks(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool) {
+unsafe fn gemm_in_depth_blocks(
+    target: Target,
+    dst: *mut f64,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+) {
     let k = lhs.cols;
     debug_assert!(k > 0, "a split product has an inner dimension (k ≥ 2·max(m, n) ≥ 128)");
     for p0 in (0..k).step_by(SPLIT_DEPTH) {
@@ -260,11 +269,12 @@ unsafe fn gemm_in_depth_blocks(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, 
         // columns p0..p0 + depth of the left side, the same rows of the right side
         let (left, right) = (lhs.t().rows_from(p0).rows_to(depth).t(), rhs.rows_from(p0).rows_to(depth));
         // SAFETY: the caller's promise for `dst`; the views are sub-views of checked ones.
-        unsafe { gemm_raw(dst, left, right, scale, accumulate || p0 > 0, false) };
+        unsafe { gemm_raw(target, dst, left, right, scale, accumulate || p0 > 0, false) };
     }
 }
 
-/// Row-by-row `i, p, j` loop for tiny products: reads `rhs` rows contiguously when it is row-major.
+/// Row-by-row `i, p, j` loop for tiny products (the same sums as the naive kernel's, in the
+/// order `p` runs): reads `rhs` rows contiguously when it is row-major.
 fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool) -> Result<()> {
     let n = rhs.cols;
     if !accumulate {
@@ -284,7 +294,7 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 
 /// `lhs · rhs` as a new row-major `m × n` vector: [`matmul`] without first filling a destination.
 ///
-/// Products that take the fast kernel are written into storage that was never filled: the kernel
+/// Products that take `gemm-f64` are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate (a split product's first depth
 /// block writes every value of its half before the later blocks read them). A pass of zeros over each output
 /// is saved — 2 MiB per product of an `mha-train` step.
@@ -292,17 +302,18 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 /// checked that `m·n` values can be allocated.
 ///
 /// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+/// [`ShapeError`] if the dimensions do not chain.
 #[allow(unsafe_code)]
-pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Vec<f64>> {
+pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Vec<f64>> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    let len = m.checked_mul(n).ok_or_else(|| TensorAutodiffError::ShapeMismatch {
-        op: "matmul kernel",
-        lhs: Shape(vec![m, k]),
-        rhs: Shape(vec![rhs.rows, n]),
+    let len = m.checked_mul(n).ok_or_else(|| ShapeError {
+        lhs: vec![m, k],
+        rhs: vec![rhs.rows, n],
         reason: "the product has more values than memory can address",
     })?;
     check_dims(len, &lhs, &rhs)?;
+    let target = active();
+    note(target);
     let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
         || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
     if len == 0 || k == 0 || is_small(m, k, n) || one_row {
@@ -320,7 +331,7 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
         let half_product = |part: &mut [std::mem::MaybeUninit<f64>], rows: MatRef<'_>| {
             // the product writes exactly `rows·n` values: the part must hold that many
             assert_eq!(part.len(), rows.rows * n, "a half of the product and its rows disagree");
-            unsafe { gemm_in_depth_blocks(part.as_mut_ptr().cast(), rows, rhs, 1.0, false) }
+            unsafe { gemm_in_depth_blocks(target, part.as_mut_ptr().cast(), rows, rhs, 1.0, false) }
         };
         let (upper, lower) = (lhs.rows_to(half), lhs.rows_from(half));
         if parallel {
@@ -332,7 +343,7 @@ pub(crate) fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Re
     } else {
         // SAFETY: the storage holds `len = m·n` values (capacity), the views were checked as in
         // `gemm_call`.
-        unsafe { gemm_raw(out.as_mut_ptr(), lhs, rhs, 1.0, false, parallel) };
+        unsafe { gemm_raw(target, out.as_mut_ptr(), lhs, rhs, 1.0, false, parallel) };
     }
     // SAFETY: without accumulation the kernel writes all the values of its destination before it
     // reads any (in a split product, the first depth block of each half writes them all); the
@@ -347,9 +358,17 @@ fn is_small(m: usize, k: usize, n: usize) -> bool {
 }
 
 #[allow(unsafe_code)]
-fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
+fn gemm_call(
+    target: Target,
+    dst: &mut [f64],
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) {
     // SAFETY: `dst` is exclusively borrowed and holds m·n values (checked by the caller).
-    unsafe { gemm_raw(dst.as_mut_ptr(), lhs, rhs, scale, accumulate, parallel) }
+    unsafe { gemm_raw(target, dst.as_mut_ptr(), lhs, rhs, scale, accumulate, parallel) }
 }
 
 /// The `gemm-f64` call behind [`gemm_call`] and [`matmul_new`].
@@ -358,7 +377,15 @@ fn gemm_call(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accu
 /// `dst` points at `m·n` writable values that nothing else accesses during the call, initialised
 /// if `accumulate`; the dimensions chain (`check_dims`).
 #[allow(unsafe_code)]
-unsafe fn gemm_raw(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, accumulate: bool, parallel: bool) {
+unsafe fn gemm_raw(
+    target: Target,
+    dst: *mut f64,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel { gemm_common::Parallelism::Rayon(0) } else { gemm_common::Parallelism::None };
     let isz = |v: usize| v as isize;
@@ -367,7 +394,7 @@ unsafe fn gemm_raw(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, 
     // SAFETY: `MatRef::new` proved every strided read of both views in bounds; the caller
     // vouches for `dst` (see the function's contract).
     unsafe {
-        gemm_targets::gemm_for(crate::dispatch::active())(
+        targets::gemm_for(target)(
             n,
             m,
             k,
@@ -392,4 +419,33 @@ unsafe fn gemm_raw(dst: *mut f64, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, 
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    //! The paths' choices and views; the products themselves are held to the teaching crate's
+    //! naive loop by its tests (`tensor::matmul`).
+    use super::*;
+
+    #[test]
+    fn a_wide_output_or_a_short_inner_dimension_stays_whole() {
+        assert!(splits_rows(64, 1030, 8) && splits_rows(97, 300, 40));
+        assert!(!splits_rows(1024, 256, 256) && !splits_rows(256, 1024, 768) && !splits_rows(32, 1024, 32));
+    }
+
+    #[test]
+    fn row_views_past_their_end_are_empty_whatever_their_strides() {
+        let x = [0.5; 12];
+        let view = MatRef::row_major(&x, 3, 4).unwrap();
+        assert_eq!(view.rows_from(1).data.len(), 8);
+        assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
+        let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
+        assert!(no_columns.rows_from(2).data.is_empty());
+    }
+
+    #[test]
+    fn the_row_path_never_takes_overlapping_rows() {
+        // a zero-stride view describes 2³² rows over one value: the row path would keep a partial
+        // result per 64 of them (gigabytes), so such products take the general kernel
+        assert!(!takes_row_path(1, 1 << 32, 1, 0, 1));
+        assert!(!takes_row_path(1, 1 << 20, 512, 511, 1));
+        assert!(takes_row_path(1, 512, 512, 512, 1) && takes_row_path(1, 512, 512, 600, 1));
+    }
+}

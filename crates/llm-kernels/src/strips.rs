@@ -1,6 +1,7 @@
 //! The tiled forward as one kernel over *strips* of 32 queries held across vector lanes.
 //!
-//! `super::reference` spells the algorithm out with block matrix products. Here the same
+//! The teaching crate's `attention::tiled` spells the algorithm out twice — one query row at a
+//! time (`plain`) and with block matrix products (`reference`) — and holds this kernel to both. Here the same
 //! steps run in the processor's registers and first-level cache: a strip's queries are
 //! transposed once (`Qᵀ`, `d × 32`), so that each score row `Sᵀ[j] = K[j] · Qᵀ`, each running
 //! maximum and normaliser, and each output column `Oᵀ[c] += Σ_j V[j,c] · Pᵀ[j]` is a row of 32
@@ -35,27 +36,29 @@
 //! computed by one task in a fixed order, results do not depend on the thread count.
 
 mod backward;
+mod shapes;
 mod tiles;
 
-pub(super) use backward::{KeyValueGradients, LaneGradients, QueryGradients};
+pub use backward::{KeyValueGradients, LaneGradients, QueryGradients};
+pub use shapes::{Dims, LONG_BLOCK, LONG_SEQUENCE, Operands, SHORT_BLOCK, block_size};
 
-use super::shapes::Dims;
-use crate::attention::Visibility;
-use crate::dispatch::Target;
-use crate::dispatch::isa::{self, Isa, Kernel};
+use crate::visibility::Visibility;
+
+use crate::isa::{self, Isa, Kernel};
+use crate::target::Target;
 use tiles::{pack_values, score_tiles, softmax_block, weighted_packed, weighted_tiles};
 
 /// Queries per strip: the vector lanes of the kernel (four AVX-512 registers, eight AVX2 ones).
-pub(super) const STRIP: usize = 32;
+pub const STRIP: usize = 32;
 
 /// Key rows (scores) or value columns (outputs) per register tile: 6 × 4 accumulators, plus 4
 /// loaded registers and a broadcast, of AVX-512's 32 vector registers (on AVX2, 6 × 2 of 16).
 const TILE: usize = 6;
 
-/// Query blocks ([`super::block_size`]) per forward task. The strips of a task share each block
+/// Query blocks ([`block_size`]) per forward task. The strips of a task share each block
 /// of keys and values read from memory, so with 4 blocks they are fetched from the last-level
 /// cache a quarter as often.
-pub(super) const TASK_BLOCKS: usize = 4;
+pub const TASK_BLOCKS: usize = 4;
 
 /// Keys per block: ten whole tiles of scores (the time hardly depends on it:
 /// `docs/performance.md`).
@@ -65,7 +68,7 @@ const KEYS: usize = 60;
 /// vector load.
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
-pub(super) struct Lanes([f64; STRIP]);
+pub(crate) struct Lanes([f64; STRIP]);
 
 impl Lanes {
     const fn splat(x: f64) -> Self {
@@ -73,36 +76,35 @@ impl Lanes {
     }
 }
 
-/// The strip kernel compiled for one [`Target`] (the dispatch module's [`active`] target
-/// when the call began; worker threads run the same one).
-///
-/// [`active`]: crate::dispatch::active
+/// The strip kernel compiled for one [`Target`]: made where a call begins, from
+/// [`active`](crate::target::active), and handed to every task, so that worker threads run the
+/// same one.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct StripKernel(Target);
+pub struct StripKernel(Target);
 
 impl StripKernel {
     /// The kernel for `target` (a target the processor lacks runs the portable version).
-    pub(super) fn new(target: Target) -> Self {
+    pub fn new(target: Target) -> Self {
         Self(target)
     }
 
     /// Output rows and `log Σ eˢ` of one task's query rows.
-    pub(super) fn forward_block(self, task: QueryBlock<'_>) {
+    pub fn forward_block(self, task: QueryBlock<'_>) {
         SCRATCH.with_borrow_mut(|s| isa::run(self.0, Forward(task, s)));
     }
 
     /// `dQ` of one query block (the backward's first pass).
-    pub(super) fn query_gradients(self, task: QueryGradients<'_>) {
+    pub fn query_gradients(self, task: QueryGradients<'_>) {
         BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, QueryPass(task, s)));
     }
 
     /// `dQ`, `dK` and `dV` of one kv lane (the one-pass backward).
-    pub(super) fn lane_gradients(self, task: LaneGradients<'_>) {
+    pub fn lane_gradients(self, task: LaneGradients<'_>) {
         BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, LanePass(task, s)));
     }
 
     /// `dK` and `dV` of one key block (the backward's second pass).
-    pub(super) fn key_value_gradients(self, task: KeyValueGradients<'_>) {
+    pub fn key_value_gradients(self, task: KeyValueGradients<'_>) {
         BACKWARD_SCRATCH.with_borrow_mut(|s| isa::run(self.0, KeyValuePass(task, s)));
     }
 }
@@ -176,21 +178,28 @@ struct Scratch {
 }
 
 /// One (batch, head, query rows) task: queries `i0..i0 + out.len() / d` of one lane.
-pub(super) struct QueryBlock<'a> {
+#[derive(Debug)]
+pub struct QueryBlock<'a> {
     /// `[n, d]` output rows.
     pub out: &'a mut [f64],
     /// `[n]` `log Σ eˢ` per row (−∞ where no key was visible), where a backward needs them.
     pub lse: Option<&'a mut [f64]>,
-    /// The lane's `[T_q, d]` queries, `[T_k, d]` keys and values.
+    /// The lane's `[T_q, d]` queries.
     pub q: &'a [f64],
+    /// The lane's `[T_k, d]` keys.
     pub k: &'a [f64],
+    /// The lane's `[T_k, d]` values.
     pub v: &'a [f64],
+    /// The head's sink logit, if any (a key with a zero value vector that every query sees).
     pub sink: Option<f64>,
+    /// The shapes of the call.
     pub dims: Dims,
-    /// Batch row (for key padding) and first query row of the block.
+    /// Batch row (for key padding).
     pub b: usize,
+    /// First query row of the block.
     pub i0: usize,
-    pub vis: &'a Visibility,
+    /// Which keys each query sees.
+    pub vis: Visibility<'a>,
 }
 
 /// The kernel (see the module docs).
@@ -200,7 +209,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
     let Dims { t_k, d, .. } = dims;
     let n = out.len() / d;
     let strips = n.div_ceil(STRIP);
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     let mut lse = lse;
     s.queries.resize(strips * d, Lanes::splat(0.0));
     s.outputs.clear();
@@ -227,7 +236,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
         }
         pack_values(&mut s.values, &v[j0 * d..j_end * d], d);
         for strip in 0..strips {
-            let Some(((a0, a1), j1)) = strip_block(vis, (i0, n), strip, j0, t_k) else {
+            let Some(((a0, a1), j1)) = strip_block(&vis, (i0, n), strip, j0, t_k) else {
                 continue;
             };
             let w = j1 - j0;
@@ -235,7 +244,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
             score_tiles(isa, &mut s.scores[..w], &k[j0 * d..j1 * d], qt);
             let scores = &mut s.scores[..w];
             if !vis.block_open(a0, a1, j0, j1) {
-                hide_keys_in_rows(scores, j0, (a0, a1), vis, b, t_k);
+                hide_keys_in_rows(scores, j0, (a0, a1), &vis, b, t_k);
             }
             let alpha = softmax_block(isa, scores, &mut s.max[strip], &mut s.sum[strip]);
             // once the maxima settle (most blocks), nothing needs rescaling
@@ -266,7 +275,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
 /// The query rows `a0..a1` of strip `strip` of a task (rows `i0..i0 + n`), and the end `j1` of
 /// the keys from `j0` on (one block at most) that some of them see; `None` when they see none.
 fn strip_block(
-    vis: &Visibility,
+    vis: &Visibility<'_>,
     (i0, n): (usize, usize),
     strip: usize,
     j0: usize,
@@ -298,8 +307,15 @@ fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, s
 /// query row `a0 + c` (lanes past `a1` hold no query and are never written out: the general
 /// test leaves them alone, the causal one treats them like the rest). With causality alone it
 /// compares positions lane by lane, without the per-entry test of windows and padding.
-fn hide_keys_in_rows(rows: &mut [Lanes], j0: usize, (a0, a1): (usize, usize), vis: &Visibility, b: usize, t_k: usize) {
-    if vis.window.is_none() && vis.key_padding.is_none() {
+fn hide_keys_in_rows(
+    rows: &mut [Lanes],
+    j0: usize,
+    (a0, a1): (usize, usize),
+    vis: &Visibility<'_>,
+    b: usize,
+    t_k: usize,
+) {
+    if vis.window_keys.is_none() && vis.key_padding.is_none() {
         // key j is hidden from query row i when j > offset + i: keys up to the first query's
         // position are hidden from none of the strip's lanes
         let first = vis.query_offset + a0;
@@ -326,11 +342,11 @@ fn hide_queries_in_rows(
     rows: &mut [Lanes],
     i0: usize,
     (k0, k1): (usize, usize),
-    vis: &Visibility,
+    vis: &Visibility<'_>,
     b: usize,
     t_k: usize,
 ) {
-    let causal_only = vis.window.is_none() && vis.key_padding.is_none();
+    let causal_only = vis.window_keys.is_none() && vis.key_padding.is_none();
     for (i, row) in (i0..).zip(rows.iter_mut()) {
         if causal_only {
             if k1 >= k0 + STRIP && vis.query_offset + i >= k0 + STRIP - 1 {
@@ -349,6 +365,3 @@ fn hide_queries_in_rows(
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

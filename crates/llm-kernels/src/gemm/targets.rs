@@ -12,7 +12,7 @@
 //! The AVX2 and AVX-512 micro-kernels give reports identical to the byte (`.ci/run` checks both
 //! where the processor runs them).
 
-use crate::dispatch::Target;
+use crate::target::Target;
 
 /// The signature of `gemm-f64`'s product: `dst = alpha·dst + beta·lhs·rhs` on strided views.
 pub(super) type GemmFn = unsafe fn(

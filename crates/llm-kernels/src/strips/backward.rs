@@ -23,45 +23,65 @@
 //! pass 2 (dK, dV): as above without the dQ line
 //! ```
 
+use super::shapes::{Dims, Operands};
 use super::{KEYS, Lanes, STRIP};
-use crate::attention::Visibility;
-use crate::attention::tiled::shapes::{Dims, Operands};
-use crate::dispatch::isa::Isa;
+use crate::isa::Isa;
+use crate::visibility::Visibility;
 
 /// `dQ` of one (batch, query head) lane's query block: rows `i0..i0 + dq.len() / d`.
-pub(in crate::attention::tiled) struct QueryGradients<'a> {
+#[derive(Debug)]
+pub struct QueryGradients<'a> {
+    /// The block's `[n, d]` rows of `dQ`, written whole.
     pub dq: &'a mut [f64],
     /// The lane's queries, keys, values, upstream gradient, `lse` and `D`.
     pub lane: Operands<'a>,
+    /// The shapes of the call.
     pub dims: Dims,
+    /// Batch row (for key padding).
     pub b: usize,
+    /// First query row of the block.
     pub i0: usize,
-    pub vis: &'a Visibility,
+    /// Which keys each query sees.
+    pub vis: Visibility<'a>,
 }
 
 /// `dK`, `dV` of one (batch, kv head) lane's key block: rows `j0..j0 + dk.len() / d`.
-pub(in crate::attention::tiled) struct KeyValueGradients<'a> {
+#[derive(Debug)]
+pub struct KeyValueGradients<'a> {
+    /// The block's `[n, d]` rows of `dK`, written whole.
     pub dk: &'a mut [f64],
+    /// The block's `[n, d]` rows of `dV`, written whole.
     pub dv: &'a mut [f64],
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
+    /// The shapes of the call.
     pub dims: Dims,
+    /// Batch row (for key padding).
     pub b: usize,
+    /// First key row of the block.
     pub j0: usize,
-    pub vis: &'a Visibility,
+    /// Which keys each query sees.
+    pub vis: Visibility<'a>,
 }
 
 /// The gradients of one (batch, kv head) lane: `dK`, `dV` (`[T_k, d]`) and the `dQ` of its
 /// group's query heads (`[H/G, T_q, d]`).
-pub(in crate::attention::tiled) struct LaneGradients<'a> {
+#[derive(Debug)]
+pub struct LaneGradients<'a> {
+    /// `dQ` of the group's query heads, zeroed by the caller.
     pub dq: &'a mut [f64],
+    /// `dK` of the lane, written whole.
     pub dk: &'a mut [f64],
+    /// `dV` of the lane, written whole.
     pub dv: &'a mut [f64],
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
+    /// The shapes of the call.
     pub dims: Dims,
+    /// Batch row (for key padding).
     pub b: usize,
-    pub vis: &'a Visibility,
+    /// Which keys each query sees.
+    pub vis: Visibility<'a>,
 }
 
 /// Per-thread buffers of the backward; every entry is written before it is read.
@@ -115,7 +135,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
     let Dims { t_k, d, .. } = dims;
     let n = dq.len() / d;
     let strips = n.div_ceil(STRIP);
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     s.first.resize(strips * d, Lanes::splat(0.0));
     s.second.resize(strips * d, Lanes::splat(0.0));
     s.grad_a.clear();
@@ -136,7 +156,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
     }
     for j0 in (0..t_k).step_by(KEYS) {
         for strip in 0..strips {
-            let Some(((a0, a1), j1)) = super::strip_block(vis, (i0, n), strip, j0, t_k) else {
+            let Some(((a0, a1), j1)) = super::strip_block(&vis, (i0, n), strip, j0, t_k) else {
                 continue;
             };
             let w = j1 - j0;
@@ -144,7 +164,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
             let (keys, values) = (&k[j0 * d..j1 * d], &v[j0 * d..j1 * d]);
             super::score_tiles(isa, &mut s.weights[..w], keys, &s.first[rows.clone()]);
             if !vis.block_open(a0, a1, j0, j1) {
-                super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), vis, b, t_k);
+                super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), &vis, b, t_k);
             }
             super::score_tiles(isa, &mut s.dweights[..w], values, &s.second[rows.clone()]);
             for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
@@ -165,7 +185,7 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
     let Dims { t_q, t_k, d, .. } = dims;
     let n = dk.len() / d;
     let strips = n.div_ceil(STRIP);
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     let Some(lane) = heads.first() else {
         return;
     };
@@ -198,7 +218,7 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
                 let (queries, upstream) = (&head.q[r0 * d..i1 * d], &head.g[r0 * d..i1 * d]);
                 super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first[lanes.clone()]);
                 if !vis.block_open(r0, i1, k0, k1) || k1 - k0 < STRIP {
-                    super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), vis, b, t_k);
+                    super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), &vis, b, t_k);
                 }
                 super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
                 for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
@@ -223,7 +243,7 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
     let Some(lane) = heads.first() else {
         return;
     };
-    let scale = 1.0 / (d as f64).sqrt();
+    let scale = dims.scale();
     let width = d.div_ceil(I::WIDTH) * I::WIDTH;
     for buffer in [&mut s.first, &mut s.second, &mut s.grad_a, &mut s.grad_b] {
         buffer.resize(d, Lanes::splat(0.0));
@@ -262,7 +282,7 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
                 let (queries, upstream) = (&head.q[i0 * d..i1 * d], &head.g[i0 * d..i1 * d]);
                 super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first);
                 if !vis.block_open(i0, i1, k0, k1) || k1 - k0 < STRIP {
-                    super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), vis, b, t_k);
+                    super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), &vis, b, t_k);
                 }
                 super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second);
                 for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {

@@ -10,7 +10,7 @@
 //! AVX-512, AVX2 or baseline code. [`Isa::outline`] gives a loop a function of its own, compiled
 //! the same way.
 
-use super::Target;
+use crate::target::{Target, note};
 
 /// Vector operations on `f64` lanes. Every operation is lane-wise and exactly rounded, so a
 /// kernel computes the same bits whatever the implementation.
@@ -50,7 +50,7 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// `0` in the lanes where `x < bound`, else `y` (NaN compares false).
     fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V;
     /// The lanes' bits as 64-bit integers `b`, replaced by `(b + 1023) << 52` (wrapping): `2ᵏ`
-    /// from `1.5·2⁵² + k`, whose low bits hold `k` (see `tensor::exp`).
+    /// from `1.5·2⁵² + k`, whose low bits hold `k` (see [`crate::exp`]).
     fn exponent_from_low_bits(self, v: Self::V) -> Self::V;
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
@@ -75,7 +75,7 @@ pub(crate) trait Kernel {
 }
 
 /// Runs `kernel` compiled for `target`, or for the portable target when the processor cannot run
-/// `target` (callers pass [`super::active`], which is always available).
+/// `target` (callers pass [`crate::target::active`], which is always available).
 pub(crate) fn run<K: Kernel>(target: Target, kernel: K) -> K::Output {
     Checked::new(target).run(kernel)
 }
@@ -96,6 +96,7 @@ impl Checked {
     /// Runs `kernel` compiled for the checked target.
     #[inline]
     pub(crate) fn run<K: Kernel>(self, kernel: K) -> K::Output {
+        note(self.0);
         match self.0 {
             #[cfg(target_arch = "x86_64")]
             Target::Avx512 => {

@@ -1,12 +1,13 @@
-//! The strip kernel on every target this processor runs, against the block path (1e-12) and
-//! against the portable target (bitwise), block by block and as a whole operation.
+//! The kernels crate's strip kernel on every target this processor runs, against the block path
+//! (1e-12) and against the portable target (bitwise), block by block and as a whole operation.
 
-use super::*;
-use crate::attention::SlidingWindow;
-use crate::attention::tiled::backward::Kernel;
-use crate::attention::tiled::operation::tests::assert_kernels_agree;
-use crate::attention::tiled::reference::BlockForward;
-use crate::attention::tiled::shapes::{LaneInputs, block_size};
+use super::operation::tests::assert_paths_agree;
+use super::path::TiledPath;
+use super::reference::BlockForward;
+use super::shapes::{Dims, LaneInputs, block_size};
+use crate::attention::{SlidingWindow, Visibility};
+use crate::kernels::Target;
+use crate::kernels::strips::{QueryBlock, StripKernel};
 use crate::nn::SplitMix64;
 
 #[derive(Clone, Default)]
@@ -55,7 +56,7 @@ fn compare(c: &Case, seed: u64) {
                 dims,
                 b: 0,
                 i0,
-                vis: &vis,
+                vis: vis.rule(),
             };
             StripKernel::new(target).forward_block(task);
             for (i, (x, y)) in got.iter().zip(&want).enumerate() {
@@ -123,8 +124,8 @@ fn strips_equal_the_block_path_with_windows_padding_and_sinks() {
 /// outputs and gradients to 1e-12.
 fn compare_op(shape: [usize; 6], vis: &Visibility, sinks: bool, seed: u64) {
     for target in Target::available() {
-        let kernel = Kernel::Strips(StripKernel::new(target));
-        assert_kernels_agree((kernel, Kernel::Blocks), shape, vis, sinks, seed);
+        let strips = TiledPath::Strips(StripKernel::new(target));
+        assert_paths_agree((strips, TiledPath::Blocks), shape, vis, sinks, seed);
     }
 }
 
@@ -152,7 +153,7 @@ fn the_strip_backward_equals_the_block_backward_in_one_pass_and_in_two() {
 
 #[test]
 fn a_sink_keeps_the_row_of_a_query_that_sees_no_key() {
-    let kernel = StripKernel::new(crate::dispatch::active());
+    let kernel = StripKernel::new(crate::kernels::active());
     let (q, k, v) = (vec![1.0; 3], vec![2.0; 3], vec![5.0; 3]);
     let dims = Dims { b: 1, h: 1, g: 1, t_q: 1, t_k: 1, d: 3, block: block_size(1) };
     let vis = Visibility { key_padding: Some(vec![true]), ..Visibility::default() };
@@ -167,7 +168,7 @@ fn a_sink_keeps_the_row_of_a_query_that_sees_no_key() {
         dims,
         b: 0,
         i0: 0,
-        vis: &vis,
+        vis: vis.rule(),
     };
     kernel.forward_block(task);
     // all the mass goes to the sink, whose value vector is zero

@@ -1,8 +1,8 @@
 //! Which instruction set the fast kernels run on: chosen once per process, forced on request.
 //!
-//! The hot loops of the crate — the strip kernels of tiled attention (forward and backward), the
-//! exponential and softmax, RoPE, one-token decoding over a KV cache, the matrix product — are
-//! written once and compiled for three [`Target`]s:
+//! The hot loops — the strip kernels of tiled attention (forward and backward), the exponential
+//! and softmax, RoPE, one-token decoding over a KV cache, the matrix product — are written once
+//! and compiled for three [`Target`]s:
 //!
 //! | target | instructions | who runs it |
 //! |---|---|---|
@@ -15,7 +15,7 @@
 //! it — so **our kernels give bitwise the same results on all three** (tests hold them to it).
 //! The matrix product is `gemm-f64`'s: forcing AVX2 on an AVX-512 processor runs its AVX2
 //! micro-kernels, and the portable target leaves it to `gemm-f64`'s own choice (its scalar
-//! kernels round differently; see `tensor::kernels`). The golden reports are byte-identical on
+//! kernels round differently; see [`crate::gemm`]). The golden reports are byte-identical on
 //! every target (`.ci/run` runs them with the portable target forced): a learner's report does
 //! not depend on their processor, only the time does. (On x86-64 the baseline instruction set has
 //! no FMA instruction, so the portable code is compiled twice: with FMA, for every processor
@@ -25,31 +25,31 @@
 //!
 //! By default the widest target the processor runs is used. `LLM_KERNELS=portable|avx2|avx512`
 //! forces one for the whole process (read once, at the first kernel call); [`with_target`]
-//! forces one for the calls made on this thread. The strip kernels, decoding, RoPE and the
-//! row products take the target when the call begins and hand it to their worker threads; the
-//! softmax's exponentials and the matrix product read it where they run, so inside worker threads
-//! they follow the process's target (the same bits either way, only the speed differs). Forcing a target the processor lacks is a
+//! forces one for everything its closure runs. One rule holds for every kernel: its entry point
+//! reads the target once ([`active`]) and hands it to the threads it uses; and a caller that runs
+//! kernels from its own parallel loop (a softmax row, one product of a batch) reads the target
+//! once too and hands it to its workers with [`Target::within`], so a forced target holds in
+//! every worker. [`recorded`] tells which targets ran, for the tests that check this. Forcing a target the processor lacks is a
 //! [`KernelsError`], never a crash: binaries call [`configured`] at start and stop with the
 //! message; a library call that meets a bad `LLM_KERNELS` prints it once and uses the widest
 //! target instead.
 //!
 //! ```
-//! use llm_from_scratch::dispatch::{self, Target};
+//! use llm_kernels::target::{self, Target};
 //!
 //! // the portable target runs everywhere
-//! let inside = dispatch::with_target(Target::Portable, dispatch::active)?;
+//! let inside = target::with_target(Target::Portable, target::active)?;
 //! assert_eq!(inside, Target::Portable);
 //! assert!(Target::available().contains(&Target::Portable));
 //! // a name that is no target is a typed error
 //! assert!(Target::parse("sse9").is_err());
-//! # Ok::<(), dispatch::KernelsError>(())
+//! # Ok::<(), target::KernelsError>(())
 //! ```
-
-pub(crate) mod isa;
 
 use std::cell::Cell;
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use thiserror::Error;
 
@@ -218,30 +218,73 @@ pub fn active() -> Target {
     })
 }
 
-/// Runs `f` with the kernels it calls on this thread forced to `target` (operations hand the
-/// target on to the worker threads they use).
+/// Runs `f` with the kernels it calls on this thread forced to `target`, and on the worker
+/// threads of their parallel loops (each kernel hands its target on; a caller's own parallel
+/// loop carries it with [`Target::within`]).
 ///
 /// # Errors
 /// [`KernelsError::Unavailable`] when the processor cannot run `target`; `f` is not called.
 pub fn with_target<R>(target: Target, f: impl FnOnce() -> R) -> Result<R, KernelsError> {
-    struct Restore(Option<Target>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            SCOPED.set(self.0);
-        }
-    }
     target.check()?;
-    let _restore = Restore(SCOPED.replace(Some(target)));
-    Ok(f())
+    Ok(target.within(f))
 }
 
-/// The kernel each fast operation runs on when `target` is in force, as `llm-bench` prints them:
-/// the matrix product (`gemm-f64`'s micro-kernels), the strip kernels of tiled attention, the
-/// exponential and softmax, RoPE, and one-token decoding over a KV cache.
-pub fn kernels_for(target: Target) -> Vec<(&'static str, &'static str)> {
-    let mut ops = vec![("gemm", crate::tensor::kernels::gemm_kernel(target))];
-    ops.extend(["strips", "softmax", "rope", "decode"].map(|op| (op, target.name())));
-    ops
+impl Target {
+    /// Runs `f` with this target in force on this thread, then restores the one before: how a
+    /// parallel loop hands the target its caller read ([`active`]) to its workers, so that the
+    /// kernels a worker calls run what the caller runs.
+    ///
+    /// ```
+    /// use llm_kernels::target::{Target, active, with_target};
+    ///
+    /// let seen = with_target(Target::Portable, || {
+    ///     let target = active(); // read once, where the call begins
+    ///     std::thread::scope(|s| s.spawn(move || target.within(active)).join().unwrap())
+    /// })?;
+    /// assert_eq!(seen, Target::Portable);
+    /// # Ok::<(), llm_kernels::KernelsError>(())
+    /// ```
+    ///
+    /// No availability check: a target the processor lacks runs the portable code (every kernel
+    /// falls back to it), so this never fails; [`with_target`] is the checked entry.
+    pub fn within<R>(self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Target>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                SCOPED.set(self.0);
+            }
+        }
+        let _restore = Restore(SCOPED.replace(Some(self)));
+        f()
+    }
+}
+
+/// Whether the kernels note the targets they run (only while [`recorded`] runs).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+/// The targets that ran while recording, one bit per target in [`Target::ALL`]'s order.
+static RAN: AtomicU8 = AtomicU8::new(0);
+
+/// Notes that a kernel runs on `target`, while [`recorded`] is listening: one relaxed read of a
+/// flag otherwise.
+#[inline]
+pub(crate) fn note(target: Target) {
+    if RECORDING.load(Ordering::Relaxed) {
+        RAN.fetch_or(1 << target as u8, Ordering::Relaxed);
+    }
+}
+
+/// Runs `f` and returns its result with the targets the kernels ran on meanwhile, in any thread
+/// of the process, narrowest first. For tests: the record is process-wide, so a test that reads
+/// it runs alone in its process (an integration test of its own); calls do not nest.
+pub fn recorded<R>(f: impl FnOnce() -> R) -> (R, Vec<Target>) {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    RAN.store(0, Ordering::SeqCst);
+    RECORDING.store(true, Ordering::SeqCst);
+    let out = f();
+    RECORDING.store(false, Ordering::SeqCst);
+    let ran = RAN.load(Ordering::SeqCst);
+    (out, Target::ALL.into_iter().filter(|&t| ran & (1 << t as u8) != 0).collect())
 }
 
 /// The SIMD features of this processor that the targets use, e.g. `["avx2", "fma", "avx512f"]`

@@ -4,10 +4,9 @@
 
 use rayon::prelude::*;
 
-use super::{MatRef, SMALL_PRODUCT, check_dims, matmul};
-use crate::dispatch::Target;
-use crate::dispatch::isa::{self, Isa, Kernel};
-use crate::error::Result;
+use super::{MatRef, Result, SMALL_PRODUCT, check_dims, matmul};
+use crate::isa::{self, Isa, Kernel};
+use crate::target::{Target, active};
 
 /// Whether [`matmul_scaled`](super::matmul_scaled) computes an `m × k · k × n` product (right side with column stride
 /// `col_stride`, `k, n > 0`) by [`row_times_matrix`].
@@ -31,6 +30,7 @@ const ROWS_PER_TASK: usize = 64;
 /// guessing). Each task sums its rows into a partial result, and the partials are added in block
 /// order at the end: the same sums in the same order whatever the thread count.
 pub(super) fn row_times_matrix(
+    target: Target,
     dst: &mut [f64],
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
@@ -39,13 +39,13 @@ pub(super) fn row_times_matrix(
     parallel: bool,
 ) {
     let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
-    let partials = row_block_partials(&[(&row, rhs)], parallel);
+    let partials = row_block_partials(target, &[(&row, rhs)], parallel);
     add_partials(dst, &partials[0], accumulate);
 }
 
 /// For each `(row, matrix)`: the partial products of [`ROWS_PER_TASK`]-row blocks, block after
 /// block (`blocks × n` values), all blocks of all products in one parallel pass.
-fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<f64>> {
+fn row_block_partials(target: Target, jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<f64>> {
     let mut partials: Vec<Vec<f64>> =
         jobs.iter().map(|(row, m)| vec![0.0; row.len().div_ceil(ROWS_PER_TASK) * m.cols]).collect();
     let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::new();
@@ -53,7 +53,6 @@ fn row_block_partials(jobs: &[(&[f64], MatRef<'_>)], parallel: bool) -> Vec<Vec<
         let n = jobs[job].1.cols;
         tasks.extend(partial.chunks_mut(n.max(1)).enumerate().map(|(b, sums)| (job, b, sums)));
     }
-    let target = crate::dispatch::active();
     let block = |(job, b, sums): (usize, usize, &mut [f64])| {
         let (row, m) = jobs[job];
         let rows = b * ROWS_PER_TASK..row.len().min((b + 1) * ROWS_PER_TASK);
@@ -146,9 +145,10 @@ fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
 /// product. Every product equals `matmul` of the row with that matrix, bitwise.
 ///
 /// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`](crate::TensorAutodiffError::ShapeMismatch) if a matrix does not have `row.len()` rows.
+/// [`ShapeError`](super::ShapeError) if a matrix does not have `row.len()` rows.
 pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) -> Result<Vec<Vec<f64>>> {
     let lhs = MatRef::row_major(row, 1, row.len())?;
+    let target = active();
     let mut outputs: Vec<Vec<f64>> = Vec::with_capacity(matrices.len());
     // the products `matmul` sends to the one-row path share the pass; the rest go through it
     let mut shared = Vec::new();
@@ -163,7 +163,7 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
         outputs.push(out);
     }
     let jobs: Vec<(&[f64], MatRef<'_>)> = shared.iter().map(|&(_, m)| (row, m)).collect();
-    for ((i, _), partial) in shared.iter().zip(row_block_partials(&jobs, parallel)) {
+    for ((i, _), partial) in shared.iter().zip(row_block_partials(target, &jobs, parallel)) {
         add_partials(&mut outputs[*i], &partial, false);
     }
     Ok(outputs)

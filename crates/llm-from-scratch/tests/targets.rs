@@ -1,0 +1,89 @@
+//! One rule for the kernel target: a forced target holds in every worker thread of every kernel.
+//!
+//! Each fast operation runs inside `with_target` on a pool of two threads, and the kernels
+//! crate's record says which targets ran meanwhile: exactly the forced one. The record is
+//! process-wide, so this file is a test binary of its own with a single test.
+
+use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, Visibility, tiled_attention};
+use llm_from_scratch::kernels::target::recorded;
+use llm_from_scratch::kernels::{Target, with_target};
+use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
+use llm_from_scratch::{Tensor, TensorValue, constant, parameter};
+
+fn values(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = SplitMix64::new(seed);
+    (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect()
+}
+
+fn leaf(shape: &[usize], seed: u64) -> TensorValue {
+    parameter(shape, &values(shape.iter().product(), seed)).unwrap()
+}
+
+/// One fast operation, run for its effect on the record.
+type Operation = Box<dyn Fn() + Send + Sync>;
+
+/// The operations, each large enough to run on both threads.
+fn operations() -> Vec<(&'static str, Operation)> {
+    vec![
+        (
+            "a matrix product and its backward",
+            Box::new(|| {
+                let (a, b) = (leaf(&[4, 96, 80], 1), leaf(&[80, 70], 2));
+                let y = a.matmul(&b).unwrap();
+                y.backward_with(&Tensor::new(&[4, 96, 70], values(4 * 96 * 70, 3)).unwrap()).unwrap();
+            }),
+        ),
+        (
+            "one row times a matrix",
+            Box::new(|| {
+                let (a, b) = (
+                    constant(&[1, 512], &values(512, 4)).unwrap(),
+                    constant(&[512, 300], &values(153_600, 5)).unwrap(),
+                );
+                a.matmul(&b).unwrap();
+            }),
+        ),
+        (
+            "the softmax of many rows",
+            Box::new(|| {
+                leaf(&[64, 64, 64], 6).softmax_last_axis().unwrap();
+            }),
+        ),
+        (
+            "RoPE over many rows",
+            Box::new(|| {
+                let rope = RotaryEmbedding::new(16, 4096, 10_000.0).unwrap();
+                rope.rotate(&leaf(&[8, 1024, 16], 7), 0).unwrap();
+            }),
+        ),
+        (
+            "tiled attention and its backward",
+            Box::new(|| {
+                let (q, k, v) = (leaf(&[2, 4, 150, 16], 8), leaf(&[2, 2, 150, 16], 9), leaf(&[2, 2, 150, 16], 10));
+                let out = tiled_attention(&q, &k, &v, None, &Visibility::default()).unwrap();
+                out.backward_with(&Tensor::new(&[2, 4, 150, 16], values(2 * 4 * 150 * 16, 11)).unwrap()).unwrap();
+            }),
+        ),
+        (
+            "decoding over a KV cache",
+            Box::new(|| {
+                let config = AttentionConfig::new(32, 4, 2, 8).with_rope(256, 10_000.0);
+                let layer = GroupedQueryAttention::new("a", config, &mut SplitMix64::new(12)).unwrap();
+                let mut cache = layer.new_cache(2);
+                layer.forward_cached(&constant(&[2, 100, 32], &values(6400, 13)).unwrap(), &mut cache).unwrap();
+                layer.forward_cached(&constant(&[2, 1, 32], &values(64, 14)).unwrap(), &mut cache).unwrap();
+            }),
+        ),
+    ]
+}
+
+#[test]
+fn a_forced_target_holds_in_the_worker_threads_of_every_kernel() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    for target in Target::available() {
+        for (name, operation) in operations() {
+            let ((), ran) = pool.install(|| recorded(|| with_target(target, &operation).unwrap()));
+            assert_eq!(ran, [target], "{name} forced to {target}");
+        }
+    }
+}
