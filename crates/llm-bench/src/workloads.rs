@@ -10,7 +10,7 @@
 //! "MiB" binary.
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, Visibility,
+    AttentionConfig, AttentionError, AttentionPath, GroupedQueryAttention, Visibility,
     causal_scaled_dot_product_self_attention, tiled_attention,
 };
 use llm_from_scratch::model::{
@@ -207,7 +207,7 @@ fn mha_train() -> Result<Outcome, String> {
     const ATTENTION_FLOPS: f64 = 2.0 * 2.0 * (B * H * (T * (T + 1) / 2) * (D / H)) as f64;
     let mut rng = SplitMix64::new(7);
     // multi-head attention (G = H, d_h = d/H) on the training path: the tiled kernel
-    let config = AttentionConfig::multi_head(D, H).with_rope(T, 10_000.0).with_kernel(AttentionKernel::Tiled);
+    let config = AttentionConfig::multi_head(D, H).with_rope(T, 10_000.0).with_path(AttentionPath::Tiled);
     let layer = GroupedQueryAttention::new("bench", config, &mut rng).map_err(|e| e.to_string())?;
     // two inputs and upstream adjoints rotate between runs
     let inputs: Vec<Tensor> = (0..2).map(|s| tensor(&[B, T, D], 100 + s)).collect::<Result<_, _>>()?;
@@ -328,7 +328,7 @@ fn decode() -> Result<Outcome, String> {
     let positions = CACHED + runs.warmups + runs.timed;
     // the tiled kernel for `recompute` (a full pass over 2048 tokens, as an engineer without a
     // cache would run it); `forward_cached` has its own row kernel whatever this setting says
-    let config = AttentionConfig::multi_head(D, H).with_rope(positions, 10_000.0).with_kernel(AttentionKernel::Tiled);
+    let config = AttentionConfig::multi_head(D, H).with_rope(positions, 10_000.0).with_path(AttentionPath::Tiled);
     let layer = GroupedQueryAttention::new("bench", config, &mut rng).map_err(err)?;
     let prompt = TensorValue::leaf(tensor(&[1, CACHED, D], 300)?, false);
     let mut cache = layer.new_cache(1);

@@ -11,7 +11,7 @@
 //! typed error — it never panics, aborts or hangs.
 
 use crate::attention::{
-    AttentionConfig, AttentionKernel, AttentionOptions, GroupedQueryAttention, MultiHeadAttention, SlidingWindow,
+    AttentionConfig, AttentionOptions, AttentionPath, GroupedQueryAttention, MultiHeadAttention, SlidingWindow,
 };
 use crate::autodiff::constant;
 use crate::nn::SplitMix64;
@@ -77,9 +77,9 @@ pub fn run_layer_from_bytes(data: &[u8]) -> FuzzOutcome {
         1 => Some(SlidingWindow::Inclusive(bytes.small(4))),
         _ => Some(SlidingWindow::Exclusive(bytes.small(4))),
     };
-    let kernel = if bytes.byte() % 2 == 0 { AttentionKernel::Explicit } else { AttentionKernel::Tiled };
+    let path = if bytes.byte() % 2 == 0 { AttentionPath::Explicit } else { AttentionPath::Tiled };
     let mut rng = SplitMix64::new(u64::from(bytes.byte()));
-    let mut config = AttentionConfig::new(d, h, g, dh).with_rope(capacity, base).with_kernel(kernel);
+    let mut config = AttentionConfig::new(d, h, g, dh).with_rope(capacity, base).with_path(path);
     config.window = window;
     config.sinks = bytes.byte() % 2 == 1;
     let shape = [bytes.small(3), bytes.small(6), if bytes.byte() % 4 == 0 { bytes.small(9) } else { d }];

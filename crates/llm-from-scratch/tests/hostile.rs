@@ -21,8 +21,8 @@ use std::process::Command;
 
 use gguf_edit::{put_in_value, set_array_len, set_dim, set_offset, set_type, set_u32, tiny};
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionKernel, AttentionOptions, GroupedQueryAttention, KvCache,
-    LatentAttention, LatentConfig, SlidingWindow, Visibility, generate_with_cache, grouped_attention, tiled_attention,
+    AttentionConfig, AttentionError, AttentionOptions, AttentionPath, GroupedQueryAttention, KvCache, LatentAttention,
+    LatentConfig, SlidingWindow, Visibility, generate_with_cache, grouped_attention, tiled_attention,
 };
 use llm_from_scratch::gguf::{Gguf, GgufError, GgufRope, gguf_llama_from_bytes};
 use llm_from_scratch::model::{
@@ -292,7 +292,7 @@ struct Run {
 
 /// Kernel-level attention of `q [B,H,T,d]` over `k, v [B,G,T,d]` whose token `poisoned` holds
 /// `poison` in its keys and values, on the explicit or the tiled kernel.
-fn kernel_run(kernel: AttentionKernel, vis: &Visibility, sinks: bool, poisoned: usize, poison: f64) -> Run {
+fn kernel_run(kernel: AttentionPath, vis: &Visibility, sinks: bool, poisoned: usize, poison: f64) -> Run {
     let (b, h, g, t, d) = (2, 4, 2, 70, 3); // T past one block of 64, H/G = 2
     let q = parameter(&[b, h, t, d], &random(&[b, h, t, d], 1)).unwrap();
     let (mut k, mut v) = (random(&[b, g, t, d], 2), random(&[b, g, t, d], 3));
@@ -304,8 +304,8 @@ fn kernel_run(kernel: AttentionKernel, vis: &Visibility, sinks: bool, poisoned: 
     let (k, v) = (parameter(&[b, g, t, d], &k).unwrap(), parameter(&[b, g, t, d], &v).unwrap());
     let sink = sinks.then(|| parameter(&[h], &[0.5, -1.0, 0.0, 2.0]).unwrap());
     let output = match kernel {
-        AttentionKernel::Explicit => grouped_attention(&q, &k, &v, sink.as_ref(), vis).unwrap().output().clone(),
-        AttentionKernel::Tiled => tiled_attention(&q, &k, &v, sink.as_ref(), vis).unwrap(),
+        AttentionPath::Explicit => grouped_attention(&q, &k, &v, sink.as_ref(), vis).unwrap().output().clone(),
+        AttentionPath::Tiled => tiled_attention(&q, &k, &v, sink.as_ref(), vis).unwrap(),
     };
     let upstream = Tensor::new(output.shape(), random(output.shape(), 4)).unwrap();
     let grads = output.backward_with(&upstream).unwrap();
@@ -319,7 +319,7 @@ fn a_poisoned_padding_token_changes_no_output_and_no_gradient() {
     let (b, t, poisoned) = (2, 70, 5);
     let padding: Vec<bool> = (0..b * t).map(|i| i % t == poisoned).collect();
     let windows = [None, Some(SlidingWindow::Inclusive(9)), Some(SlidingWindow::Exclusive(40))];
-    for kernel in [AttentionKernel::Explicit, AttentionKernel::Tiled] {
+    for kernel in [AttentionPath::Explicit, AttentionPath::Tiled] {
         for window in windows {
             for sinks in [false, true] {
                 let vis = Visibility { key_padding: Some(padding.clone()), window, ..Visibility::default() };
@@ -340,7 +340,7 @@ fn a_poisoned_padding_token_changes_no_output_and_no_gradient() {
 #[test]
 fn a_poisoned_future_token_changes_no_earlier_output() {
     let (t, poisoned) = (70, 66);
-    for kernel in [AttentionKernel::Explicit, AttentionKernel::Tiled] {
+    for kernel in [AttentionPath::Explicit, AttentionPath::Tiled] {
         for window in [None, Some(SlidingWindow::Inclusive(9))] {
             let vis = Visibility { window, ..Visibility::default() };
             let clean = kernel_run(kernel, &vis, true, poisoned, 0.75);
@@ -368,9 +368,9 @@ fn layer_rows(layer: &GroupedQueryAttention) -> (Tensor, Tensor) {
 
 #[test]
 fn a_layer_with_a_nan_last_token_keeps_the_earlier_rows() {
-    for kernel in [AttentionKernel::Explicit, AttentionKernel::Tiled] {
+    for kernel in [AttentionPath::Explicit, AttentionPath::Tiled] {
         for sinks in [false, true] {
-            let config = AttentionConfig::new(8, 4, 2, 2).with_rope(16, 100.0).with_kernel(kernel).with_sinks(sinks);
+            let config = AttentionConfig::new(8, 4, 2, 2).with_rope(16, 100.0).with_path(kernel).with_sinks(sinks);
             let layer = GroupedQueryAttention::new("p", config, &mut SplitMix64::new(7)).unwrap();
             let (full, short) = layer_rows(&layer);
             let rows = &full.as_slice()[..24];
@@ -389,8 +389,8 @@ fn a_layer_with_a_nan_last_token_keeps_the_earlier_rows() {
 
 #[test]
 fn padding_through_a_layer_hides_a_poisoned_token() {
-    for kernel in [AttentionKernel::Explicit, AttentionKernel::Tiled] {
-        let config = AttentionConfig::new(8, 4, 2, 2).with_rope(16, 100.0).with_kernel(kernel);
+    for kernel in [AttentionPath::Explicit, AttentionPath::Tiled] {
+        let config = AttentionConfig::new(8, 4, 2, 2).with_rope(16, 100.0).with_path(kernel);
         let layer = GroupedQueryAttention::new("p", config, &mut SplitMix64::new(8)).unwrap();
         let padding = Mask::new(&[1, 5], vec![false, true, false, false, false]).unwrap();
         let run = |poison: f64| {

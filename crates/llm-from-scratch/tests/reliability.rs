@@ -7,7 +7,7 @@
 //! (a softmax row that is all −∞ gives zeros; a row with +∞ shares its weight among the +∞ entries).
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionKernel, AttentionOptions, GroupedQueryAttention, LatentAttention, LatentConfig,
+    AttentionConfig, AttentionOptions, AttentionPath, GroupedQueryAttention, LatentAttention, LatentConfig,
     MultiHeadAttention, SlidingWindow, Visibility, grouped_attention, merge_heads, split_heads, tiled_attention,
 };
 use llm_from_scratch::nn::{Linear, QkvProjections, RmsNorm, RotaryEmbedding, SplitMix64};
@@ -142,8 +142,8 @@ proptest! {
     ) {
         let mut rng = SplitMix64::new(seed);
         let mha = MultiHeadAttention::new("m", 4, 2, 8, 100.0, &mut rng).unwrap();
-        let kernel = if tiled { AttentionKernel::Tiled } else { AttentionKernel::Explicit };
-        let config = AttentionConfig::new(4, 2, 1, 2).with_rope(8, 100.0).with_kernel(kernel).with_sinks(tiled);
+        let kernel = if tiled { AttentionPath::Tiled } else { AttentionPath::Explicit };
+        let config = AttentionConfig::new(4, 2, 1, 2).with_rope(8, 100.0).with_path(kernel).with_sinks(tiled);
         let gqa = GroupedQueryAttention::new("g", config, &mut rng).unwrap();
         let n: usize = shape.iter().product();
         // 1e300 overflows f64 in q·kᵀ: finite in, finite out holds up to products within range

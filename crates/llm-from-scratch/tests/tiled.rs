@@ -3,7 +3,7 @@
 //! target this processor runs (`dispatch`), and the targets agree with each other bitwise.
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionKernel, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax,
+    AttentionConfig, AttentionError, AttentionPath, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE, OnlineSoftmax,
     SHORT_BLOCK, SlidingWindow, Visibility, block_size, grouped_attention, tiled_attention,
 };
 use llm_from_scratch::kernels::{Target, with_target};
@@ -259,7 +259,7 @@ fn errors_are_typed() {
     let err = tiled_attention(&z(&[1, 2, 2, 4]), &z(&[1, 1, 2, 4]), &z(&[1, 1, 2, 4]), None, &bad).unwrap_err();
     assert!(matches!(err, AttentionError::PaddingShape { .. }));
     let mut rng = SplitMix64::new(0);
-    let config = AttentionConfig::new(8, 2, 1, 4).with_kernel(AttentionKernel::Tiled).with_dropout(0.1, 0.0);
+    let config = AttentionConfig::new(8, 2, 1, 4).with_path(AttentionPath::Tiled).with_dropout(0.1, 0.0);
     let err = GroupedQueryAttention::new("a", config, &mut rng).unwrap_err();
     assert!(err.to_string().contains("attention dropout with the tiled kernel is not supported"), "{err}");
     assert!(matches!(err, AttentionError::Unsupported { .. }));
@@ -275,7 +275,7 @@ fn the_layer_with_the_tiled_kernel_equals_the_explicit_layer() {
     let explicit = GroupedQueryAttention::new("a", config.clone(), &mut rng).unwrap();
     let tiled = GroupedQueryAttention::from_parts(
         "a",
-        config.with_kernel(AttentionKernel::Tiled),
+        config.with_path(AttentionPath::Tiled),
         explicit.qkv().clone(),
         explicit.output_projection().clone(),
     )

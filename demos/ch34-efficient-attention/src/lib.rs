@@ -64,7 +64,7 @@
 use demo_support::evidence::{DemoResult, rejection};
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionKernel, AttentionOutput, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
+    AttentionConfig, AttentionOutput, AttentionPath, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
     OnlineSoftmax, SHORT_BLOCK, SlidingWindow, Visibility, block_size, explicit_attention_bytes, grouped_attention,
     kv_cache_bytes, receptive_field, tiled_attention, tiled_attention_bytes,
 };
@@ -401,7 +401,7 @@ fn error_cases() -> DemoResult<Vec<(&'static str, String)>> {
     let (q, kv) = (zeros(&[1, 2, 2, 4])?, zeros(&[1, 1, 2, 4])?);
     let none = Visibility::default();
     let bad_padding = Visibility { key_padding: Some(vec![false; 3]), ..Visibility::default() };
-    let dropout = AttentionConfig::new(8, 2, 1, 4).with_kernel(AttentionKernel::Tiled).with_dropout(0.1, 0.0);
+    let dropout = AttentionConfig::new(8, 2, 1, 4).with_path(AttentionPath::Tiled).with_dropout(0.1, 0.0);
     Ok(vec![
         rejection(
             "groups",

@@ -83,7 +83,7 @@ pub fn render_report(e: &Evidence) -> String {
             fmt_f64(c.rope_base),
             c.rms_eps,
             c.tie_embeddings,
-            c.kernel
+            c.path
         ),
         format!(
             "parameters={} embedding:V·d={} per_block:{} (attention:2·d·d_h·(H+G)={} swiglu:3·d·f={} norms:2·d={}) \

@@ -1,5 +1,5 @@
 //! [`AttentionConfig`]: every setting of a [`GroupedQueryAttention`](crate::attention::GroupedQueryAttention) layer in one place, and
-//! [`AttentionKernel`], the choice between the explicit and the tiled attention.
+//! [`AttentionPath`], the choice between the explicit and the tiled attention.
 //!
 //! Chapter 32 (`ch32-grouped-query-attention`) introduces it; chapters 33, 34 and 36 add the
 //! window, the tiled kernel and the sinks.
@@ -33,15 +33,15 @@ pub struct AttentionConfig {
     pub attention_dropout: f64,
     /// Dropout on the layer's output (training only).
     pub output_dropout: f64,
-    /// The attention kernel: explicit (weights inspectable) or tiled (O(T) memory).
-    pub kernel: AttentionKernel,
+    /// The attention path: explicit (weights inspectable) or tiled (O(T) memory).
+    pub path: AttentionPath,
     /// A learned per-head sink logit (zero value vector) in every softmax.
     pub sinks: bool,
 }
 
 /// How the attention weights are computed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AttentionKernel {
+pub enum AttentionPath {
     /// Every score materialised, weights returned in the trace: the chapters' path.
     #[default]
     Explicit,
@@ -65,14 +65,14 @@ impl AttentionConfig {
             window: None,
             attention_dropout: 0.0,
             output_dropout: 0.0,
-            kernel: AttentionKernel::Explicit,
+            path: AttentionPath::Explicit,
             sinks: false,
         }
     }
 
-    /// Selects the attention kernel.
-    pub fn with_kernel(mut self, kernel: AttentionKernel) -> Self {
-        self.kernel = kernel;
+    /// Selects the attention path.
+    pub fn with_path(mut self, path: AttentionPath) -> Self {
+        self.path = path;
         self
     }
 
@@ -165,7 +165,7 @@ impl AttentionConfig {
                 return Err(AttentionError::InvalidDropout { which, p });
             }
         }
-        if self.kernel == AttentionKernel::Tiled && self.attention_dropout > 0.0 {
+        if self.path == AttentionPath::Tiled && self.attention_dropout > 0.0 {
             return Err(AttentionError::Unsupported {
                 feature: "attention dropout with the tiled kernel",
                 reason: "the tiled kernel never forms the weights a dropout mask would apply to",

@@ -18,7 +18,7 @@
 //! Options: a sliding window ([`SlidingWindow`]), key padding with explicit positions, and dropout
 //! on the attention weights and on the output (training only).
 
-use crate::attention::config::{AttentionConfig, AttentionKernel};
+use crate::attention::config::{AttentionConfig, AttentionPath};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::{check_key_padding, check_positions, check_sequence};
 use crate::attention::scaled_dot_product::grouped_attention_with;
@@ -297,14 +297,14 @@ impl GroupedQueryAttention {
         };
         let mut rng = options.training;
         let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
-        let (scores, weights, head_outputs) = match self.config.kernel {
-            AttentionKernel::Explicit => {
+        let (scores, weights, head_outputs) = match self.config.path {
+            AttentionPath::Explicit => {
                 let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
                 let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
                 let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
                 (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
             }
-            AttentionKernel::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
+            AttentionPath::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
         };
         let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
         let mut output = self.output.forward(&merged).at(Stage::OutputProjection)?;

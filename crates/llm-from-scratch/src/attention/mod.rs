@@ -31,7 +31,7 @@ mod tiled;
 mod window;
 
 pub use cached_forward::generate_with_cache;
-pub use config::{AttentionConfig, AttentionKernel};
+pub use config::{AttentionConfig, AttentionPath};
 pub use error::{AttentionError, Branch, Stage};
 pub use grouped_query::{AttentionOptions, AttentionTrace, GroupedQueryAttention};
 pub use heads::{merge_heads, split_heads};

@@ -1,6 +1,6 @@
 //! [`DecoderConfig`]: every hyperparameter of the decoder in one place.
 
-use crate::attention::{AttentionConfig, AttentionKernel, SlidingWindow};
+use crate::attention::{AttentionConfig, AttentionPath, SlidingWindow};
 use crate::model::ModelError;
 use crate::nn::RopeLayout;
 
@@ -55,8 +55,8 @@ pub struct DecoderConfig {
     pub window: Option<SlidingWindow>,
     /// The LM head reuses the embedding table (transposed) instead of its own weight.
     pub tie_embeddings: bool,
-    /// The attention kernel used by full passes (training and recomputation).
-    pub kernel: AttentionKernel,
+    /// The attention path of full passes (training and recomputation).
+    pub path: AttentionPath,
     /// Standard deviation of the normal initialisation of the embedding table.
     pub embedding_init_std: f64,
 }
@@ -65,7 +65,7 @@ impl DecoderConfig {
     /// `V` tokens, width `d`, `N` blocks of multi-head attention with `heads` heads of width
     /// `d / heads`; feed-forward width `8d/3` rounded up to a multiple of 8 (the SwiGLU choice that
     /// keeps the parameters of a `4d` two-matrix MLP), RoPE base 10 000 over 2048 positions,
-    /// ε = 1e-6, tied embeddings initialised with std 0.02, explicit attention kernel.
+    /// ε = 1e-6, tied embeddings initialised with std 0.02, explicit attention path.
     pub fn new(vocab_size: usize, model_width: usize, layers: usize, heads: usize) -> Self {
         Self {
             vocab_size,
@@ -81,7 +81,7 @@ impl DecoderConfig {
             rms_eps: 1e-6,
             window: None,
             tie_embeddings: true,
-            kernel: AttentionKernel::Explicit,
+            path: AttentionPath::Explicit,
             embedding_init_std: 0.02,
         }
     }
@@ -135,9 +135,9 @@ impl DecoderConfig {
         self
     }
 
-    /// Selects the attention kernel of full passes.
-    pub fn with_kernel(mut self, kernel: AttentionKernel) -> Self {
-        self.kernel = kernel;
+    /// Selects the attention path of full passes.
+    pub fn with_path(mut self, path: AttentionPath) -> Self {
+        self.path = path;
         self
     }
 
@@ -152,7 +152,7 @@ impl DecoderConfig {
         let mut config = AttentionConfig::new(self.model_width, self.query_heads, self.kv_heads, self.head_width)
             .with_rope(self.max_positions, self.rope_base)
             .with_rope_layout(self.rope_layout)
-            .with_kernel(self.kernel);
+            .with_path(self.path);
         config.window = self.window;
         config
     }

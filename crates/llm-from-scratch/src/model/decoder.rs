@@ -330,9 +330,9 @@ mod tests {
     #[test]
     fn the_tiled_kernel_trains_like_the_explicit_one() {
         // same weights, both kernels: the loss and every gradient agree to 1e-12 (relative)
-        use crate::attention::AttentionKernel;
+        use crate::attention::AttentionPath;
         let explicit = Decoder::new(config().with_embedding_init_std(0.5), &mut SplitMix64::new(4)).unwrap();
-        let tiled_config = config().with_embedding_init_std(0.5).with_kernel(AttentionKernel::Tiled);
+        let tiled_config = config().with_embedding_init_std(0.5).with_path(AttentionPath::Tiled);
         let tiled = Decoder::from_named(tiled_config, &explicit.parameters()).unwrap();
         let batch = TokenBatch::next_token(&[vec![1, 5, 5, 0, 6, 2, 2, 3], vec![2, 3, 4, 1, 1, 0, 6, 6]], 2).unwrap();
         let (a, b) = (explicit.loss(&batch).unwrap(), tiled.loss(&batch).unwrap());
@@ -370,7 +370,7 @@ mod tests {
             }
         }
         // the tiled kernel never forms the weights
-        let tiled = config().with_embedding_init_std(0.5).with_kernel(crate::attention::AttentionKernel::Tiled);
+        let tiled = config().with_embedding_init_std(0.5).with_path(crate::attention::AttentionPath::Tiled);
         let tiled = Decoder::from_named(tiled, &model.parameters()).unwrap();
         assert!(tiled.forward_traced(&tokens, [2, 3]).unwrap().attention.iter().all(|t| t.weights.is_none()));
     }

@@ -103,5 +103,4 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
 }
 
 #[cfg(test)]
-#[path = "matmul_tests.rs"]
 mod tests;
