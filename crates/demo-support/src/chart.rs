@@ -6,43 +6,13 @@
 //! drawing never fails.
 
 use crate::fmt::fixed;
+pub use crate::geom::{Area, text_width};
 use crate::svg::{Anchor, LABEL_SIZE, Stroke, Svg, TextStyle, color};
 
 /// Light grey of grid lines.
 const GRID: &str = "#dddddd";
 /// Dark grey of axes.
 const AXIS: &str = "#444444";
-
-/// A rectangle of the document, in pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Area {
-    /// Left edge.
-    pub x: f64,
-    /// Top edge.
-    pub y: f64,
-    /// Width.
-    pub width: f64,
-    /// Height.
-    pub height: f64,
-}
-
-impl Area {
-    /// The right edge.
-    pub fn right(&self) -> f64 {
-        self.x + self.width
-    }
-
-    /// The bottom edge.
-    pub fn bottom(&self) -> f64 {
-        self.y + self.height
-    }
-}
-
-/// The approximate width of `text` at `size` pixels (sans-serif averages about 0.6 em per
-/// character); used to size legends and boxes.
-pub fn text_width(text: &str, size: f64) -> f64 {
-    text.chars().count() as f64 * size * 0.6
-}
 
 /// One axis: its label, its range, linear or base-10 logarithmic, and its labelled ticks.
 #[derive(Clone, Debug, PartialEq)]
