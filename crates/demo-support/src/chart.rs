@@ -155,6 +155,25 @@ pub fn draw_legend(svg: &mut Svg, x: f64, y: f64, entries: &[LegendEntry]) {
     }
 }
 
+/// A legend on one line without a box, its first swatch's left edge at `x` and its text's
+/// baseline at `y`, text `size` pixels tall (a thumbnail's or a wide figure's legend); returns
+/// the width it took.
+pub fn draw_legend_row(svg: &mut Svg, x: f64, y: f64, entries: &[LegendEntry], size: f64) -> f64 {
+    let mut left = x;
+    for entry in entries {
+        let cy = y - size * 0.35;
+        match entry.swatch {
+            Swatch::Line { dashed } => {
+                svg.line(left, cy, left + 22.0, cy, Stroke { color: &entry.color, width: 2.5, dashed })
+            }
+            Swatch::Square => svg.rect(left + 4.0, cy - 7.0, 14.0, 14.0, &entry.color, None),
+        }
+        svg.text(left + 28.0, y, TextStyle::label().size(size), &entry.name);
+        left += 28.0 + text_width(&entry.name, size) + 16.0;
+    }
+    left - x - 16.0
+}
+
 /// [`draw_legend`] in a corner of `area`, 8 px from its edges.
 pub fn draw_legend_in(svg: &mut Svg, area: Area, corner: Corner, entries: &[LegendEntry]) {
     let (width, height) = legend_size(entries);
@@ -398,6 +417,23 @@ mod tests {
         assert!(out.contains(r#"points="100.0,50.0 700.0,350.0""#), "{out}");
         assert_eq!(out.matches("<polyline").count(), 2);
         assert!(out.contains(">a</text>") && out.contains(">b</text>") && out.contains(">loss</text>"));
+    }
+
+    #[test]
+    fn a_legend_row_lays_its_entries_side_by_side() {
+        let mut svg = Svg::new(400.0, 100.0, "t");
+        let entry = |name: &str, swatch| LegendEntry { name: name.into(), color: "#000000".into(), swatch };
+        let width = draw_legend_row(
+            &mut svg,
+            10.0,
+            50.0,
+            &[entry("ab", Swatch::Square), entry("cd", Swatch::Line { dashed: true })],
+            10.0,
+        );
+        let out = svg.finish();
+        assert!(out.contains(r#"<text x="38.0" y="50.0" font-size="10.0""#), "{out}");
+        assert!(out.contains(r#"<text x="94.0" y="50.0""#), "the second entry follows the first: {out}");
+        assert_eq!(width, 96.0);
     }
 
     #[test]
