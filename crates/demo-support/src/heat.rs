@@ -264,6 +264,36 @@ pub fn draw_colour_scale_with_text(
     svg.text(x, y - 10.0, TextStyle::label().size(size), label);
 }
 
+/// A horizontal colour scale `width` pixels wide and 12 tall at `(x, y)` for `shading`, its low
+/// end at the left, labelled below at both ends and in the middle with `decimals` decimals and
+/// `size`-pixel text, `label` to its left (right-aligned): a key that fits under a heat map.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_colour_bar(
+    svg: &mut Svg,
+    x: f64,
+    y: f64,
+    width: f64,
+    shading: Shading,
+    decimals: usize,
+    label: &str,
+    size: f64,
+) {
+    let (low, high) = shading.range();
+    let step = width / SCALE_STEPS as f64;
+    for s in 0..SCALE_STEPS {
+        let value = low + (high - low) * (s as f64 + 0.5) / SCALE_STEPS as f64;
+        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
+    }
+    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    let below = y + 12.0 + size + 2.0;
+    svg.text(x, below, TextStyle::centered().size(size), &fixed(low, decimals));
+    svg.text(x + width / 2.0, below, TextStyle::centered().size(size), &fixed((low + high) / 2.0, decimals));
+    svg.text(x + width, below, TextStyle::centered().size(size), &fixed(high, decimals));
+    if !label.is_empty() {
+        svg.text(x - 8.0, y + 10.0, TextStyle::right().size(size), label);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +348,18 @@ mod tests {
         assert_eq!(s.ink(0.1), "#111111");
         assert_eq!(s.ink(-1.9), "white");
         assert_eq!(Shading::Sequential { min: 1.0, max: 1.0 }.fill(1.0), "#ffffff", "an empty range stays white");
+    }
+
+    #[test]
+    fn the_colour_bar_runs_from_low_to_high() {
+        let mut svg = Svg::new(300.0, 100.0, "t");
+        draw_colour_bar(&mut svg, 50.0, 20.0, 200.0, Shading::Sequential { min: 0.0, max: 1.0 }, 2, "weight", 12.0);
+        let out = svg.finish();
+        check_well_formed(&out).unwrap();
+        assert!(out.contains(r##"<rect x="50.0" y="20.0" width="10.5" height="12.0" fill="#f9fafc"/>"##), "{out}");
+        for label in [">0.00<", ">0.50<", ">1.00<", ">weight<"] {
+            assert!(out.contains(label), "{label} in {out}");
+        }
     }
 
     #[test]
