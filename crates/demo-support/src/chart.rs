@@ -6,43 +6,13 @@
 //! drawing never fails.
 
 use crate::fmt::fixed;
+pub use crate::geom::{Area, text_width};
 use crate::svg::{Anchor, LABEL_SIZE, Stroke, Svg, TextStyle, color};
 
 /// Light grey of grid lines.
 const GRID: &str = "#dddddd";
 /// Dark grey of axes.
 const AXIS: &str = "#444444";
-
-/// A rectangle of the document, in pixels.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Area {
-    /// Left edge.
-    pub x: f64,
-    /// Top edge.
-    pub y: f64,
-    /// Width.
-    pub width: f64,
-    /// Height.
-    pub height: f64,
-}
-
-impl Area {
-    /// The right edge.
-    pub fn right(&self) -> f64 {
-        self.x + self.width
-    }
-
-    /// The bottom edge.
-    pub fn bottom(&self) -> f64 {
-        self.y + self.height
-    }
-}
-
-/// The approximate width of `text` at `size` pixels (sans-serif averages about 0.6 em per
-/// character); used to size legends and boxes.
-pub fn text_width(text: &str, size: f64) -> f64 {
-    text.chars().count() as f64 * size * 0.6
-}
 
 /// One axis: its label, its range, linear or base-10 logarithmic, and its labelled ticks.
 #[derive(Clone, Debug, PartialEq)]
@@ -183,6 +153,25 @@ pub fn draw_legend(svg: &mut Svg, x: f64, y: f64, entries: &[LegendEntry]) {
         }
         svg.text(x + 42.0, cy + 4.5, TextStyle::label(), &entry.name);
     }
+}
+
+/// A legend on one line without a box, its first swatch's left edge at `x` and its text's
+/// baseline at `y`, text `size` pixels tall (a thumbnail's or a wide figure's legend); returns
+/// the width it took.
+pub fn draw_legend_row(svg: &mut Svg, x: f64, y: f64, entries: &[LegendEntry], size: f64) -> f64 {
+    let mut left = x;
+    for entry in entries {
+        let cy = y - size * 0.35;
+        match entry.swatch {
+            Swatch::Line { dashed } => {
+                svg.line(left, cy, left + 22.0, cy, Stroke { color: &entry.color, width: 2.5, dashed })
+            }
+            Swatch::Square => svg.rect(left + 4.0, cy - 7.0, 14.0, 14.0, &entry.color, None),
+        }
+        svg.text(left + 28.0, y, TextStyle::label().size(size), &entry.name);
+        left += 28.0 + text_width(&entry.name, size) + 16.0;
+    }
+    left - x - 16.0
 }
 
 /// [`draw_legend`] in a corner of `area`, 8 px from its edges.
@@ -428,6 +417,23 @@ mod tests {
         assert!(out.contains(r#"points="100.0,50.0 700.0,350.0""#), "{out}");
         assert_eq!(out.matches("<polyline").count(), 2);
         assert!(out.contains(">a</text>") && out.contains(">b</text>") && out.contains(">loss</text>"));
+    }
+
+    #[test]
+    fn a_legend_row_lays_its_entries_side_by_side() {
+        let mut svg = Svg::new(400.0, 100.0, "t");
+        let entry = |name: &str, swatch| LegendEntry { name: name.into(), color: "#000000".into(), swatch };
+        let width = draw_legend_row(
+            &mut svg,
+            10.0,
+            50.0,
+            &[entry("ab", Swatch::Square), entry("cd", Swatch::Line { dashed: true })],
+            10.0,
+        );
+        let out = svg.finish();
+        assert!(out.contains(r#"<text x="38.0" y="50.0" font-size="10.0""#), "{out}");
+        assert!(out.contains(r#"<text x="94.0" y="50.0""#), "the second entry follows the first: {out}");
+        assert_eq!(width, 96.0);
     }
 
     #[test]

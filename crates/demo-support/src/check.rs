@@ -4,6 +4,7 @@
 use thiserror::Error;
 
 use crate::fmt::escape;
+use crate::svg::THUMBNAIL_TEXT;
 use crate::xml::{XmlError, check_well_formed};
 
 /// Why a chapter's figure fails [`check_chapter_figure`].
@@ -27,6 +28,56 @@ pub enum FigureCheckError {
         /// The position of the change in the list given.
         index: usize,
     },
+    /// A thumbnail's `width` is missing or outside 240‥300 px.
+    #[error("thumbnail: width {width:?} is not between 240 and 300 px")]
+    ThumbnailWidth {
+        /// The `width` attribute of the root, as written.
+        width: Option<String>,
+    },
+    /// A thumbnail holds text smaller than [`THUMBNAIL_TEXT`] (unreadable at its own size).
+    #[error("thumbnail: a text of {size} px is smaller than the smallest readable size")]
+    ThumbnailText {
+        /// The `font-size` attribute, as written.
+        size: String,
+    },
+}
+
+/// The value of the first `name="…"` attribute in `document` (the root's, for a root attribute).
+fn attribute<'a>(document: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let start = document.find(&key)? + key.len();
+    document[start..].split('"').next()
+}
+
+/// Checks what a thumbnail adds to [`check_chapter_figure`]: its own width is 240‥300 px, and
+/// every text is at least [`THUMBNAIL_TEXT`] pixels tall (its `viewBox` is its own size, so that
+/// is the size it is read at).
+///
+/// ```
+/// use demo_support::check::check_thumbnail;
+/// use demo_support::svg::{Svg, TextStyle};
+///
+/// let (mut svg, top) = Svg::thumbnail(200.0, "Chapter 1 — a title: more");
+/// svg.text(10.0, top + 20.0, TextStyle::label(), "readable");
+/// assert!(check_thumbnail(&svg.finish()).is_ok());
+/// let mut big = Svg::new(800.0, 200.0, "t");
+/// assert!(check_thumbnail(&big.finish()).is_err());
+/// ```
+///
+/// # Errors
+/// [`FigureCheckError::ThumbnailWidth`] or [`FigureCheckError::ThumbnailText`].
+pub fn check_thumbnail(document: &str) -> Result<(), FigureCheckError> {
+    let width = attribute(document, "width");
+    if !width.and_then(|w| w.parse::<f64>().ok()).is_some_and(|w| (240.0..=300.0).contains(&w)) {
+        return Err(FigureCheckError::ThumbnailWidth { width: width.map(str::to_string) });
+    }
+    for piece in document.split(" font-size=\"").skip(1) {
+        let size = piece.split('"').next().unwrap_or_default();
+        if !size.parse::<f64>().is_ok_and(|s| s >= THUMBNAIL_TEXT) {
+            return Err(FigureCheckError::ThumbnailText { size: size.to_string() });
+        }
+    }
+    Ok(())
 }
 
 /// Draws `evidence` with `render` and checks the document: well formed, titled `title`, the same
@@ -100,6 +151,29 @@ macro_rules! chapter_figure_test {
     };
 }
 
+/// The test every chapter's thumbnail declares: [`check_chapter_figure`] and [`check_thumbnail`]
+/// on the chapter's evidence drawn by its `render_thumbnail`.
+///
+/// ```text
+/// demo_support::chapter_thumbnail_test!(crate::learner_evidence(), render_thumbnail, TITLE, [
+///     |e: &mut Evidence| e.weights = e.unscaled_weights.clone(),
+/// ]);
+/// ```
+#[macro_export]
+macro_rules! chapter_thumbnail_test {
+    ($evidence:expr, $render:expr, $title:expr, [$($change:expr),* $(,)?]) => {
+        /// Well formed, titled, deterministic, changed by the data it draws, and small but readable.
+        #[test]
+        fn the_thumbnail_is_well_formed_deterministic_small_and_readable()
+        -> Result<(), Box<dyn std::error::Error>> {
+            let evidence = $evidence?;
+            $crate::check::check_chapter_figure(&evidence, $render, $title, &[$(&$change),*])?;
+            $crate::check::check_thumbnail(&$render(&evidence))?;
+            Ok(())
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +202,18 @@ mod tests {
             format!("<svg><title>t</title><g>{}</g></svg>", counter.get())
         };
         assert_eq!(check_chapter_figure(&evidence, flaky, "t", &[]), Err(FigureCheckError::NotDeterministic));
+    }
+
+    #[test]
+    fn a_thumbnail_must_be_narrow_and_its_text_large() {
+        let doc = |width: &str, size: &str| {
+            format!(r#"<svg xmlns="x" width="{width}" height="9"><text font-size="{size}">a</text></svg>"#)
+        };
+        assert_eq!(check_thumbnail(&doc("300.0", "13.0")), Ok(()));
+        assert_eq!(
+            check_thumbnail(&doc("800.0", "13.0")),
+            Err(FigureCheckError::ThumbnailWidth { width: Some("800.0".into()) })
+        );
+        assert_eq!(check_thumbnail(&doc("280", "12.0")), Err(FigureCheckError::ThumbnailText { size: "12.0".into() }));
     }
 }

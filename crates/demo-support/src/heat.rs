@@ -1,7 +1,7 @@
 //! Heat maps: a matrix as a grid of shaded, labelled cells, and the colour scale that reads it.
 
-use crate::chart::text_width;
 use crate::fmt::fixed;
+use crate::geom::text_width;
 use crate::svg::{Stroke, Svg, TextStyle};
 
 /// Fill of a hidden (masked) cell.
@@ -144,7 +144,12 @@ impl HeatMap {
 
     /// Width of the row labels' column.
     fn label_width(&self) -> f64 {
-        self.row_labels.iter().map(|l| text_width(l, 12.0)).fold(0.0, f64::max) + 10.0
+        self.label_width_at(12.0)
+    }
+
+    /// Width of the row labels' column when they are `size` pixels tall.
+    fn label_width_at(&self, size: f64) -> f64 {
+        self.row_labels.iter().map(|l| text_width(l, size)).fold(0.0, f64::max) + 10.0
     }
 
     /// The left edge of the grid.
@@ -170,18 +175,36 @@ impl HeatMap {
 
     /// Draws the map.
     pub fn draw(&self, svg: &mut Svg) {
-        let (gx, gy) = (self.grid_x(), self.grid_y());
-        svg.text(self.x, self.y + 14.0, TextStyle::heading(14.0), &self.title);
-        // narrow cells get smaller column labels so that two digits still fit
         let col_size = (self.cell_width * 0.6).clamp(8.0, 12.0);
+        let cell_size = (self.cell_height * 0.4).clamp(9.0, 13.0);
+        self.draw_sized(svg, TextSizes { title: 14.0, columns: col_size, rows: 12.0, cells: cell_size });
+    }
+
+    /// The left edge of the grid when [`HeatMap::draw_with_text`] draws it with `size`.
+    pub fn grid_x_with_text(&self, size: f64) -> f64 {
+        self.x + self.label_width_at(size)
+    }
+
+    /// Draws the map with every text `size` pixels tall (the title one pixel more): for a
+    /// thumbnail, whose text must stay readable when the whole figure is small. The grid starts at
+    /// [`HeatMap::grid_x_with_text`] and [`HeatMap::grid_y`].
+    pub fn draw_with_text(&self, svg: &mut Svg, size: f64) {
+        self.draw_sized(svg, TextSizes { title: size + 1.0, columns: size, rows: size, cells: size });
+    }
+
+    fn draw_sized(&self, svg: &mut Svg, sizes: TextSizes) {
+        let (gx, gy) = (self.x + self.label_width_at(sizes.rows), self.grid_y());
+        svg.text(self.x, self.y + 14.0, TextStyle::heading(sizes.title), &self.title);
         for (j, label) in self.col_labels.iter().enumerate() {
-            svg.text(gx + (j as f64 + 0.5) * self.cell_width, gy - 8.0, TextStyle::centered().size(col_size), label);
+            let style = TextStyle::centered().size(sizes.columns);
+            svg.text(gx + (j as f64 + 0.5) * self.cell_width, gy - 8.0, style, label);
         }
-        let size = (self.cell_height * 0.4).clamp(9.0, 13.0);
+        let size = sizes.cells;
         for (i, row) in self.cells.iter().enumerate() {
             let cy = gy + i as f64 * self.cell_height;
             if let Some(label) = self.row_labels.get(i) {
-                svg.text(gx - 6.0, cy + self.cell_height / 2.0 + 4.0, TextStyle::right().size(12.0), label);
+                let style = TextStyle::right().size(sizes.rows);
+                svg.text(gx - 6.0, cy + self.cell_height / 2.0 + sizes.rows / 3.0, style, label);
             }
             for (j, cell) in row.iter().enumerate() {
                 let cx = gx + j as f64 * self.cell_width;
@@ -200,9 +223,33 @@ impl HeatMap {
     }
 }
 
+/// The font sizes of a heat map's texts.
+#[derive(Clone, Copy, Debug)]
+struct TextSizes {
+    title: f64,
+    columns: f64,
+    rows: f64,
+    cells: f64,
+}
+
 /// A vertical colour scale `height` pixels tall at `(x, y)` for `shading`, its low end at the
 /// bottom, labelled at both ends and in the middle with `decimals` decimals, `label` above it.
 pub fn draw_colour_scale(svg: &mut Svg, x: f64, y: f64, height: f64, shading: Shading, decimals: usize, label: &str) {
+    draw_colour_scale_with_text(svg, x, y, height, shading, decimals, label, 12.0);
+}
+
+/// [`draw_colour_scale`] with its labels `size` pixels tall (for a thumbnail).
+#[allow(clippy::too_many_arguments)]
+pub fn draw_colour_scale_with_text(
+    svg: &mut Svg,
+    x: f64,
+    y: f64,
+    height: f64,
+    shading: Shading,
+    decimals: usize,
+    label: &str,
+    size: f64,
+) {
     let (low, high) = shading.range();
     let step = height / SCALE_STEPS as f64;
     for s in 0..SCALE_STEPS {
@@ -212,9 +259,39 @@ pub fn draw_colour_scale(svg: &mut Svg, x: f64, y: f64, height: f64, shading: Sh
     }
     svg.rect(x, y, 16.0, height, "none", Some(Stroke::solid("#777777", 1.0)));
     for (value, py) in [(high, y), ((low + high) / 2.0, y + height / 2.0), (low, y + height)] {
-        svg.text(x + 22.0, py + 4.0, TextStyle::label().size(12.0), &fixed(value, decimals));
+        svg.text(x + 22.0, py + size / 3.0, TextStyle::label().size(size), &fixed(value, decimals));
     }
-    svg.text(x, y - 10.0, TextStyle::label().size(12.0), label);
+    svg.text(x, y - 10.0, TextStyle::label().size(size), label);
+}
+
+/// A horizontal colour scale `width` pixels wide and 12 tall at `(x, y)` for `shading`, its low
+/// end at the left, labelled below at both ends and in the middle with `decimals` decimals and
+/// `size`-pixel text, `label` to its left (right-aligned): a key that fits under a heat map.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_colour_bar(
+    svg: &mut Svg,
+    x: f64,
+    y: f64,
+    width: f64,
+    shading: Shading,
+    decimals: usize,
+    label: &str,
+    size: f64,
+) {
+    let (low, high) = shading.range();
+    let step = width / SCALE_STEPS as f64;
+    for s in 0..SCALE_STEPS {
+        let value = low + (high - low) * (s as f64 + 0.5) / SCALE_STEPS as f64;
+        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
+    }
+    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    let below = y + 12.0 + size + 2.0;
+    svg.text(x, below, TextStyle::centered().size(size), &fixed(low, decimals));
+    svg.text(x + width / 2.0, below, TextStyle::centered().size(size), &fixed((low + high) / 2.0, decimals));
+    svg.text(x + width, below, TextStyle::centered().size(size), &fixed(high, decimals));
+    if !label.is_empty() {
+        svg.text(x - 8.0, y + 10.0, TextStyle::right().size(size), label);
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +348,18 @@ mod tests {
         assert_eq!(s.ink(0.1), "#111111");
         assert_eq!(s.ink(-1.9), "white");
         assert_eq!(Shading::Sequential { min: 1.0, max: 1.0 }.fill(1.0), "#ffffff", "an empty range stays white");
+    }
+
+    #[test]
+    fn the_colour_bar_runs_from_low_to_high() {
+        let mut svg = Svg::new(300.0, 100.0, "t");
+        draw_colour_bar(&mut svg, 50.0, 20.0, 200.0, Shading::Sequential { min: 0.0, max: 1.0 }, 2, "weight", 12.0);
+        let out = svg.finish();
+        check_well_formed(&out).unwrap();
+        assert!(out.contains(r##"<rect x="50.0" y="20.0" width="10.5" height="12.0" fill="#f9fafc"/>"##), "{out}");
+        for label in [">0.00<", ">0.50<", ">1.00<", ">weight<"] {
+            assert!(out.contains(label), "{label} in {out}");
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod check;
 pub mod cli;
 pub mod evidence;
 pub mod fmt;
+pub mod geom;
 pub mod heat;
 pub mod svg;
 pub mod xml;

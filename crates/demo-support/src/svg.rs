@@ -5,8 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::chart::Area;
 use crate::fmt::{coord, escape};
+use crate::geom::{Area, wrap};
 
 /// Colours of the series, distinguishable with the common colour-vision deficiencies
 /// (Okabe & Ito): blue, vermillion, green, purple, orange, sky blue, yellow, black.
@@ -21,6 +21,12 @@ pub fn color(index: usize) -> &'static str {
 pub const LABEL_SIZE: f64 = 13.0;
 /// Font size of the figure's title.
 pub const TITLE_SIZE: f64 = 18.0;
+/// Width of a thumbnail (a figure's key panel for a gallery), in pixels.
+pub const THUMBNAIL_WIDTH: f64 = 300.0;
+/// The smallest font size of a thumbnail: readable at its own width.
+pub const THUMBNAIL_TEXT: f64 = 13.0;
+/// Font size of a thumbnail's heading.
+pub const THUMBNAIL_TITLE_SIZE: f64 = 15.0;
 
 /// Where a text's `x` lies: its start, its middle or its end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +134,28 @@ impl Svg {
     /// A `width × height` document with a white background, `title` as its `<title>` (what a
     /// browser shows as the tab's name) and as a bold heading along the top edge.
     pub fn new(width: f64, height: f64, title: &str) -> Self {
+        let mut svg = Self::blank(width, height, title);
+        svg.text(20.0, 30.0, TextStyle::heading(TITLE_SIZE), title);
+        svg
+    }
+
+    /// A thumbnail [`THUMBNAIL_WIDTH`] wide and `height` tall, `title` as its `<title>`; its
+    /// visible heading is the part of `title` before the first colon (`Chapter 34 — efficient
+    /// attention`), wrapped onto as many lines as it needs. Returns the document and the `y` below
+    /// the heading where the panel may start.
+    pub fn thumbnail(height: f64, title: &str) -> (Self, f64) {
+        let mut svg = Self::blank(THUMBNAIL_WIDTH, height, title);
+        let heading = title.split(':').next().unwrap_or(title);
+        // bold text runs a little wider than text_width's estimate
+        let lines = wrap(heading, THUMBNAIL_TITLE_SIZE * 1.1, THUMBNAIL_WIDTH - 20.0);
+        let spacing = THUMBNAIL_TITLE_SIZE + 4.0;
+        svg.text_lines(10.0, 22.0, spacing, TextStyle::heading(THUMBNAIL_TITLE_SIZE), &lines);
+        let top = 22.0 + lines.len() as f64 * spacing;
+        (svg, top)
+    }
+
+    /// A white `width × height` document titled `title` (in `<title>` only).
+    fn blank(width: f64, height: f64, title: &str) -> Self {
         let (w, h) = (coord(width), coord(height));
         let mut body = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" \
@@ -135,9 +163,7 @@ impl Svg {
             escape(title)
         );
         let _ = writeln!(body, r#"<rect x="0" y="0" width="{w}" height="{h}" fill="white"/>"#);
-        let mut svg = Svg { body };
-        svg.text(20.0, 30.0, TextStyle::heading(TITLE_SIZE), title);
-        svg
+        Svg { body }
     }
 
     /// `content` at `(x, y)` (`y` is the baseline).
@@ -306,6 +332,18 @@ mod tests {
         assert!(out.contains(r#"x2="88.0" y2="0.0""#), "{out}");
         assert!(out.contains(r#"<polygon points="100.0,0.0 88.0,6.0 88.0,-6.0""#), "{out}");
         assert!(out.contains("<circle cx=\"5.0\""));
+    }
+
+    #[test]
+    fn a_thumbnail_is_300_wide_and_wraps_its_heading() {
+        let (svg, top) = Svg::thumbnail(200.0, "Chapter 35 — multi-head latent attention: cache a latent");
+        let out = svg.finish();
+        assert!(out.contains(r#"width="300.0" height="200.0" viewBox="0 0 300.0 200.0""#), "{out}");
+        assert!(out.contains("<title>Chapter 35 — multi-head latent attention: cache a latent</title>"));
+        assert!(!out.contains(">Chapter 35 — multi-head latent attention</text>"), "too wide for one line");
+        assert!(out.contains(">attention</text>") || out.contains("latent attention</text>"), "{out}");
+        assert!(top > 41.0 && top < 80.0, "{top}");
+        check_well_formed(&out).unwrap();
     }
 
     #[test]

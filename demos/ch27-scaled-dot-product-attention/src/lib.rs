@@ -33,7 +33,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// Tokens of the worked example, `[T, d_h] = [3, 2]`: each row is that token's query, key and value.
 const TOKENS: [f64; 6] = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0];

@@ -40,7 +40,7 @@ use llm_from_scratch::report::{fmt_gradcheck, fmt_mask_rows, fmt_tensor, fmt_val
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, gradcheck};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// Tokens `[T, d_h] = [4, 2]`: chapter 27's three tokens plus `x3 = [−1, 1]`.
 const TOKENS: [f64; 8] = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, -1.0, 1.0];

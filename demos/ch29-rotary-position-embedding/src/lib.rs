@@ -32,7 +32,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// `d_h`.
 const HEAD_WIDTH: usize = 4;

@@ -38,7 +38,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// ε of the RMSNorm (LLaMA's value).
 pub const RMS_EPS: f64 = 1e-6;

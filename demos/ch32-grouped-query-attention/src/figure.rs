@@ -13,14 +13,20 @@ pub const TITLE: &str = "Chapter 32 — grouped-query attention: query heads sha
 
 /// Query heads in a row over key/value heads, a line from each query head to the head it reads
 /// (`None`: drawn red, unmatched); `wrong` query heads are outlined red.
-fn mapping_diagram(svg: &mut Svg, x: f64, y: f64, mapping: &[Option<usize>], kv_heads: usize, wrong: &[usize]) {
-    let (width, step) = (44.0, 52.0);
+fn mapping_diagram(
+    svg: &mut Svg,
+    (x, y, step): (f64, f64, f64),
+    mapping: &[Option<usize>],
+    kv_heads: usize,
+    wrong: &[usize],
+) {
+    let width = step - 8.0;
     let span = mapping.len() as f64 * step;
     let kv_x = |g: usize| x + span * (g as f64 + 0.5) / kv_heads as f64 - 45.0;
     for g in 0..kv_heads {
         let fill = if g % 2 == 0 { "#d6e6f5" } else { "#fbe0d0" };
         svg.labelled_box(
-            demo_support::chart::Area { x: kv_x(g), y: y + 110.0, width: 90.0, height: 34.0 },
+            Area { x: kv_x(g), y: y + 110.0, width: 90.0, height: 34.0 },
             fill,
             Stroke::solid(color(g), 2.0),
             &format!("K,V head {g}"),
@@ -40,8 +46,31 @@ fn mapping_diagram(svg: &mut Svg, x: f64, y: f64, mapping: &[Option<usize>], kv_
             Some(_) => "#fbe0d0",
             None => "#eeeeee",
         };
-        svg.labelled_box(demo_support::chart::Area { x: bx, y, width, height: 34.0 }, fill, outline, &format!("q{h}"));
+        svg.labelled_box(Area { x: bx, y, width, height: 34.0 }, fill, outline, &h.to_string());
     }
+}
+
+/// A model's code name in words: `llama_7b` → `LLaMA-7B`, `gemma_2b_if_mha` → `Gemma-2B as MHA`.
+fn model_words(name: &str) -> String {
+    let (base, variant) = name.split_once("_if_").unwrap_or((name, ""));
+    let words: Vec<String> = base
+        .split('_')
+        .map(|w| match w {
+            "llama" => "LLaMA".to_string(),
+            w if w.chars().next().is_some_and(|c| c.is_ascii_digit()) => w.to_uppercase(),
+            w => w[..1].to_uppercase() + &w[1..],
+        })
+        .collect();
+    let model = words.join("-");
+    if variant.is_empty() { model } else { format!("{model} as {}", variant.to_uppercase()) }
+}
+
+/// The thumbnail: which K,V head each query head reads, 300 px wide.
+pub fn render_thumbnail(e: &Evidence) -> String {
+    let (mut svg, top) = Svg::thumbnail(240.0, TITLE);
+    svg.text(10.0, top + 2.0, TextStyle::label(), &format!("{QUERY_HEADS} query heads read {KV_HEADS} K,V heads"));
+    mapping_diagram(&mut svg, (14.0, top + 18.0, 34.0), &e.observed_mapping, KV_HEADS, &[]);
+    svg.finish()
 }
 
 /// `bytes` in GiB.
@@ -67,7 +96,7 @@ pub fn render_svg(e: &Evidence) -> String {
             "What the layer computed: H = {QUERY_HEADS}, G = {KV_HEADS}, kv_head(h) = ⌊h / (H/G)⌋ = ⌊h / {group}⌋"
         ),
     );
-    mapping_diagram(&mut svg, 30.0, 75.0, &e.observed_mapping, KV_HEADS, &[]);
+    mapping_diagram(&mut svg, (30.0, 75.0, 52.0), &e.observed_mapping, KV_HEADS, &[]);
     let interleaved: Vec<String> = interleaved_mapping(QUERY_HEADS, KV_HEADS).iter().map(usize::to_string).collect();
     svg.text_lines(
         460.0,
@@ -75,25 +104,24 @@ pub fn render_svg(e: &Evidence) -> String {
         19.0,
         TextStyle::label().size(12.0),
         &[
-            "each query head's output equals, bit for bit,".to_string(),
-            "attention with exactly one K,V head:".to_string(),
-            format!("[{}] (repeat-interleave)", interleaved.join(",")),
-            format!("recomputing with it: {}", if e.interleaved_bitwise { "bitwise equal" } else { "DIFFERS" }),
+            "Query heads 0–7 (top) each read one K,V head".to_string(),
+            "(bottom): neighbours share, in the order".to_string(),
+            format!("[{}] (repeat-interleave).", interleaved.join(", ")),
         ],
     );
     // 2. the trap
     let tiled: Vec<Option<usize>> = tiled_mapping(QUERY_HEADS, KV_HEADS).into_iter().map(Some).collect();
-    let wrong: Vec<String> = e.tiled_wrong_heads.iter().map(|h| format!("q{h}")).collect();
+    let wrong: Vec<String> = e.tiled_wrong_heads.iter().map(usize::to_string).collect();
     svg.text(20.0, 268.0, TextStyle::heading(15.0), "The trap: tiling K and V gives h mod G instead");
-    mapping_diagram(&mut svg, 30.0, 285.0, &tiled, KV_HEADS, &e.tiled_wrong_heads);
+    mapping_diagram(&mut svg, (30.0, 285.0, 52.0), &tiled, KV_HEADS, &e.tiled_wrong_heads);
     svg.text_lines(
         460.0,
         305.0,
         19.0,
         TextStyle::label().size(12.0),
         &[
-            "red outline: heads whose output changes".to_string(),
-            format!("({}), by up to {}", wrong.join(", "), fixed(e.tiled_max_diff, 3)),
+            "red outline: query heads whose output changes".to_string(),
+            format!("({}), by up to {}.", wrong.join(", "), fixed(e.tiled_max_diff, 2)),
             "G = H is multi-head attention (MHA),".to_string(),
             "G = 1 multi-query attention (MQA).".to_string(),
         ],
@@ -139,10 +167,18 @@ pub fn render_svg(e: &Evidence) -> String {
     let published_cache = cache(&published);
     BarChart {
         area: Area { x: 80.0, y: 745.0, width: 690.0, height: 105.0 },
-        categories: published.iter().map(|m| format!("{} G={}", m.name, m.config.kv_heads)).collect(),
+        categories: published.iter().map(|m| model_words(m.name)).collect(),
         x_label: String::new(),
         y: Axis::linear("GiB", 0.0, top(&published_cache, 0.5), 5, 1),
-        series: vec![BarSeries::new("KV cache", 2, published_cache, labels(&published))],
+        series: vec![BarSeries::new(
+            "KV cache",
+            2,
+            published_cache,
+            published
+                .iter()
+                .map(|m| format!("G = {}: {}", m.config.kv_heads, bytes(m.cache_bytes.unwrap_or(0))))
+                .collect(),
+        )],
     }
     .draw_without_legend(&mut svg);
     svg.finish()
@@ -161,4 +197,18 @@ mod tests {
             |e: &mut Evidence| e.sharing[0].cache_bytes = Some(1 << 20),
         ]
     );
+
+    demo_support::chapter_thumbnail_test!(
+        crate::learner_evidence(),
+        render_thumbnail,
+        TITLE,
+        [|e: &mut Evidence| e.observed_mapping[0] = Some(1)]
+    );
+
+    #[test]
+    fn models_are_named_in_words() {
+        assert_eq!(model_words("llama_7b"), "LLaMA-7B");
+        assert_eq!(model_words("gemma_2b_if_mha"), "Gemma-2B as MHA");
+        assert_eq!(model_words("mistral_7b"), "Mistral-7B");
+    }
 }

@@ -60,7 +60,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_indices, fmt_tensor, 
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// Batch size of the worked layer.
 pub const BATCH: usize = 1;

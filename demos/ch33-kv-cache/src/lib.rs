@@ -59,7 +59,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_indices, fmt_mask_rows, fmt_rows, fm
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// Tokens of the worked sequence (batch 1).
 pub const TOKENS: usize = 6;

@@ -73,7 +73,7 @@ use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
 mod figure;
-pub use figure::render_svg;
+pub use figure::{render_svg, render_thumbnail};
 
 /// The agreement asked of two paths: `|a − b| ≤ 1e-12 · (1 + |b|)` for every element.
 const TOLERANCE: f64 = 1e-12;
