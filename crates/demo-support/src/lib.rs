@@ -27,6 +27,7 @@
 
 #![warn(missing_docs)]
 
+pub mod book;
 pub mod chart;
 pub mod check;
 pub mod cli;

@@ -24,6 +24,12 @@
 //! In this chapter the queries, keys and values are the token vectors themselves (identity
 //! projections); chapter 30 learns the projections `W_Q`, `W_K`, `W_V`. Chapter 28 adds the
 //! causal mask, which the worked example here deliberately leaves out: every token sees all.
+#![doc = demo_support::chapter_page!(
+    "ch27-scaled-dot-product-attention",
+    "[`scaled_dot_product_attention`](llm_from_scratch::attention::scaled_dot_product_attention), [`TensorValue`](llm_from_scratch::TensorValue) and [`gradcheck`](llm_from_scratch::gradcheck)",
+    ("the chapters", "llm_book"),
+    ("chapter 28", "ch28_causal_masking")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

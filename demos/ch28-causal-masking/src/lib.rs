@@ -31,6 +31,12 @@
 //! with a cache), query `i` sees keys `0..=offset + i`. A padding mask hides pad tokens as keys;
 //! a query that ends up with no visible key at all (a pad at the front) gets weights of zeros and
 //! an output of zeros — a defined answer instead of the `0/0 = NaN` of the bare formula.
+#![doc = demo_support::chapter_page!(
+    "ch28-causal-masking",
+    "[`causal_scaled_dot_product_self_attention`](llm_from_scratch::attention::causal_scaled_dot_product_self_attention), [`Mask`](llm_from_scratch::Mask) and [`scaled_dot_product_attention`](llm_from_scratch::attention::scaled_dot_product_attention)",
+    ("chapter 27", "ch27_scaled_dot_product_attention"),
+    ("chapter 29", "ch29_rotary_position_embedding")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

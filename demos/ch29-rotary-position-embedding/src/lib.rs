@@ -24,6 +24,12 @@
 //! `(0,1), (2,3), …`; Hugging Face checkpoints pair the two halves `(i, i + d_h/2)`. Both are the
 //! same rotation after permuting coordinates, which this report shows bit for bit. RoPE has no
 //! parameters and is applied to queries and keys only (chapter 30), never to values.
+#![doc = demo_support::chapter_page!(
+    "ch29-rotary-position-embedding",
+    "[`RotaryEmbedding`](llm_from_scratch::nn::RotaryEmbedding) and [`RopeLayout`](llm_from_scratch::nn::RopeLayout)",
+    ("chapter 28", "ch28_causal_masking"),
+    ("chapter 30", "ch30_multi_head_attention")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

@@ -28,6 +28,12 @@
 //! decimal of √2 = 1.414214). Head 0 again rotates every row back to a multiple of `[1, 0]`, but
 //! the multiples now differ (`√2, √2, 2/√3`), so its last row no longer averages uniformly: the
 //! score of query 2 with key `j` is `c₂·c_j/√2`.
+#![doc = demo_support::chapter_page!(
+    "ch31-pre-norm-residual",
+    "[`RmsNorm`](llm_from_scratch::nn::RmsNorm) and [`MultiHeadAttention`](llm_from_scratch::attention::MultiHeadAttention)",
+    ("chapter 30", "ch30_multi_head_attention"),
+    ("chapter 32", "ch32_grouped_query_attention")
+)]
 
 use demo_support::evidence::DemoResult;
 

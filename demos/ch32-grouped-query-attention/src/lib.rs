@@ -48,6 +48,12 @@
 //! read the wrong keys, so a checkpoint loaded that way is silently a different model. The report
 //! finds the library's map by experiment: each query head's output equals, bit for bit, the
 //! explicit attention over exactly one key/value head.
+#![doc = demo_support::chapter_page!(
+    "ch32-grouped-query-attention",
+    "[`GroupedQueryAttention`](llm_from_scratch::attention::GroupedQueryAttention), [`AttentionConfig`](llm_from_scratch::attention::AttentionConfig) and [`QkvProjections`](llm_from_scratch::nn::QkvProjections)",
+    ("chapter 31", "ch31_pre_norm_residual"),
+    ("chapter 33", "ch33_kv_cache")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

@@ -48,6 +48,12 @@
 //! prefills the last `keep` inputs again from position 0. RoPE only sees relative positions, so
 //! attention inside the kept text is unchanged. With a window and `keep = W + 1`, every later
 //! output is reproduced (to rounding): the window forgets everything older anyway.
+#![doc = demo_support::chapter_page!(
+    "ch33-kv-cache",
+    "[`KvCache`](llm_from_scratch::attention::KvCache), [`SlidingWindow`](llm_from_scratch::attention::SlidingWindow) and [`GroupedQueryAttention::forward_cached`](llm_from_scratch::attention::GroupedQueryAttention::forward_cached)",
+    ("chapter 32", "ch32_grouped_query_attention"),
+    ("chapter 34", "ch34_efficient_attention")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

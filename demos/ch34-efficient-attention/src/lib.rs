@@ -60,6 +60,12 @@
 //! Mixing one global layer in four with local ones keeps long-range access while most layers
 //! stop growing. Information still travels `W` positions further per layer, so `L` windowed
 //! layers reach `L·W` tokens back.
+#![doc = demo_support::chapter_page!(
+    "ch34-efficient-attention",
+    "[`tiled_attention`](llm_from_scratch::attention::tiled_attention), [`OnlineSoftmax`](llm_from_scratch::attention::OnlineSoftmax) and [`Visibility`](llm_from_scratch::attention::Visibility); the strip kernel it runs on is the kernels crate's [`strips`](llm_from_scratch::kernels::strips)",
+    ("chapter 33", "ch33_kv_cache"),
+    ("chapter 35", "ch35_latent_attention")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 

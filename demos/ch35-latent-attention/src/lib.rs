@@ -48,6 +48,12 @@
 //! Per token and layer: MLA `d_c + d_r`, MHA `2·H·d_h`, GQA `2·G·d_h`. With the sizes of
 //! DeepSeek-V2 (`d_c = 512`, `d_r = 64`, `H = 128`, `d_h = 128`) that is 576 numbers against
 //! 32,768 for MHA and 2,048 for a GQA with 8 kv heads.
+#![doc = demo_support::chapter_page!(
+    "ch35-latent-attention",
+    "[`LatentAttention`](llm_from_scratch::attention::LatentAttention), [`LatentConfig`](llm_from_scratch::attention::LatentConfig) and [`kv_cache_bytes`](llm_from_scratch::attention::kv_cache_bytes)",
+    ("chapter 34", "ch34_efficient_attention"),
+    ("chapter 36", "ch36_tiny_decoder")
+)]
 
 use demo_support::evidence::{DemoResult, rejection};
 
