@@ -203,9 +203,39 @@ pub struct ChapterArgs {
     /// output [default: no figure]
     #[arg(long, value_name = "PATH")]
     pub figure: Option<PathBuf>,
+    /// Also draw the figure's key panel, 300 px wide with larger text (the README's gallery and
+    /// the book's list of chapters), as an SVG file at PATH [default: none]
+    #[arg(long, value_name = "PATH")]
+    pub thumbnail: Option<PathBuf>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub run: RunArgs,
+}
+
+impl ChapterArgs {
+    /// Writes the figure and the thumbnail that were asked for, drawn from `evidence`.
+    ///
+    /// # Errors
+    /// The I/O error of a file that cannot be written, with its path.
+    pub fn draw<E>(
+        &self,
+        evidence: &E,
+        figure: impl FnOnce(&E) -> String,
+        thumbnail: impl FnOnce(&E) -> String,
+    ) -> Result<(), Failure> {
+        if let Some(path) = &self.figure {
+            write_figure(path, &figure(evidence))?;
+        }
+        if let Some(path) = &self.thumbnail {
+            write_figure(path, &thumbnail(evidence))?;
+        }
+        Ok(())
+    }
+
+    /// Whether a figure or a thumbnail was asked for.
+    pub fn draws(&self) -> bool {
+        self.figure.is_some() || self.thumbnail.is_some()
+    }
 }
 
 /// Writes `svg` to `path` and says so on standard error (`figure written to PATH`).
@@ -218,23 +248,30 @@ pub fn write_figure(path: &Path, svg: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A chapter's two drawings: the full figure and its thumbnail.
+#[derive(Clone, Copy, Debug)]
+pub struct Drawings<E> {
+    /// The figure, 800 px wide.
+    pub figure: fn(&E) -> String,
+    /// One key panel, 300 px wide.
+    pub thumbnail: fn(&E) -> String,
+}
+
 /// The `main` of a chapter: parses [`ChapterArgs`] (with `about` as the help's first line),
-/// applies the kernels and threads, computes the evidence, writes the figure if asked and prints
-/// the report.
+/// applies the kernels and threads, computes the evidence, writes the figure and the thumbnail
+/// if asked and prints the report.
 pub fn run_chapter<E, Err: Into<Box<dyn Error>>>(
     program: &'static str,
     about: &'static str,
     evidence: impl FnOnce() -> Result<E, Err>,
     report: impl FnOnce(&E) -> String,
-    figure: impl FnOnce(&E) -> String,
+    drawings: Drawings<E>,
 ) -> ExitCode {
     finish((|| {
         let args: ChapterArgs = parse_about(program, about, std::env::args_os())?;
         args.run.apply()?;
         let evidence = evidence().map_err(Into::into)?;
-        if let Some(path) = &args.figure {
-            write_figure(path, &figure(&evidence))?;
-        }
+        args.draw(&evidence, drawings.figure, drawings.thumbnail)?;
         print(&report(&evidence))
     })())
 }
@@ -270,7 +307,7 @@ mod tests {
 
     #[test]
     fn a_chapter_takes_a_figure_kernels_and_threads() {
-        assert_eq!(chapter(&[]).unwrap(), ChapterArgs { figure: None, run: RunArgs::default() });
+        assert_eq!(chapter(&[]).unwrap(), ChapterArgs { figure: None, thumbnail: None, run: RunArgs::default() });
         let all = chapter(&["--figure", "a.svg", "--kernels", "avx2", "--threads=3"]).unwrap();
         assert_eq!(all.figure, Some(PathBuf::from("a.svg")));
         assert_eq!(all.run, RunArgs { kernels: Some(KernelTarget(Target::Avx2)), threads: Some(3) });

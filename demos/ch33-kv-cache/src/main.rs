@@ -7,6 +7,6 @@ fn main() -> std::process::ExitCode {
         "Chapter 33, the KV cache: prefill and decode, chunked prefill, sliding windows with a rolling cache.",
         ch33_kv_cache::learner_evidence,
         ch33_kv_cache::render_report,
-        ch33_kv_cache::render_svg,
+        demo_support::cli::Drawings { figure: ch33_kv_cache::render_svg, thumbnail: ch33_kv_cache::render_thumbnail },
     )
 }
