@@ -30,7 +30,7 @@ fn grouped_with_g_equal_h_is_multi_head_attention() {
     let mha = MultiHeadAttention::new("a", 16, 4, 32, 10_000.0, &mut rng).unwrap();
     let x = input(&[2, 5, 16], &mut rng);
     let explicit = mha.forward(&x, 3).unwrap();
-    let grouped = mha.as_grouped().forward(&x, 3).unwrap();
+    let grouped = mha.to_grouped().unwrap().forward(&x, 3).unwrap();
     for (a, b) in [(&explicit.output, &grouped.output), (&explicit.weights, grouped.weights.as_ref().unwrap())] {
         assert!(close(&a.value().unwrap(), &b.value().unwrap(), 1e-12));
     }
@@ -420,7 +420,7 @@ proptest! {
         let mha = MultiHeadAttention::new("m", 12, heads, 16, 100.0, &mut rng);
         if let Ok(mha) = mha {
             let x = input(&[2, t, 12], &mut rng);
-            let (a, b) = (mha.forward(&x, offset).unwrap(), mha.as_grouped().forward(&x, offset).unwrap());
+            let (a, b) = (mha.forward(&x, offset).unwrap(), mha.to_grouped().unwrap().forward(&x, offset).unwrap());
             prop_assert!(close(&b.output.value().unwrap(), &a.output.value().unwrap(), 1e-12));
         }
         // G = 1 is multi-query attention: one key/value head broadcast over all query heads, bitwise
