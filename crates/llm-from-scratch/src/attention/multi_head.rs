@@ -101,7 +101,7 @@ pub struct MultiHeadAttentionOutput {
     pub output: TensorValue,
 }
 
-/// Checks the configuration rules in order: `d > 0`, `h > 0`, `h | d`, `d/h` even.
+/// Checks the configuration rules in order: `d > 0`, `h > 0`, `h | d`, then RoPE's rule for `d/h`.
 fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionError> {
     if model_width == 0 {
         return Err(AttentionError::ZeroModelWidth);
@@ -113,9 +113,7 @@ fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionErro
         return Err(AttentionError::HeadsDoNotDivide { model_width, heads });
     }
     let head_width = model_width / heads;
-    if !head_width.is_multiple_of(2) {
-        return Err(AttentionError::OddHeadWidth { head_width, model_width, heads });
-    }
+    AttentionError::check_head_width(head_width, model_width, heads)?;
     Ok(head_width)
 }
 
