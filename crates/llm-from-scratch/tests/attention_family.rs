@@ -2,10 +2,10 @@
 //! cached decoding = the full masked pass, windows and padding from absolute positions.
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionOptions, GroupedQueryAttention, MultiHeadAttention, SlidingWindow,
-    generate_with_cache, scaled_dot_product_attention,
+    AttentionConfig, AttentionError, AttentionOptions, GroupedQueryAttention, LatentAttention, LatentConfig,
+    MultiHeadAttention, SlidingWindow, generate_with_cache, scaled_dot_product_attention,
 };
-use llm_from_scratch::nn::{RopeLayout, SplitMix64};
+use llm_from_scratch::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
 use llm_from_scratch::{GradcheckConfig, Mask, Tensor, TensorValue, constant, gradcheck};
 use proptest::prelude::*;
 
@@ -30,7 +30,7 @@ fn grouped_with_g_equal_h_is_multi_head_attention() {
     let mha = MultiHeadAttention::new("a", 16, 4, 32, 10_000.0, &mut rng).unwrap();
     let x = input(&[2, 5, 16], &mut rng);
     let explicit = mha.forward(&x, 3).unwrap();
-    let grouped = mha.as_grouped().forward(&x, 3).unwrap();
+    let grouped = mha.to_grouped().unwrap().forward(&x, 3).unwrap();
     for (a, b) in [(&explicit.output, &grouped.output), (&explicit.weights, grouped.weights.as_ref().unwrap())] {
         assert!(close(&a.value().unwrap(), &b.value().unwrap(), 1e-12));
     }
@@ -252,6 +252,36 @@ fn padded_rows_match_the_unpadded_sequence_and_fully_masked_rows_are_zero() {
 }
 
 #[test]
+fn every_layer_applies_ropes_one_head_width_rule_under_its_own_error() {
+    let mut rng = SplitMix64::new(8);
+    // RoPE states the rule: a head width is positive and even
+    assert_eq!(RotaryEmbedding::check_head_width(4), Ok(()));
+    assert_eq!(RotaryEmbedding::check_head_width(0), Err(RopeError::ZeroHeadWidth));
+    assert_eq!(RotaryEmbedding::check_head_width(3), Err(RopeError::OddHeadWidth { head_width: 3 }));
+    assert_eq!(RotaryEmbedding::new(3, 8, 10.0).unwrap_err(), RopeError::OddHeadWidth { head_width: 3 });
+    // the layers report it with their own sizes
+    let odd = AttentionError::OddHeadWidth { head_width: 3, model_width: 6, heads: 2 };
+    assert_eq!(MultiHeadAttention::new("m", 6, 2, 8, 10.0, &mut rng).unwrap_err(), odd);
+    assert_eq!(AttentionConfig::new(6, 2, 2, 3).validate(), Err(odd));
+    assert_eq!(AttentionConfig::new(6, 2, 2, 0).validate(), Err(AttentionError::Rope(RopeError::ZeroHeadWidth)));
+    let latent = |rope_width| {
+        let config = LatentConfig {
+            model_width: 12,
+            heads: 3,
+            head_width: 4,
+            latent_width: 5,
+            rope_width,
+            max_positions: 16,
+            rope_base: 100.0,
+        };
+        LatentAttention::new(config, &mut SplitMix64::new(0)).map(|_| ())
+    };
+    assert_eq!(latent(3), Err(AttentionError::OddRopeWidth { rope_width: 3 }));
+    assert_eq!(latent(0), Err(AttentionError::Rope(RopeError::ZeroHeadWidth)));
+    assert_eq!(latent(2), Ok(()));
+}
+
+#[test]
 fn configuration_and_input_errors_are_typed() {
     let mut rng = SplitMix64::new(9);
     let mut new = |c: AttentionConfig| GroupedQueryAttention::new("a", c, &mut rng).map(|_| ()).unwrap_err();
@@ -420,7 +450,7 @@ proptest! {
         let mha = MultiHeadAttention::new("m", 12, heads, 16, 100.0, &mut rng);
         if let Ok(mha) = mha {
             let x = input(&[2, t, 12], &mut rng);
-            let (a, b) = (mha.forward(&x, offset).unwrap(), mha.as_grouped().forward(&x, offset).unwrap());
+            let (a, b) = (mha.forward(&x, offset).unwrap(), mha.to_grouped().unwrap().forward(&x, offset).unwrap());
             prop_assert!(close(&b.output.value().unwrap(), &a.output.value().unwrap(), 1e-12));
         }
         // G = 1 is multi-query attention: one key/value head broadcast over all query heads, bitwise

@@ -1,7 +1,9 @@
 //! Multi-head attention as a whole: gradients, errors in their documented order, invariants,
 //! and results that do not depend on the number of threads.
 
-use llm_from_scratch::attention::{AttentionError, Branch, MultiHeadAttention, Stage};
+use llm_from_scratch::attention::{
+    AttentionConfig, AttentionError, Branch, GroupedQueryAttention, MultiHeadAttention, Stage,
+};
 use llm_from_scratch::nn::{RopeError, SplitMix64};
 use llm_from_scratch::{GradcheckConfig, Tensor, TensorAutodiffError, TensorValue, constant, gradcheck, parameter};
 use proptest::prelude::*;
@@ -92,6 +94,27 @@ fn input_errors_in_documented_order_before_touching_the_tape() {
     );
     // an empty batch is fine: nothing to attend, nothing computed
     assert_eq!(mha.forward(&x(&[0, 3, 4]), 0).unwrap().output.shape(), &[0, 3, 4]);
+}
+
+#[test]
+fn new_draws_the_grouped_layers_weights_and_the_conversion_shares_its_leaves() {
+    // chapter 30's layer stands alone, yet draws what chapter 32's layer draws with G = H
+    let mha = MultiHeadAttention::new("a", 8, 2, 16, 100.0, &mut SplitMix64::new(3)).unwrap();
+    let config = AttentionConfig::multi_head(8, 2).with_rope(16, 100.0);
+    let gqa = GroupedQueryAttention::new("a", config.clone(), &mut SplitMix64::new(3)).unwrap();
+    let (ours, theirs) = (mha.parameters(), gqa.parameters());
+    assert_eq!(ours.len(), 4);
+    for (a, b) in ours.iter().zip(theirs.iter()) {
+        assert_eq!(a.name(), b.name());
+        assert!(a.value().value().unwrap().bitwise_eq(&b.value().value().unwrap()), "{}", a.name());
+    }
+    assert_eq!(mha.parameter_count(), 4 * 8 * 8);
+    // the conversion holds the same leaves under the same names: one update reaches both
+    let grouped = mha.to_grouped().unwrap();
+    assert_eq!(grouped.config(), &config);
+    for (a, b) in ours.iter().zip(grouped.parameters().iter()) {
+        assert_eq!((a.name(), a.value().id()), (b.name(), b.value().id()));
+    }
 }
 
 #[test]

@@ -152,11 +152,11 @@ pub fn output_map() -> Vec<f64> {
 }
 
 /// The fixed upstream adjoint: `±(i+1)/10`, alternating in sign.
-fn upstream() -> Tensor {
+fn upstream() -> Result<Tensor, TensorAutodiffError> {
     let values = (0..BATCH * TOKENS * MODEL_WIDTH)
         .map(|i| if i % 2 == 0 { 1.0 } else { -1.0 } * (i + 1) as f64 / 10.0)
         .collect();
-    Tensor::new(&[BATCH, TOKENS, MODEL_WIDTH], values).unwrap_or_else(|_| Tensor::scalar(0.0))
+    Tensor::new(&[BATCH, TOKENS, MODEL_WIDTH], values)
 }
 
 /// The layer of the example built on the given weight leaves.
@@ -180,7 +180,7 @@ fn run_once(input: &[f64]) -> Result<(MultiHeadAttentionOutput, [Tensor; 5], boo
         .map(|w| parameter(&[MODEL_WIDTH, MODEL_WIDTH], w))
         .collect::<Result<Vec<_>, _>>()?;
     let out = layer(&weights)?.forward(&x, 0)?;
-    let grads = out.output.backward_with(&upstream())?;
+    let grads = out.output.backward_with(&upstream()?)?;
     let g = |v: &TensorValue| grads.get_or_zeros(v);
     let gradients = [g(&x), g(&weights[0]), g(&weights[1]), g(&weights[2]), g(&weights[3])];
     let finite = llm_from_scratch::Tape::of(&out.output).all_finite();
@@ -294,7 +294,7 @@ pub fn learner_evidence() -> Result<Evidence, Box<dyn Error>> {
     ] {
         inputs.push((name, Tensor::new(&[MODEL_WIDTH, MODEL_WIDTH], w)?));
     }
-    let config = GradcheckConfig { upstream: Some(upstream()), ..GradcheckConfig::default() };
+    let config = GradcheckConfig { upstream: Some(upstream()?), ..GradcheckConfig::default() };
     let gradcheck = gradcheck(&inputs, &config, |v| -> Result<TensorValue, Box<dyn Error>> {
         Ok(layer(&v[1..])?.forward(&v[0], 0)?.output)
     })?;
@@ -319,7 +319,7 @@ pub fn learner_evidence() -> Result<Evidence, Box<dyn Error>> {
             constant(&[4, 4], &output_map())?,
         ])?
         .parameter_count(),
-        upstream: upstream(),
+        upstream: upstream()?,
         gradients,
         gradcheck,
         head_choices: head_choices(),

@@ -41,8 +41,8 @@ use demo_support::evidence::DemoResult;
 use std::collections::BTreeSet;
 
 use llm_from_scratch::model::{
-    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, LrSchedule, Overflow, Sampling, StepReport,
-    TokenBatch, Trainer, TrainingConfig, parameter_shapes,
+    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, Overflow, Recipe, Sampling, StepReport,
+    TokenBatch, Trainer, parameter_shapes,
 };
 use llm_from_scratch::nn::{RmsNorm, SplitMix64};
 use llm_from_scratch::report::{fmt_f64, fmt_values};
@@ -81,20 +81,23 @@ pub const ROPE_BASE: f64 = 100.0;
 pub const SEED: u64 = 36;
 /// Seed of the held-out sequences.
 pub const HELD_OUT_SEED: u64 = 3_600;
-/// Sequences per training batch.
-pub const BATCH: usize = 32;
-/// Optimiser steps.
-pub const STEPS: usize = 600;
-/// Warm-up steps.
-pub const WARMUP: usize = 50;
-/// Peak learning rate.
-pub const PEAK_LR: f64 = 1e-2;
-/// Final learning rate.
-pub const MIN_LR: f64 = 1e-3;
-/// Global gradient norm limit.
-pub const CLIP_NORM: f64 = 1.0;
-/// Steps between two evaluations.
-pub const EVAL_EVERY: usize = 100;
+/// How the model is trained: AdamW with LLaMA's settings, 50 warm-up steps up to a learning rate
+/// of 1e-2, a cosine down to 1e-3 at step 600, gradients clipped to a global norm of 1, 32 fresh
+/// sequences per step, the held-out set evaluated every 100 steps.
+pub const RECIPE: Recipe = Recipe {
+    steps: 600,
+    batch: 32,
+    warmup_steps: 50,
+    peak_lr: 1e-2,
+    min_lr: 1e-3,
+    adamw: AdamWConfig::LLAMA,
+    clip_norm: 1.0,
+    eval_every: 100,
+};
+/// Optimiser steps ([`RECIPE`]'s).
+pub const STEPS: usize = RECIPE.steps;
+/// Sequences per training batch ([`RECIPE`]'s).
+pub const BATCH: usize = RECIPE.batch;
 /// Held-out sequences.
 pub const HELD_OUT: usize = 256;
 /// Greedy generations shown.
@@ -112,18 +115,6 @@ pub fn config() -> DecoderConfig {
         .with_kv_heads(KV_HEADS)
         .with_ffn_width(FFN_WIDTH)
         .with_rope(MAX_POSITIONS, ROPE_BASE)
-}
-
-/// Optimiser, schedule and clipping.
-///
-/// # Errors
-/// Only if the constants were invalid (they are not).
-pub fn training_config() -> DemoResult<TrainingConfig> {
-    Ok(TrainingConfig {
-        adamw: AdamWConfig::default(),
-        schedule: LrSchedule::warmup_cosine(PEAK_LR, MIN_LR, WARMUP, STEPS)?,
-        clip_norm: Some(CLIP_NORM),
-    })
 }
 
 /// `L` random symbols, the separator, the same symbols reversed (`2L + 1` tokens).
@@ -215,7 +206,7 @@ pub struct Evidence {
     pub example: Vec<usize>,
     /// Training draws skipped because they were held out.
     pub skipped: usize,
-    /// Step 0 (before training), then every [`EVAL_EVERY`] steps.
+    /// Step 0 (before training), then every `RECIPE.eval_every` steps.
     pub checkpoints: Vec<Checkpoint>,
     /// Greedy generations of the first held-out prompts.
     pub greedy: Vec<GenerationCheck>,
@@ -262,7 +253,7 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
     let model = Decoder::new(config(), &mut rng)?;
     let parameter_count = model.parameter_count();
     let mut data = TrainingData { rng, held_out: held_out_sequences.iter().cloned().collect(), skipped: 0 };
-    let mut trainer = Trainer::new(model, training_config()?)?;
+    let mut trainer = Trainer::new(model, RECIPE.training_config()?)?;
 
     let mut checkpoints = vec![Checkpoint {
         step: 0,
@@ -284,11 +275,11 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
         step_losses.push(report.loss);
         loss_sum += report.loss;
         max_norm = max_norm.max(report.grad_norm);
-        if step.is_multiple_of(EVAL_EVERY) {
+        if step.is_multiple_of(RECIPE.eval_every) {
             checkpoints.push(Checkpoint {
                 step,
                 lr: report.lr,
-                train_loss: Some(loss_sum / EVAL_EVERY as f64),
+                train_loss: Some(loss_sum / RECIPE.eval_every as f64),
                 max_grad_norm: Some(max_norm),
                 held_out: trainer.model().evaluate(&held_out)?,
             });
@@ -476,19 +467,20 @@ pub fn render_report(e: &Evidence) -> String {
     ];
     let names: Vec<String> = e.parameter_shapes.iter().map(|(n, s)| format!("{n}{}", fmt_shape(s))).collect();
     lines.push(format!("parameters=tensors:{} {}", names.len(), names.join(" ")));
-    let a = AdamWConfig::default();
+    let (r, a) = (&RECIPE, &RECIPE.adamw);
     lines.push(format!(
         "training=seed:{SEED} steps:{STEPS} batch:{BATCH} tokens_per_step:{} adamw:beta1:{} beta2:{} eps:{} \
-         weight_decay:{}(matrices_only) schedule:warmup:{WARMUP} cosine_peak:{} cosine_min:{} clip_global_norm:{} \
+         weight_decay:{}(matrices_only) schedule:warmup:{} cosine_peak:{} cosine_min:{} clip_global_norm:{} \
          held_out:{HELD_OUT} held_out_seed:{HELD_OUT_SEED} training_draws_skipped_as_held_out:{} tokens_trained:{}",
         BATCH * TOKENS,
         a.beta1,
         a.beta2,
         a.eps,
         a.weight_decay,
-        PEAK_LR,
-        MIN_LR,
-        CLIP_NORM,
+        r.warmup_steps,
+        r.peak_lr,
+        r.min_lr,
+        r.clip_norm,
         e.skipped,
         e.tokens_trained
     ));

@@ -45,8 +45,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use llm_from_scratch::model::{
-    AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, StepReport, TokenBatch,
-    TrainState, Trainer, TrainingConfig, save_train_state,
+    AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, Recipe, Sampling, StepReport, TokenBatch, TrainState,
+    Trainer, save_train_state,
 };
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_thousands};
@@ -61,8 +61,6 @@ pub const CORPUS: &str = lipsum::LIBER_PRIMUS;
 pub const VALIDATION_SHARE: f64 = 0.1;
 /// `T`: positions per training window (and the model's RoPE capacity).
 pub const CONTEXT: usize = 64;
-/// Windows per step.
-pub const BATCH: usize = 16;
 /// `d`.
 pub const MODEL_WIDTH: usize = 64;
 /// `N`.
@@ -77,18 +75,24 @@ pub const ROPE_BASE: f64 = 10_000.0;
 pub const SEED: u64 = 37;
 /// Seed of the training windows (combined with the step).
 pub const DATA_SEED: u64 = 3_700;
-/// Optimiser steps of the schedule.
-pub const STEPS: usize = 800;
-/// Warm-up steps.
-pub const WARMUP: usize = 40;
-/// Peak learning rate.
-pub const PEAK_LR: f64 = 4e-3;
-/// Final learning rate.
-pub const MIN_LR: f64 = 2e-4;
-/// Global gradient norm limit.
-pub const CLIP_NORM: f64 = 1.0;
-/// Steps between two evaluations.
-pub const EVAL_EVERY: usize = 100;
+/// How the model is trained: AdamW with LLaMA's settings, 40 warm-up steps up to a learning rate
+/// of 4e-3, a cosine down to 2e-4 at step 800, gradients clipped to a global norm of 1, 16 random
+/// windows per step, evaluated every 100 steps. The schedule spans all 800 steps whatever step a
+/// run stops at.
+pub const RECIPE: Recipe = Recipe {
+    steps: 800,
+    batch: 16,
+    warmup_steps: 40,
+    peak_lr: 4e-3,
+    min_lr: 2e-4,
+    adamw: AdamWConfig::LLAMA,
+    clip_norm: 1.0,
+    eval_every: 100,
+};
+/// Optimiser steps of the schedule ([`RECIPE`]'s).
+pub const STEPS: usize = RECIPE.steps;
+/// Windows per step ([`RECIPE`]'s).
+pub const BATCH: usize = RECIPE.batch;
 /// Characters of validation text used as the generation prompt.
 pub const PROMPT_CHARS: usize = 24;
 /// Characters generated.
@@ -101,18 +105,6 @@ pub const SAMPLE_SEED: u64 = 7;
 /// The model's configuration for a vocabulary of `vocab` characters.
 pub fn config(vocab: usize) -> DecoderConfig {
     DecoderConfig::new(vocab, MODEL_WIDTH, LAYERS, QUERY_HEADS).with_kv_heads(KV_HEADS).with_rope(CONTEXT, ROPE_BASE)
-}
-
-/// Optimiser, schedule and clipping (the schedule spans [`STEPS`] whatever step a run stops at).
-///
-/// # Errors
-/// Only if the constants were invalid (they are not).
-pub fn training_config() -> DemoResult<TrainingConfig> {
-    Ok(TrainingConfig {
-        adamw: AdamWConfig::default(),
-        schedule: LrSchedule::warmup_cosine(PEAK_LR, MIN_LR, WARMUP, STEPS)?,
-        clip_norm: Some(CLIP_NORM),
-    })
 }
 
 /// The corpus as ids, split into training and validation text.
@@ -220,7 +212,7 @@ impl EvalPoint {
 pub struct Run {
     /// The model with its optimiser.
     pub trainer: Trainer,
-    /// Step 0 and every [`EVAL_EVERY`] steps (the same whether the run stopped and resumed or
+    /// Step 0 and every `RECIPE.eval_every` steps (the same whether the run stopped and resumed or
     /// not; [`evidence_of`] adds the step a shorter run stopped at).
     pub history: Vec<EvalPoint>,
 }
@@ -237,7 +229,7 @@ impl Run {
     /// Library errors (none expected).
     pub fn start(corpus: &Corpus) -> DemoResult<Self> {
         let model = Decoder::new(config(corpus.tokenizer.vocab_size()), &mut SplitMix64::new(SEED))?;
-        let trainer = Trainer::new(model, training_config()?)?;
+        let trainer = Trainer::new(model, RECIPE.training_config()?)?;
         let first = evaluate(&trainer, corpus, 0.0)?;
         Ok(Self { trainer, history: vec![first] })
     }
@@ -255,11 +247,11 @@ impl Run {
         if history.last().is_none_or(|p| p.step > state.step) {
             return Err(format!("the saved history does not lead to the saved step {}", state.step).into());
         }
-        Ok(Self { trainer: state.into_trainer(training_config()?)?, history })
+        Ok(Self { trainer: state.into_trainer(RECIPE.training_config()?)?, history })
     }
 
     /// Trains until `until` steps have been taken, calling `progress` after every step and
-    /// evaluating every [`EVAL_EVERY`] steps and at the end of the schedule.
+    /// evaluating every `RECIPE.eval_every` steps and at the end of the schedule.
     ///
     /// # Errors
     /// Library errors (none expected).
@@ -274,7 +266,7 @@ impl Run {
             let report = self.trainer.step(&TokenBatch::next_token(&corpus.windows(step), 0)?)?;
             progress(&report);
             let done = step + 1;
-            if done.is_multiple_of(EVAL_EVERY) || done == STEPS {
+            if done.is_multiple_of(RECIPE.eval_every) || done == STEPS {
                 let point = evaluate(&self.trainer, corpus, report.lr)?;
                 self.history.push(point);
             }
@@ -423,7 +415,7 @@ pub fn evidence_of(run: &Run, corpus: &Corpus) -> DemoResult<Evidence> {
     let mut history = run.history.clone();
     let step = run.trainer.steps_taken();
     if history.last().is_some_and(|p| p.step != step) {
-        let lr = training_config()?.schedule.at(step.saturating_sub(1));
+        let lr = RECIPE.schedule()?.at(step.saturating_sub(1));
         history.push(evaluate(&run.trainer, corpus, lr)?);
     }
     let message = |r: Result<String, llm_from_scratch::model::TokenizerError>| match r {
@@ -491,12 +483,21 @@ pub fn render_report(e: &Evidence) -> String {
         ),
         format!(
             "training=seed:{SEED} data_seed:{DATA_SEED} steps:{STEPS} batch:{BATCH} context:{CONTEXT} \
-             tokens_per_step:{} tokens_trained:{} epochs:{} adamw:beta1:0.9 beta2:0.95 eps:0.00000001 \
-             weight_decay:0.1(matrices_only) schedule:warmup:{WARMUP} cosine_peak:{PEAK_LR} cosine_min:{MIN_LR} \
-             clip_global_norm:{CLIP_NORM} eval_every:{EVAL_EVERY}",
+             tokens_per_step:{} tokens_trained:{} epochs:{} adamw:beta1:{} beta2:{} eps:{} \
+             weight_decay:{}(matrices_only) schedule:warmup:{} cosine_peak:{} cosine_min:{} \
+             clip_global_norm:{} eval_every:{}",
             BATCH * CONTEXT,
             fmt_thousands((BATCH * CONTEXT * STEPS) as u128),
-            fmt_f64((BATCH * CONTEXT * STEPS) as f64 / e.split.0 as f64)
+            fmt_f64((BATCH * CONTEXT * STEPS) as f64 / e.split.0 as f64),
+            RECIPE.adamw.beta1,
+            RECIPE.adamw.beta2,
+            RECIPE.adamw.eps,
+            RECIPE.adamw.weight_decay,
+            RECIPE.warmup_steps,
+            RECIPE.peak_lr,
+            RECIPE.min_lr,
+            RECIPE.clip_norm,
+            RECIPE.eval_every
         ),
         format!(
             "baselines=uniform:ln({})={} unigram_validation:{unigram} (the scored validation characters under the training text's \

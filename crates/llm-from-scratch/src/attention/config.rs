@@ -142,16 +142,7 @@ impl AttentionConfig {
         if !self.query_heads.is_multiple_of(self.kv_heads) {
             return Err(AttentionError::GroupsDoNotDivide { query_heads: self.query_heads, kv_heads: self.kv_heads });
         }
-        if !self.head_width.is_multiple_of(2) || self.head_width == 0 {
-            if self.head_width == 0 {
-                return Err(AttentionError::Rope(crate::nn::RopeError::ZeroHeadWidth));
-            }
-            return Err(AttentionError::OddHeadWidth {
-                head_width: self.head_width,
-                model_width: self.model_width,
-                heads: self.query_heads,
-            });
-        }
+        AttentionError::check_head_width(self.head_width, self.model_width, self.query_heads)?;
         // every weight must be allocatable: W_Q holds d·H·d_h numbers
         crate::tensor::dense::element_count(
             "attention config",

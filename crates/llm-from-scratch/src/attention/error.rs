@@ -4,7 +4,7 @@ use thiserror::Error;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
-use crate::nn::{NnError, RopeError};
+use crate::nn::{NnError, RopeError, RotaryEmbedding};
 
 /// The projection branch a stage error belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +298,15 @@ impl AttentionError {
             NnError::Tensor { source, .. } => AttentionError::Stage { stage, source },
             other => AttentionError::Layer { stage, source: other },
         }
+    }
+
+    /// RoPE's head-width rule ([`RotaryEmbedding::check_head_width`]) for `heads` heads of width
+    /// `head_width` over `model_width`: an odd width is reported with the sizes it came from.
+    pub(crate) fn check_head_width(head_width: usize, model_width: usize, heads: usize) -> Result<(), AttentionError> {
+        RotaryEmbedding::check_head_width(head_width).map_err(|e| match e {
+            RopeError::OddHeadWidth { head_width } => AttentionError::OddHeadWidth { head_width, model_width, heads },
+            other => AttentionError::Rope(other),
+        })
     }
 
     /// Translates a rotary error of `branch`: tensor failures become stage errors.

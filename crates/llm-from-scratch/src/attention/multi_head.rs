@@ -13,6 +13,7 @@
 //! `i·d_h .. (i+1)·d_h` of Q, K and V. `W_O` is where they mix.
 
 use crate::attention::error::{AtStage, OnBranch};
+use crate::attention::heads::split_heads_of;
 use crate::attention::input::check_sequence;
 use crate::attention::{
     AttentionConfig, AttentionError, Branch, GroupedQueryAttention, Stage, causal_scaled_dot_product_self_attention,
@@ -20,14 +21,17 @@ use crate::attention::{
 };
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
-use crate::nn::{Linear, NamedParameters, QkvProjections, RotaryEmbedding, SplitMix64};
+use crate::nn::{Linear, NamedParameter, NamedParameters, QkvProjections, RotaryEmbedding, SplitMix64};
 
 /// Multi-head causal self-attention with rotary embedding and no biases.
 ///
 /// Parameters: `W_Q, W_K, W_V, W_O`, each `[d_model, d_model]` (`y = x·W`), `4·d_model²` in all.
-/// It is the `G = H`, `d_h = d_model / h` case of [`GroupedQueryAttention`], whose projections it
-/// uses; its forward keeps the chapter's explicit path (causal attention per head on
-/// `[B, h, T, d_h]`), which the tests tie to the grouped path.
+/// Built from the chapter's parts only: the projections ([`QkvProjections`]), [`split_heads`]
+/// and [`merge_heads`], [`RotaryEmbedding`], [`causal_scaled_dot_product_self_attention`] and the
+/// output [`Linear`]. Chapter 32 generalises it: it is the `G = H` case of
+/// [`GroupedQueryAttention`] ([`MultiHeadAttention::to_grouped`]).
+///
+/// [`split_heads`]: crate::attention::split_heads
 ///
 /// # Shapes
 /// `x [B, T, d] → output [B, T, d]`, with every intermediate in [`MultiHeadAttentionOutput`].
@@ -54,7 +58,19 @@ use crate::nn::{Linear, NamedParameters, QkvProjections, RotaryEmbedding, SplitM
 /// ```
 #[derive(Clone, Debug)]
 pub struct MultiHeadAttention {
-    inner: GroupedQueryAttention,
+    /// The dotted-name prefix of the parameters.
+    prefix: String,
+    /// `h`.
+    heads: usize,
+    /// `W_Q, W_K, W_V`, each `[d, d]`.
+    qkv: QkvProjections,
+    /// `W_O [d, d]`.
+    output: Linear,
+    /// The rotation tables for heads of width `d_h`.
+    rope: RotaryEmbedding,
+    /// The four weights under their names, checked once when the layer is built (each its own
+    /// leaf), so that listing them later cannot fail.
+    parameters: NamedParameters,
 }
 
 /// Every intermediate of one forward pass, for inspection and for reports.
@@ -85,7 +101,7 @@ pub struct MultiHeadAttentionOutput {
     pub output: TensorValue,
 }
 
-/// Checks the configuration rules in order: `d > 0`, `h > 0`, `h | d`, `d/h` even.
+/// Checks the configuration rules in order: `d > 0`, `h > 0`, `h | d`, then RoPE's rule for `d/h`.
 fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionError> {
     if model_width == 0 {
         return Err(AttentionError::ZeroModelWidth);
@@ -97,9 +113,7 @@ fn check_config(model_width: usize, heads: usize) -> Result<usize, AttentionErro
         return Err(AttentionError::HeadsDoNotDivide { model_width, heads });
     }
     let head_width = model_width / heads;
-    if !head_width.is_multiple_of(2) {
-        return Err(AttentionError::OddHeadWidth { head_width, model_width, heads });
-    }
+    AttentionError::check_head_width(head_width, model_width, heads)?;
     Ok(head_width)
 }
 
@@ -111,7 +125,8 @@ impl MultiHeadAttention {
     /// # Errors
     /// In order: [`AttentionError::ZeroModelWidth`], [`AttentionError::ZeroHeads`],
     /// [`AttentionError::HeadsDoNotDivide`], [`AttentionError::OddHeadWidth`], then
-    /// [`AttentionError::Rope`] for a zero capacity or a bad base.
+    /// [`AttentionError::Rope`] for a zero capacity or a bad base, then an
+    /// [`AttentionError::Stage`] error for weights too large to allocate.
     pub fn new(
         prefix: &str,
         model_width: usize,
@@ -120,16 +135,25 @@ impl MultiHeadAttention {
         rope_base: f64,
         rng: &mut SplitMix64,
     ) -> Result<Self, AttentionError> {
-        check_config(model_width, heads)?;
-        let config = AttentionConfig::multi_head(model_width, heads).with_rope(max_positions, rope_base);
-        Ok(Self { inner: GroupedQueryAttention::new(prefix, config, rng)? })
+        let head_width = check_config(model_width, heads)?;
+        // the rules only: the tables are built once the weights are known to fit in memory
+        RotaryEmbedding::check_settings(head_width, max_positions, rope_base).map_err(AttentionError::Rope)?;
+        let d = model_width;
+        let mut trial = rng.clone();
+        let qkv = QkvProjections::new(prefix, d, d, &mut trial).at(Stage::Projection)?;
+        let output = Linear::new(&format!("{prefix}.output"), d, d, false, &mut trial).at(Stage::OutputProjection)?;
+        let layer = Self::from_parts(prefix, heads, qkv, output, max_positions, rope_base)?;
+        *rng = trial;
+        Ok(layer)
     }
 
     /// A layer from existing weights, each `[d, d]`.
     ///
     /// # Errors
     /// The configuration errors of [`MultiHeadAttention::new`] (with `d` read from `wq`), then
-    /// [`AttentionError::ParameterShape`] naming the first weight that is not `[d, d]`.
+    /// [`AttentionError::ParameterShape`] naming the first weight that is not `[d, d]`, then
+    /// [`AttentionError::Rope`], then [`AttentionError::Layer`] if one leaf is passed as two weights
+    /// (each must be its own leaf, so that its update is applied once).
     pub fn from_parameters(
         wq: TensorValue,
         wk: TensorValue,
@@ -150,11 +174,27 @@ impl MultiHeadAttention {
                 });
             }
         }
-        let config = AttentionConfig::multi_head(d, heads).with_rope(max_positions, rope_base);
         let prefix = "attention";
         let qkv = QkvProjections::from_parameters(prefix, [wq, wk, wv], None).at(Stage::Projection)?;
         let output = Linear::from_parameters(wo, None).at(Stage::OutputProjection)?.named(&format!("{prefix}.output"));
-        Ok(Self { inner: GroupedQueryAttention::from_parts(prefix, config, qkv, output)? })
+        Self::from_parts(prefix, heads, qkv, output, max_positions, rope_base)
+    }
+
+    /// The layer from projections whose shapes were checked: builds RoPE and the parameter list.
+    fn from_parts(
+        prefix: &str,
+        heads: usize,
+        qkv: QkvProjections,
+        output: Linear,
+        max_positions: usize,
+        rope_base: f64,
+    ) -> Result<Self, AttentionError> {
+        let head_width = qkv.model_width() / heads;
+        let rope = RotaryEmbedding::new(head_width, max_positions, rope_base).map_err(AttentionError::Rope)?;
+        let list: Vec<NamedParameter> = qkv.parameters().into_iter().chain(output.parameters()).collect();
+        let parameters = NamedParameters::try_new(list)
+            .map_err(|source| AttentionError::Layer { stage: Stage::Projection, source })?;
+        Ok(Self { prefix: prefix.to_string(), heads, qkv, output, rope, parameters })
     }
 
     /// Checks an input `[B,T,d]` and its positions `[offset, offset+T)` without touching the tape,
@@ -166,7 +206,7 @@ impl MultiHeadAttention {
     /// [`AttentionError::PositionOutOfRange`].
     pub fn check_input(&self, shape: &[usize], position_offset: usize) -> Result<(), AttentionError> {
         check_sequence(shape, self.model_width())?;
-        self.rope().check_interval(position_offset, shape[1]).on(Branch::Query)
+        self.rope.check_interval(position_offset, shape[1]).on(Branch::Query)
     }
 
     /// Runs the layer on `x [B,T,d]` whose first token sits at absolute position `position_offset`.
@@ -176,24 +216,29 @@ impl MultiHeadAttention {
     /// recorded), then [`AttentionError::Stage`] naming the stage and branch that failed.
     pub fn forward(&self, x: &TensorValue, position_offset: usize) -> Result<MultiHeadAttentionOutput, AttentionError> {
         self.check_input(x.shape(), position_offset)?;
-        let t = x.shape()[1];
-        let positions: Vec<usize> = (position_offset..position_offset + t).collect();
-        // projections, split into [B,h,T,d_h], RoPE on Q and K (positions), not on V (content)
-        let projected = self.inner.project(x, &positions)?;
-        let attention = causal_scaled_dot_product_self_attention(
-            &projected.rotated_query_heads,
-            &projected.rotated_key_heads,
-            &projected.value_heads,
-        )?;
+        let h = self.heads;
+        // 1. project: Q, K, V [B,T,d]
+        let qkv = self.qkv.forward(x).at(Stage::Projection)?;
+        // 2. cut the width into h heads: [B,T,d] → [B,h,T,d_h]
+        let query_heads = split_heads_of(qkv.query(), h, Some(Branch::Query))?;
+        let key_heads = split_heads_of(qkv.key(), h, Some(Branch::Key))?;
+        let value_heads = split_heads_of(qkv.value(), h, Some(Branch::Value))?;
+        // 3. RoPE on Q and K (they carry positions), not on V (it carries content)
+        let rotated_query_heads = self.rope.rotate(&query_heads, position_offset).on(Branch::Query)?;
+        let rotated_key_heads = self.rope.rotate(&key_heads, position_offset).on(Branch::Key)?;
+        // 4. causal attention in every head at once (the head axis is a batch axis)
+        let attention =
+            causal_scaled_dot_product_self_attention(&rotated_query_heads, &rotated_key_heads, &value_heads)?;
         let head_outputs = attention.output().clone(); // [B,h,T,d_h]
+        // 5. heads side by side again, then W_O mixes them
         let merged = merge_heads(&head_outputs)?; // [B,T,d]
-        let output = self.inner.output_projection().forward(&merged).at(Stage::OutputProjection)?;
+        let output = self.output.forward(&merged).at(Stage::OutputProjection)?;
         Ok(MultiHeadAttentionOutput {
-            query_heads: projected.query_heads,
-            key_heads: projected.key_heads,
-            value_heads: projected.value_heads,
-            rotated_query_heads: projected.rotated_query_heads,
-            rotated_key_heads: projected.rotated_key_heads,
+            query_heads,
+            key_heads,
+            value_heads,
+            rotated_query_heads,
+            rotated_key_heads,
             scores: attention.scores().clone(),
             weights: attention.weights().clone(),
             head_outputs,
@@ -204,46 +249,54 @@ impl MultiHeadAttention {
 
     /// `d_model`.
     pub fn model_width(&self) -> usize {
-        self.inner.config().model_width
+        self.qkv.model_width()
     }
 
     /// `h`.
     pub fn heads(&self) -> usize {
-        self.inner.config().query_heads
+        self.heads
     }
 
     /// `d_h = d_model / h`.
     pub fn head_width(&self) -> usize {
-        self.inner.config().head_width
+        self.rope.head_width()
     }
 
     /// The rotary tables.
     pub fn rope(&self) -> &RotaryEmbedding {
-        self.inner.rope()
+        &self.rope
     }
 
     /// `[W_Q, W_K, W_V]`.
     pub fn qkv_weights(&self) -> &[TensorValue; 3] {
-        self.inner.qkv().weights()
+        self.qkv.weights()
     }
 
     /// `W_O`.
     pub fn output_weight(&self) -> &TensorValue {
-        self.inner.output_projection().weight()
+        self.output.weight()
     }
 
     /// `4·d_model²`.
     pub fn parameter_count(&self) -> usize {
-        self.inner.parameter_count()
+        self.parameters.scalar_count()
     }
 
     /// The four weights under their dotted names, in the order Q, K, V, O.
     pub fn parameters(&self) -> NamedParameters {
-        self.inner.parameters()
+        self.parameters.clone()
     }
 
-    /// The same layer as the general grouped-query layer (`G = H`).
-    pub fn as_grouped(&self) -> &GroupedQueryAttention {
-        &self.inner
+    /// The same layer as chapter 32's grouped-query layer with `G = H` key/value heads, sharing
+    /// these weight leaves (so gradients through either reach the same parameters).
+    ///
+    /// # Errors
+    /// None for a layer built by [`MultiHeadAttention::new`] or
+    /// [`MultiHeadAttention::from_parameters`], whose settings and shapes the grouped layer
+    /// checks again ([`GroupedQueryAttention::from_parts`]).
+    pub fn to_grouped(&self) -> Result<GroupedQueryAttention, AttentionError> {
+        let config = AttentionConfig::multi_head(self.model_width(), self.heads)
+            .with_rope(self.rope.max_positions(), self.rope.base());
+        GroupedQueryAttention::from_parts(&self.prefix, config, self.qkv.clone(), self.output.clone())
     }
 }

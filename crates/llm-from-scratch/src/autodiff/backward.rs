@@ -1,6 +1,6 @@
 //! The reverse sweep: the tape of a value in creation order, and [`Gradients`].
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::autodiff::value::{BackwardContext, Node, TensorValue};
@@ -134,10 +134,23 @@ impl TensorValue {
             let Some(rule) = node.backward.as_ref() else {
                 continue;
             };
-            let (sums, offered) = adjoints.lend(node);
-            let context = BackwardContext { node, grad: &grad, sums: RefCell::new(sums) };
+            // the first input's sum so far is lent to the rule: a matrix product adds its part
+            // onto it in place (BackwardContext::take_lhs_sum); a sum it leaves comes back here
+            let lhs = node.parents.first().map(TensorValue::id);
+            let lent = lhs.and_then(|id| adjoints.by_id.remove(&id));
+            let offered = lent.is_some();
+            let context = BackwardContext { node, grad: &grad, lhs_sum: Cell::new(lent) };
             let input_grads = rule(&context)?;
-            adjoints.take_back(node, context.sums.into_inner(), &offered, &input_grads);
+            match (lhs, context.lhs_sum.into_inner()) {
+                (Some(id), Some(sum)) => {
+                    adjoints.by_id.insert(id, sum);
+                }
+                _ => debug_assert!(
+                    !offered || input_grads.first().is_some_and(Option::is_some),
+                    "{}: a rule took the sum of its first input and returned no total",
+                    node.op
+                ),
+            }
             adjoints.accumulate(node, input_grads);
         }
         Ok(gradients)
@@ -151,31 +164,6 @@ struct Adjoints {
 }
 
 impl Adjoints {
-    /// The sums so far of the inputs of `node`, taken out for its rule, which may add onto them in
-    /// place; and which inputs had one.
-    fn lend(&mut self, node: &Node) -> (Vec<Option<Tensor>>, Vec<bool>) {
-        let sums: Vec<Option<Tensor>> = node.parents.iter().map(|parent| self.by_id.remove(&parent.id())).collect();
-        let offered = sums.iter().map(Option::is_some).collect();
-        (sums, offered)
-    }
-
-    /// The sums the rule left go back before its results are added to them; a sum it took comes
-    /// back as its result, the total.
-    fn take_back(&mut self, node: &Node, sums: Vec<Option<Tensor>>, offered: &[bool], results: &[Option<Tensor>]) {
-        for (i, (parent, sum)) in node.parents.iter().zip(sums).enumerate() {
-            match sum {
-                Some(sum) => {
-                    self.by_id.insert(parent.id(), sum);
-                }
-                None => debug_assert!(
-                    !offered[i] || results.get(i).is_some_and(Option::is_some),
-                    "{}: a rule took the sum of input {i} and returned no total",
-                    node.op
-                ),
-            }
-        }
-    }
-
     /// Accumulate: a value used twice receives both contributions.
     fn accumulate(&mut self, node: &Node, results: Vec<Option<Tensor>>) {
         for (parent, result) in node.parents.iter().zip(results) {

@@ -1,7 +1,7 @@
 //! [`TensorValue`]: a node of the tape — its value, the values it was computed from, and the
 //! backward rule of the operation that made it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -213,15 +213,14 @@ impl TensorValue {
 }
 
 /// What a backward rule may look at: the inputs of its operation, its output and the adjoint
-/// arriving at that output — and, for each input, the adjoint its other consumers have summed so
-/// far, which a rule may add its own part onto in place ([`BackwardContext::take_sum`]).
+/// arriving at that output — and, for a matrix product, the adjoint of its left operand summed so
+/// far, to add its own part onto in place ([`BackwardContext::take_lhs_sum`]).
 pub(crate) struct BackwardContext<'a> {
     pub(crate) node: &'a Node,
     pub(crate) grad: &'a Tensor,
-    /// Per input, the sum so far (taken out of the sweep for the rule's call), `None` where no
-    /// consumer has contributed yet, where the rule took it, and at the second place of an input
-    /// that appears twice (its sum comes with the first).
-    pub(crate) sums: RefCell<Vec<Option<Tensor>>>,
+    /// The first input's sum so far, lent by the sweep for the rule's call: `None` where no
+    /// consumer has contributed yet, or once the rule took it.
+    pub(crate) lhs_sum: Cell<Option<Tensor>>,
 }
 
 impl BackwardContext<'_> {
@@ -265,12 +264,11 @@ impl BackwardContext<'_> {
         self.grad
     }
 
-    /// The adjoint of input `i` summed so far by the operations swept before this one, if any,
-    /// for a rule that can add its own part onto it in place (a matrix product accumulating
-    /// `dC·Bᵀ` in its kernel instead of writing a new tensor that the sweep then adds). A rule
-    /// that takes the sum returns the total for input `i`; a sum left untaken is added to the
-    /// rule's result as usual. For an input that appears twice, the sum comes with the first.
-    pub fn take_sum(&self, i: usize) -> Option<Tensor> {
-        self.sums.borrow_mut().get_mut(i).and_then(Option::take)
+    /// The adjoint of the first input summed so far by the operations swept before this one, if
+    /// any. Only the matrix products take it (`ops/matmul.rs`): their kernel adds `dC·Bᵀ` onto it
+    /// in place instead of writing a new tensor that the sweep then adds. A rule that takes the
+    /// sum returns the total for input 0; a sum left untaken is added to the rule's result as usual.
+    pub fn take_lhs_sum(&self) -> Option<Tensor> {
+        self.lhs_sum.take()
     }
 }

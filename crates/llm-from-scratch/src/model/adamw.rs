@@ -33,11 +33,15 @@ pub struct AdamWConfig {
 
 impl Default for AdamWConfig {
     fn default() -> Self {
-        Self { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }
+        Self::LLAMA
     }
 }
 
 impl AdamWConfig {
+    /// LLaMA's settings, the default: `β₁ = 0.9`, `β₂ = 0.95`, `ε = 1e-8`, `λ = 0.1` (a constant,
+    /// so that a [`Recipe`](crate::model::Recipe) can be one).
+    pub const LLAMA: Self = Self { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 };
+
     /// Checks `0 ≤ β₁, β₂ < 1`, `ε > 0` and `λ ≥ 0`, all finite.
     ///
     /// # Errors

@@ -58,6 +58,9 @@ pub struct Decoder {
     layers: Vec<DecoderBlock>,
     norm: RmsNorm,
     lm_head: Option<Linear>,
+    /// Every leaf under its name, checked once when the model is assembled (names unique, each
+    /// leaf listed once), so that [`Decoder::parameters`] cannot fail.
+    parameters: NamedParameters,
 }
 
 impl Decoder {
@@ -75,7 +78,7 @@ impl Decoder {
         let lm_head = if config.tie_embeddings { None } else { Some(Linear::new("lm_head", d, v, false, &mut trial)?) };
         *rng = trial;
         let norm = RmsNorm::new("model.norm", d, config.rms_eps)?;
-        Ok(Self { config, embed, layers, norm, lm_head })
+        Self::assemble(config, embed, layers, norm, lm_head)
     }
 
     /// A model built on existing leaves named as in [`crate::model::names`] (what a checkpoint
@@ -100,7 +103,31 @@ impl Decoder {
             true => None,
             false => Some(Linear::from_parameters(take(params, LM_HEAD, &[d, v])?, None)?.named("lm_head")),
         };
-        Ok(Self { config, embed, layers, norm, lm_head })
+        Self::assemble(config, embed, layers, norm, lm_head)
+    }
+
+    /// The model from its parts, with its parameter list checked.
+    ///
+    /// # Errors
+    /// [`ModelError::Nn`] if two parameters share a name or a leaf (neither happens for the
+    /// parts [`Decoder::new`] draws or [`Decoder::from_named`] takes from a checked list).
+    fn assemble(
+        config: DecoderConfig,
+        embed: TokenEmbedding,
+        layers: Vec<DecoderBlock>,
+        norm: RmsNorm,
+        lm_head: Option<Linear>,
+    ) -> Result<Self, ModelError> {
+        let mut list = embed.parameters();
+        for (i, layer) in layers.iter().enumerate() {
+            list.extend(layer.parameters(i));
+        }
+        list.extend(norm.parameters());
+        if let Some(head) = &lm_head {
+            list.extend(head.parameters());
+        }
+        let parameters = NamedParameters::try_new(list)?;
+        Ok(Self { config, embed, layers, norm, lm_head, parameters })
     }
 
     /// The configuration.
@@ -121,23 +148,12 @@ impl Decoder {
     /// Every trainable tensor under its checkpoint name, in the order of
     /// [`crate::model::parameter_shapes`] (a tied head is not listed twice).
     pub fn parameters(&self) -> NamedParameters {
-        let mut list = self.embed.parameters();
-        for (i, layer) in self.layers.iter().enumerate() {
-            list.extend(layer.parameters(i));
-        }
-        list.extend(self.norm.parameters());
-        if let Some(head) = &self.lm_head {
-            list.extend(head.parameters());
-        }
-        // names and nodes are distinct by construction
-        let checked = NamedParameters::try_new(list);
-        debug_assert!(checked.is_ok(), "{checked:?}");
-        checked.unwrap_or_default()
+        self.parameters.clone()
     }
 
     /// Scalars in the model.
     pub fn parameter_count(&self) -> usize {
-        self.parameters().scalar_count()
+        self.parameters.scalar_count()
     }
 
     /// Logits `[B, T, V]` of a full causal pass over `tokens` (row-major `[B, T]`), positions from 0.
@@ -313,6 +329,10 @@ mod tests {
         let params = model.parameters();
         assert_eq!(params.len(), 1 + 2 * 9 + 1);
         assert_eq!(params.scalar_count(), config().parameter_count());
+        // the list kept since construction names the model's own leaves, in the checkpoint order
+        let names: Vec<String> = parameter_shapes(&config()).into_iter().map(|(name, _)| name).collect();
+        assert_eq!(params.iter().map(|p| p.name().to_string()).collect::<Vec<_>>(), names);
+        assert_eq!(params.get(EMBED_TOKENS).unwrap().value().id(), model.embedding().weight().id());
         let again = Decoder::from_named(config(), &params).unwrap();
         let (a, b) = (model.forward(&[1, 2, 3], [1, 3]).unwrap(), again.forward(&[1, 2, 3], [1, 3]).unwrap());
         assert!(a.value().unwrap().bitwise_eq(&b.value().unwrap()));

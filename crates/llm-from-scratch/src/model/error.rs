@@ -11,7 +11,7 @@ use crate::nn::NnError;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ModelError {
     /// A setting that cannot be used (`module` is `model config`, `adamw`, `lr schedule`,
-    /// `gradient clipping`, `sampling` or `model generation`).
+    /// `gradient clipping`, `recipe`, `sampling` or `model generation`).
     #[error("{module}: {setting} = {value} is invalid ({reason})")]
     InvalidSetting {
         /// Where the setting belongs.

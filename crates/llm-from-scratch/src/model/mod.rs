@@ -1,6 +1,7 @@
 //! A decoder-only language model of the LLaMA family, and what it takes to train it and to
 //! generate with it: embedding, pre-norm blocks (grouped-query attention with RoPE, SwiGLU),
-//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping, and sampling with a KV cache;
+//! cross-entropy, AdamW, a learning-rate schedule, gradient clipping (a training [`Recipe`] holds
+//! the three), and sampling with a KV cache;
 //! a character tokenizer ([`CharTokenizer`]) and a training state that resumes bitwise
 //! ([`save_train_state`], [`load_train_state`]).
 //!
@@ -45,6 +46,7 @@ mod feed_forward;
 mod generate;
 mod loss;
 pub mod names;
+mod recipe;
 mod sampling;
 mod schedule;
 mod tokenizer;
@@ -69,6 +71,7 @@ pub use feed_forward::SwiGlu;
 pub use generate::{Decoding, Generation, Overflow};
 pub use loss::cross_entropy;
 pub use names::parameter_shapes;
+pub use recipe::Recipe;
 pub use sampling::{Sampling, argmax, top_k_distribution, top_p_distribution};
 pub use schedule::LrSchedule;
 pub use tokenizer::{CharTokenizer, TokenizerError};

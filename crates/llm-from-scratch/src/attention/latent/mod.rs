@@ -26,7 +26,7 @@ use crate::attention::input::check_sequence;
 use crate::attention::{AttentionError, Branch, Stage, merge_heads};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
-use crate::nn::{NamedParameter, NamedParameters, RotaryEmbedding, SplitMix64};
+use crate::nn::{NamedParameter, NamedParameters, RopeError, RotaryEmbedding, SplitMix64};
 use crate::tensor::{Mask, Tensor};
 
 mod cache;
@@ -89,9 +89,10 @@ impl LatentConfig {
             "latent config",
             &[self.model_width.max(self.latent_width), self.heads, widest],
         )?;
-        if !self.rope_width.is_multiple_of(2) {
-            return Err(AttentionError::OddRopeWidth { rope_width: self.rope_width });
-        }
+        RotaryEmbedding::check_head_width(self.rope_width).map_err(|e| match e {
+            RopeError::OddHeadWidth { head_width } => AttentionError::OddRopeWidth { rope_width: head_width },
+            other => AttentionError::Rope(other),
+        })?;
         RotaryEmbedding::new(self.rope_width, self.max_positions, self.rope_base).map_err(AttentionError::Rope)
     }
 }

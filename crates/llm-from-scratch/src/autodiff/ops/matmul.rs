@@ -201,7 +201,7 @@ impl TensorValue {
                 // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
                 // A feeds other products too (x into its Q, K and V projections): with the rows
                 // folded, the kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
-                let sum = if plan.folds_into_rows() { ctx.take_sum(0) } else { None };
+                let sum = if plan.folds_into_rows() { ctx.take_lhs_sum() } else { None };
                 grads[0] = Some(match sum {
                     Some(mut sum) => {
                         let (rows, k, n) = (plan.pairs.len() * plan.m, plan.k, plan.n);
@@ -283,8 +283,7 @@ impl TensorValue {
             }
             if ctx.wants(0) {
                 // forward: C = A·Wᵀ  =>  dA += dC·W
-                let mut sum = ctx.take_sum(0);
-                grads[0] = Some(match sum.take() {
+                grads[0] = Some(match ctx.take_lhs_sum() {
                     Some(mut sum) => {
                         kernel(
                             sum.as_mut_slice(),

@@ -230,18 +230,25 @@ impl RotaryEmbedding {
         })
     }
 
+    /// The head-width rule every attention layer applies: positive, and even (RoPE rotates pairs).
+    ///
+    /// # Errors
+    /// [`RopeError::ZeroHeadWidth`], then [`RopeError::OddHeadWidth`].
+    pub fn check_head_width(head_width: usize) -> Result<(), RopeError> {
+        match head_width {
+            0 => Err(RopeError::ZeroHeadWidth),
+            w if !w.is_multiple_of(2) => Err(RopeError::OddHeadWidth { head_width }),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks the settings of [`RotaryEmbedding::new`] without allocating anything.
     ///
     /// # Errors
     /// [`RopeError::ZeroHeadWidth`], [`RopeError::OddHeadWidth`], [`RopeError::ZeroCapacity`],
     /// [`RopeError::InvalidBase`] — checked in that order.
     pub fn check_settings(head_width: usize, max_positions: usize, base: f64) -> Result<(), RopeError> {
-        if head_width == 0 {
-            return Err(RopeError::ZeroHeadWidth);
-        }
-        if !head_width.is_multiple_of(2) {
-            return Err(RopeError::OddHeadWidth { head_width });
-        }
+        Self::check_head_width(head_width)?;
         if max_positions == 0 {
             return Err(RopeError::ZeroCapacity);
         }
