@@ -94,20 +94,41 @@ pub fn figure_path(demo: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("docs").join("figures").join(format!("{demo}.svg"))
 }
 
+/// `docs/figures/thumbnails/<demo>.svg`: the committed copy of a demo's thumbnail.
+pub fn thumbnail_path(demo: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("docs")
+        .join("figures")
+        .join("thumbnails")
+        .join(format!("{demo}.svg"))
+}
+
 /// Compares `actual` with the committed figure of `demo`; the message says how to regenerate.
 ///
 /// # Errors
 /// A message naming the file and the first differing line when they differ, or when the file
 /// cannot be read.
 pub fn check_figure(demo: &str, actual: &str) -> Result<(), String> {
-    let path = figure_path(demo);
-    let committed = std::fs::read_to_string(&path)
+    check_drawing(demo, &figure_path(demo), actual)
+}
+
+/// Compares `actual` with the committed thumbnail of `demo`, as [`check_figure`] does.
+///
+/// # Errors
+/// As [`check_figure`].
+pub fn check_thumbnail(demo: &str, actual: &str) -> Result<(), String> {
+    check_drawing(demo, &thumbnail_path(demo), actual)
+}
+
+fn check_drawing(demo: &str, path: &std::path::Path, actual: &str) -> Result<(), String> {
+    let committed = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e} (run scripts/figures.sh to draw the figures)", path.display()))?;
     if committed == actual {
         Ok(())
     } else {
         Err(format!(
-            "{demo}: the figure differs from {} — if the change is intended, run scripts/figures.sh and commit \
+            "{demo}: the drawing differs from {} — if the change is intended, run scripts/figures.sh and commit \
              docs/figures\n{}",
             path.display(),
             line_diff(&committed, actual, 3)

@@ -10,62 +10,73 @@
 use std::io::Write;
 use std::sync::OnceLock;
 
-/// A demo's `(report, figure)`, or `None` for a demo skipped because its model file is missing.
-type Rendered = Result<Option<(String, String)>, String>;
+/// A demo's report, figure and thumbnail, or `None` for a demo skipped because its model file is
+/// missing.
+type Rendered = Result<Option<Drawn>, String>;
 type Render = fn() -> Rendered;
+
+#[derive(Clone)]
+struct Drawn {
+    report: String,
+    figure: String,
+    thumbnail: String,
+}
 
 fn render<E, F: Fn() -> Result<E, Box<dyn std::error::Error>>>(
     evidence: F,
     report: fn(&E) -> String,
     figure: fn(&E) -> String,
+    thumbnail: fn(&E) -> String,
 ) -> Rendered {
-    evidence().map(|e| Some((report(&e), figure(&e)))).map_err(|e| e.to_string())
+    evidence()
+        .map(|e| Some(Drawn { report: report(&e), figure: figure(&e), thumbnail: thumbnail(&e) }))
+        .map_err(|e| e.to_string())
 }
 
 const DEMOS: &[(&str, Render)] = &[
     ("ch27-scaled-dot-product-attention", || {
         use ch27_scaled_dot_product_attention as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch28-causal-masking", || {
         use ch28_causal_masking as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch29-rotary-position-embedding", || {
         use ch29_rotary_position_embedding as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch30-multi-head-attention", || {
         use ch30_multi_head_attention as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch31-pre-norm-residual", || {
         use ch31_pre_norm_residual as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch32-grouped-query-attention", || {
         use ch32_grouped_query_attention as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch33-kv-cache", || {
         use ch33_kv_cache as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch34-efficient-attention", || {
         use ch34_efficient_attention as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch35-latent-attention", || {
         use ch35_latent_attention as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch36-tiny-decoder", || {
         use ch36_tiny_decoder as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch37-train-on-text", || {
         use ch37_train_on_text as demo;
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
     ("ch38-a-real-model", || {
         use ch38_a_real_model as demo;
@@ -75,7 +86,7 @@ const DEMOS: &[(&str, Render)] = &[
             std::io::stderr().write_all(line.as_bytes()).ok();
             return Ok(None);
         }
-        render(demo::learner_evidence, demo::render_report, demo::render_svg)
+        render(demo::learner_evidence, demo::render_report, demo::render_svg, demo::render_thumbnail)
     }),
 ];
 
@@ -95,6 +106,10 @@ fn every_demo_is_registered_and_has_a_golden_file_and_a_figure() {
             golden::figure_path(&name).is_file(),
             "demo {name} has no docs/figures/{name}.svg (scripts/figures.sh)"
         );
+        assert!(
+            golden::thumbnail_path(&name).is_file(),
+            "demo {name} has no docs/figures/thumbnails/{name}.svg (scripts/figures.sh)"
+        );
     }
 }
 
@@ -102,7 +117,7 @@ fn every_demo_is_registered_and_has_a_golden_file_and_a_figure() {
 fn every_report_matches_its_golden_file() {
     let failures: Vec<String> = rendered()
         .iter()
-        .filter_map(|(name, r)| r.clone().and_then(|r| r.map_or(Ok(()), |(text, _)| golden::check(name, &text))).err())
+        .filter_map(|(name, r)| r.clone().and_then(|r| r.map_or(Ok(()), |d| golden::check(name, &d.report))).err())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -112,7 +127,18 @@ fn every_figure_matches_its_committed_copy() {
     let failures: Vec<String> = rendered()
         .iter()
         .filter_map(|(name, r)| {
-            r.clone().and_then(|r| r.map_or(Ok(()), |(_, svg)| golden::check_figure(name, &svg))).err()
+            r.clone().and_then(|r| r.map_or(Ok(()), |d| golden::check_figure(name, &d.figure))).err()
+        })
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_thumbnail_matches_its_committed_copy() {
+    let failures: Vec<String> = rendered()
+        .iter()
+        .filter_map(|(name, r)| {
+            r.clone().and_then(|r| r.map_or(Ok(()), |d| golden::check_thumbnail(name, &d.thumbnail))).err()
         })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -121,9 +147,11 @@ fn every_figure_matches_its_committed_copy() {
 #[test]
 fn every_figure_is_a_well_formed_svg_document() {
     for (name, r) in rendered() {
-        let Some((_, svg)) = r.as_ref().unwrap() else { continue };
-        if let Err(error) = demo_support::xml::check_well_formed(svg) {
-            panic!("{name}: {error}");
+        let Some(drawn) = r.as_ref().unwrap() else { continue };
+        for svg in [&drawn.figure, &drawn.thumbnail] {
+            if let Err(error) = demo_support::xml::check_well_formed(svg) {
+                panic!("{name}: {error}");
+            }
         }
     }
 }
@@ -131,7 +159,7 @@ fn every_figure_is_a_well_formed_svg_document() {
 #[test]
 fn reports_end_with_a_newline_and_print_no_negative_zero() {
     for (name, r) in rendered() {
-        let Some((text, _)) = r.as_ref().unwrap() else { continue };
+        let Some(Drawn { report: text, .. }) = r.as_ref().unwrap() else { continue };
         assert!(text.ends_with('\n'), "{name}");
         assert!(!text.contains("-0.000000"), "{name} prints a negative zero");
     }
