@@ -1,111 +1,68 @@
-//! The chapter's figure: a 34-line text trace of the worked example and an SVG drawn from it
-//! (with the shared primitives of `demo_support`).
-//!
-//! The trace is the figure's data, line by line (`CONFIG|…`, `SHAPE|…`, `PARTITION|…`,
-//! `WEIGHTS|…`, `HEAD_OUTPUT|…`, `MERGED|…`, `OUTPUT_MAP|…`, `OUTPUT|…`, `PREFIX_PROOF|…`), so a
-//! test can check what the picture shows without parsing the picture.
+//! The chapter's figure (`--figure`) and its thumbnail, drawn with the shared primitives of
+//! `demo_support`: the two heads' causal weights, what each head writes, and how the output
+//! projection mixes the heads' columns.
 
 use demo_support::chart::{LegendEntry, Swatch, draw_legend};
-use demo_support::heat::{HeatMap, MASKED, Shading, draw_colour_scale, labels};
+use demo_support::fmt::fixed;
+use demo_support::heat::{HeatMap, MASKED, Shading, draw_colour_scale};
 use demo_support::svg::{Stroke, Svg, TextStyle};
-use llm_from_scratch::fmt_shape;
-use llm_from_scratch::report::{fmt_f64, fmt_values};
+use llm_from_scratch::Tensor;
 
-use crate::{Evidence, HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, head_rows};
-
-/// One cell of a head's probability table.
-fn cell(weights: &[Vec<f64>], query: usize, key: usize) -> String {
-    if key > query {
-        "masked".to_string()
-    } else if key == query {
-        format!("*{}", fmt_f64(weights[query][key]))
-    } else {
-        fmt_f64(weights[query][key])
-    }
-}
-
-/// The 34 trace lines.
-pub fn render_diagram_trace(e: &Evidence) -> Vec<String> {
-    let f = &e.forward;
-    let d_h = MODEL_WIDTH / HEADS;
-    let mut lines = vec![format!(
-        "CONFIG|B=1|T={TOKENS}|d_model={MODEL_WIDTH}|heads={HEADS}|d_h={d_h}|rope_base={}|max_positions={MAX_POSITIONS}|offset=0",
-        fmt_f64(ROPE_BASE)
-    )];
-    for (name, shape) in [
-        ("input", e.input.shape()),
-        ("projected_qkv", f.merged.shape()),
-        ("split_heads", f.query_heads.shape()),
-        ("rotated_query_key", f.rotated_query_heads.shape()),
-        ("attention_weights", f.weights.shape()),
-        ("head_outputs", f.head_outputs.shape()),
-        ("merged", f.merged.shape()),
-        ("output", f.output.shape()),
-    ] {
-        lines.push(format!("SHAPE|{name}|{}", fmt_shape(shape)));
-    }
-    for h in 0..HEADS {
-        lines.push(format!("PARTITION|head={h}|columns={}..{}", h * d_h, (h + 1) * d_h));
-    }
-    for h in 0..HEADS {
-        let w = head_rows(&f.weights, h);
-        for q in 0..TOKENS {
-            let cells: Vec<String> = (0..TOKENS).map(|k| cell(&w, q, k)).collect();
-            lines.push(format!("WEIGHTS|head={h}|query={q}|{}", cells.join(",")));
-        }
-    }
-    for h in 0..HEADS {
-        for (t, row) in head_rows(&f.head_outputs, h).iter().enumerate() {
-            lines.push(format!("HEAD_OUTPUT|head={h}|token={t}|{}", fmt_values(row)));
-        }
-    }
-    for (t, row) in f.merged.as_slice().chunks(MODEL_WIDTH).enumerate() {
-        lines.push(format!("MERGED|token={t}|{}", fmt_values(row)));
-    }
-    for (r, row) in e.output_weight.as_slice().chunks(MODEL_WIDTH).enumerate() {
-        lines.push(format!("OUTPUT_MAP|row={r}|{}", fmt_values(row)));
-    }
-    for (t, row) in f.output.as_slice().chunks(MODEL_WIDTH).enumerate() {
-        lines.push(format!("OUTPUT|token={t}|{}", fmt_values(row)));
-    }
-    lines.push(format!(
-        "PREFIX_PROOF|changed_token=2|rows_0_1={}|row_2={}",
-        if e.prefix_rows_bitwise_equal { "bitwise_unchanged" } else { "differ" },
-        if e.last_row_changed { "changed" } else { "unchanged" }
-    ));
-    lines
-}
+use crate::{Evidence, HEADS, MODEL_WIDTH, ROPE_BASE, TOKENS, head_rows};
 
 /// The figure's title.
 pub const TITLE: &str = "Chapter 30 — multi-head attention: two heads side by side";
+/// The thumbnail's title (short enough for its 300 px).
+pub const THUMBNAIL_TITLE: &str = "Chapter 30 — two heads";
 
 /// Colours of the two heads' frames (head 1's frame is also dashed).
 const HEAD_COLORS: [&str; 2] = ["#1f5fbf", "#c0392b"];
 /// Outline of a diagonal cell (a token attending to itself).
 const DIAGONAL: &str = "#e67e22";
+/// Every weight and every value is written with two decimals.
+const DECIMALS: usize = 2;
+/// How the weights are shaded: white 0 to dark blue 1.
+const WEIGHTS: Shading = Shading::Sequential { min: 0.0, max: 1.0 };
+/// How the head outputs and the output are shaded (signed values).
+const VALUES: Shading = Shading::Diverging { limit: 1.2 };
 
 /// Head `h`'s frame: solid for head 0, dashed for head 1.
 fn head_stroke(h: usize, width: f64) -> Stroke<'static> {
     Stroke { color: HEAD_COLORS[h % 2], width, dashed: h % 2 == 1 }
 }
 
-/// A signed `[T, width]` table with six decimals, rows `t0‥`, columns numbered from `first`.
+/// `token 0, token 1, …`: the example's tokens are vectors without words, so they are named by
+/// position.
+fn token_names() -> Vec<String> {
+    (0..TOKENS).map(|t| format!("token {t}")).collect()
+}
+
+/// Head `h`'s weights with the future (masked) keys hidden.
+fn causal_cells(weights: &Tensor, h: usize) -> Vec<Vec<Option<f64>>> {
+    head_rows(weights, h)
+        .iter()
+        .enumerate()
+        .map(|(q, row)| row.iter().enumerate().map(|(k, &p)| (k <= q).then_some(p)).collect())
+        .collect()
+}
+
+/// A signed `[T, width]` table with two decimals, rows named by token, columns numbered from
+/// `first` (the model-width feature each column is).
 fn values_map(x: f64, y: f64, title: &str, rows: &[Vec<f64>], first: usize) -> HeatMap {
     let width = rows.first().map_or(0, Vec::len);
-    let flat: Vec<f64> = rows.concat();
     HeatMap {
-        cell_width: 78.0,
+        cell_width: 62.0,
         cell_height: 30.0,
-        decimals: 6,
-        shading: Shading::Diverging { limit: 1.2 },
-        row_labels: labels("t", rows.len()),
-        col_labels: (first..first + width).map(|c| format!("c{c}")).collect(),
-        ..HeatMap::probabilities(x, y, title, &flat, width)
+        decimals: DECIMALS,
+        shading: VALUES,
+        row_labels: token_names(),
+        col_labels: (first..first + width).map(|c| format!("feature {c}")).collect(),
+        ..HeatMap::probabilities(x, y, title, &rows.concat(), width)
     }
 }
 
 /// The rows of a `[1, T, d]` tensor.
-fn token_rows(t: &llm_from_scratch::Tensor) -> Vec<Vec<f64>> {
+fn token_rows(t: &Tensor) -> Vec<Vec<f64>> {
     t.as_slice().chunks(MODEL_WIDTH).map(<[f64]>::to_vec).collect()
 }
 
@@ -122,107 +79,192 @@ fn frame_groups(svg: &mut Svg, map: &HeatMap, head_of_group: impl Fn(usize) -> u
     }
 }
 
+/// Outlines the diagonal cells of `map` (a token attending to itself).
+fn outline_diagonal(svg: &mut Svg, map: &HeatMap, width: f64) {
+    for q in 0..map.cells.len() {
+        let (cx, cy) = (map.grid_x() + q as f64 * map.cell_width, map.grid_y() + q as f64 * map.cell_height);
+        let inset = width / 2.0;
+        let (w, h) = (map.cell_width - width, map.cell_height - width);
+        svg.rect(cx + inset, cy + inset, w, h, "none", Some(Stroke::solid(DIAGONAL, width)));
+    }
+}
+
 /// The figure as a standalone SVG document, 800 px wide.
 pub fn render_svg(e: &Evidence) -> String {
     let f = &e.forward;
     let d_h = MODEL_WIDTH / HEADS;
-    let mut svg = Svg::new(800.0, 760.0, TITLE);
-    svg.text(
+    let mut svg = Svg::new(800.0, 720.0, TITLE);
+    svg.text_lines(
         20.0,
         52.0,
+        17.0,
         TextStyle::label(),
-        &format!(
-            "B = 1, T = {TOKENS}, d_model = {MODEL_WIDTH}, h = {HEADS}, d_h = {d_h}, RoPE base {}; causal mask",
-            fmt_f64(ROPE_BASE).trim_end_matches('0').trim_end_matches('.')
-        ),
+        &[
+            format!(
+                "{TOKENS} tokens, model width {MODEL_WIDTH}, {HEADS} heads of width {d_h}, rotary positions (base {}), \
+             causal mask.",
+                fixed(ROPE_BASE, 0)
+            ),
+            "Each head has its own table of weights: one row per query token, one column per key token.".to_string(),
+        ],
     );
-    // 1. the two causal probability tables
+    // 1. the two causal weight tables
     for h in 0..HEADS {
-        let (x0, y0) = (30.0 + h as f64 * 390.0, 75.0);
-        let weights = head_rows(&f.weights, h);
-        let cells: Vec<Vec<Option<f64>>> = weights
-            .iter()
-            .enumerate()
-            .map(|(q, row)| row.iter().enumerate().map(|(k, &p)| (k <= q).then_some(p)).collect())
-            .collect();
+        let (x0, y0) = (40.0 + h as f64 * 330.0, 95.0);
         let map = HeatMap {
-            cell_width: 88.0,
-            cell_height: 44.0,
-            decimals: 6,
-            cells,
-            ..HeatMap::probabilities(x0, y0, &format!("head {h}: weights, row = query"), &weights.concat(), TOKENS)
+            cell_width: 70.0,
+            cell_height: 40.0,
+            cells: causal_cells(&f.weights, h),
+            row_labels: token_names(),
+            col_labels: token_names(),
+            ..HeatMap::probabilities(x0, y0, &format!("head {h}: attention weights"), &[], TOKENS)
         };
         svg.rect(x0 - 12.0, y0 - 8.0, map.width() + 24.0, map.height() + 20.0, "none", Some(head_stroke(h, 3.0)));
         map.draw(&mut svg);
-        for q in 0..TOKENS {
-            let (cx, cy) = (map.grid_x() + q as f64 * map.cell_width, map.grid_y() + q as f64 * map.cell_height);
-            svg.rect(
-                cx + 2.0,
-                cy + 2.0,
-                map.cell_width - 4.0,
-                map.cell_height - 4.0,
-                "none",
-                Some(Stroke::solid(DIAGONAL, 4.0)),
-            );
-        }
+        outline_diagonal(&mut svg, &map, 4.0);
     }
-    // 2. head outputs
+    draw_colour_scale(&mut svg, 700.0, 140.0, 120.0, WEIGHTS, DECIMALS, "weight");
+    // 2. what each head writes: its weights times its value rows
     for h in 0..HEADS {
         let rows = head_rows(&f.head_outputs, h);
-        let map =
-            values_map(30.0 + h as f64 * 390.0, 290.0, &format!("head {h} outputs = weights · V"), &rows, h * d_h);
+        let title = format!("head {h} output = weights × its values");
+        let map = values_map(40.0 + h as f64 * 330.0, 300.0, &title, &rows, h * d_h);
         map.draw(&mut svg);
         frame_groups(&mut svg, &map, |_| h);
     }
-    // 3. concatenated rows before and after W_O
-    let merged = values_map(30.0, 440.0, "merged = [head 0 | head 1]", &token_rows(&f.merged), 0);
+    // 3. the heads side by side, then the output projection
+    let merged = values_map(30.0, 450.0, "both heads side by side", &token_rows(&f.merged), 0);
     merged.draw(&mut svg);
     frame_groups(&mut svg, &merged, |group| group);
-    svg.arrow(30.0 + merged.width() + 8.0, 512.0, 30.0 + merged.width() + 40.0, 512.0, Stroke::solid("#444444", 2.0));
-    svg.text(30.0 + merged.width() + 24.0, 500.0, TextStyle::centered().size(12.0), "· W_O");
-    let output_x = 30.0 + merged.width() + 48.0;
-    let output = values_map(output_x, 440.0, "output = merged · W_O (swaps the groups)", &token_rows(&f.output), 0);
+    let (ax, ay) = (30.0 + merged.width(), merged.grid_y() + 1.5 * merged.cell_height);
+    svg.arrow(ax + 10.0, ay, ax + 60.0, ay, Stroke::solid("#444444", 2.0));
+    svg.text(ax + 35.0, ay - 10.0, TextStyle::centered().size(12.0), "output");
+    svg.text(ax + 35.0, ay + 22.0, TextStyle::centered().size(12.0), "projection");
+    let output = values_map(ax + 70.0, 450.0, "output (the projection swaps the heads)", &token_rows(&f.output), 0);
     output.draw(&mut svg);
     frame_groups(&mut svg, &output, |group| (group + 1) % HEADS);
-    // legend
+    draw_colour_scale(&mut svg, 735.0, 500.0, 90.0, VALUES, DECIMALS, "value");
+    // legend and what it shows
+    let entry = |name: &str, color: &str, swatch| LegendEntry { name: name.into(), color: color.into(), swatch };
     let legend = [
-        LegendEntry {
-            name: "masked key (future token, weight exactly 0)".into(),
-            color: MASKED.into(),
-            swatch: Swatch::Square,
-        },
-        LegendEntry {
-            name: "diagonal: a token attending to itself".into(),
-            color: DIAGONAL.into(),
-            swatch: Swatch::Square,
-        },
-        LegendEntry {
-            name: "head 0 (frames, columns)".into(),
-            color: HEAD_COLORS[0].into(),
-            swatch: Swatch::Line { dashed: false },
-        },
-        LegendEntry {
-            name: "head 1 (frames, columns)".into(),
-            color: HEAD_COLORS[1].into(),
-            swatch: Swatch::Line { dashed: true },
-        },
+        entry("masked: a later token, weight exactly 0", MASKED, Swatch::Square),
+        entry("a token attending to itself", DIAGONAL, Swatch::Square),
+        entry("head 0 and its columns", HEAD_COLORS[0], Swatch::Line { dashed: false }),
+        entry("head 1 and its columns", HEAD_COLORS[1], Swatch::Line { dashed: true }),
     ];
     draw_legend(&mut svg, 30.0, 600.0, &legend);
-    let shading = Shading::Diverging { limit: 1.2 };
-    draw_colour_scale(&mut svg, 460.0, 620.0, 100.0, shading, 1, "outputs: signed values");
     svg.text_lines(
-        30.0,
-        720.0,
-        20.0,
-        TextStyle::label().size(12.0),
+        400.0,
+        618.0,
+        18.0,
+        TextStyle::label(),
         &[
-            "weights: white 0 → dark blue 1".to_string(),
-            format!(
-                "changing token 2: rows 0, 1 {}, row 2 {}",
-                if e.prefix_rows_bitwise_equal { "bitwise unchanged" } else { "differ" },
-                if e.last_row_changed { "changed" } else { "unchanged" }
-            ),
+            "Head 0 spreads each query evenly over what it",
+            "may see; head 1 leans towards the token itself.",
+            "Each head writes its own two features; the",
+            "projection then mixes all four.",
         ],
     );
     svg.finish()
+}
+
+/// A horizontal colour key `width` pixels long at `(x, y)`, its ends labelled at 13 px: the
+/// thumbnail's key (the shared vertical scale writes 12 px labels, too small at 300 px).
+fn thumbnail_key(svg: &mut Svg, x: f64, y: f64, width: f64, label: &str) {
+    const STEPS: usize = 12;
+    let step = width / STEPS as f64;
+    for s in 0..STEPS {
+        let value = (s as f64 + 0.5) / STEPS as f64;
+        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &WEIGHTS.fill(value), None);
+    }
+    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    svg.text(x - 6.0, y + 11.0, TextStyle::right(), &fixed(0.0, DECIMALS));
+    svg.text(x + width + 6.0, y + 11.0, TextStyle::label(), &format!("{} {label}", fixed(1.0, DECIMALS)));
+}
+
+/// The thumbnail: the two heads' weight tables side by side, 300 px wide, text of 13 px.
+pub fn render_thumbnail(e: &Evidence) -> String {
+    let mut svg = Svg::new(300.0, 268.0, THUMBNAIL_TITLE);
+    svg.text(20.0, 52.0, TextStyle::label().color("#555555"), "multi-head attention, causal");
+    let (cell_w, cell_h, top) = (36.0, 34.0, 110.0);
+    for h in 0..HEADS {
+        let x = 46.0 + h as f64 * (TOKENS as f64 * cell_w + 14.0);
+        let map = HeatMap {
+            x,
+            y: top - 40.0,
+            cell_width: cell_w,
+            cell_height: cell_h,
+            title: String::new(),
+            row_labels: Vec::new(),
+            col_labels: Vec::new(),
+            cells: causal_cells(&e.forward.weights, h),
+            shading: WEIGHTS,
+            decimals: DECIMALS,
+            masked_label: String::new(),
+            cell_labels: true,
+        };
+        // the map's own labels are 12 px: these are drawn at 13 px instead
+        let gx = map.grid_x();
+        map.draw(&mut svg);
+        outline_diagonal(&mut svg, &map, 2.5);
+        let middle = gx + TOKENS as f64 * cell_w / 2.0;
+        svg.text(middle, top - 26.0, TextStyle::centered().color(HEAD_COLORS[h % 2]), &format!("head {h}"));
+        for k in 0..TOKENS {
+            svg.text(gx + (k as f64 + 0.5) * cell_w, top - 7.0, TextStyle::centered(), &k.to_string());
+        }
+    }
+    for q in 0..TOKENS {
+        svg.text(48.0, top + (q as f64 + 0.5) * cell_h + 5.0, TextStyle::right(), &q.to_string());
+    }
+    let bottom = top + TOKENS as f64 * cell_h;
+    thumbnail_key(&mut svg, 60.0, bottom + 14.0, 110.0, "weight");
+    svg.text(20.0, bottom + 50.0, TextStyle::label().color("#555555"), "rows: query token · columns: key");
+    svg.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use demo_support::check::check_chapter_figure;
+
+    /// Adds `delta` to element `index` of a tensor.
+    fn nudge(t: &mut Tensor, index: usize, delta: f64) {
+        t.as_mut_slice()[index] += delta;
+    }
+
+    /// Well formed, titled, deterministic, and changed by each change of the data it draws.
+    #[test]
+    fn the_figure_is_well_formed_titled_deterministic_and_follows_the_data() -> Result<(), Box<dyn std::error::Error>> {
+        check_chapter_figure(
+            &crate::learner_evidence()?,
+            render_svg,
+            TITLE,
+            &[
+                &|e: &mut Evidence| nudge(&mut e.forward.weights, 12, 0.1), // head 1, query 1, key 0
+                &|e: &mut Evidence| nudge(&mut e.forward.head_outputs, 7, 0.1),
+                &|e: &mut Evidence| nudge(&mut e.forward.merged, 2, 0.1),
+                &|e: &mut Evidence| nudge(&mut e.forward.output, 11, 0.1),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The thumbnail: well formed, titled, deterministic, and drawn from both heads' weights.
+    #[test]
+    fn the_thumbnail_is_well_formed_titled_deterministic_and_follows_the_data() -> Result<(), Box<dyn std::error::Error>>
+    {
+        check_chapter_figure(
+            &crate::learner_evidence()?,
+            render_thumbnail,
+            THUMBNAIL_TITLE,
+            &[
+                &|e: &mut Evidence| nudge(&mut e.forward.weights, 4, 0.1), // head 0, query 1, key 1
+                &|e: &mut Evidence| nudge(&mut e.forward.weights, 17, 0.1), // head 1, query 2, key 2
+            ],
+        )?;
+        let svg = render_thumbnail(&crate::learner_evidence()?);
+        assert!(svg.contains(r#"width="300.0""#) && svg.contains(">0.79</text>"), "{svg}");
+        assert!(!svg.contains(r#"font-size="12.0""#), "no text under 13 px in the thumbnail");
+        Ok(())
+    }
 }

@@ -36,8 +36,10 @@ use llm_from_scratch::{
 };
 
 mod figure;
+mod trace;
 
-pub use figure::{TITLE, render_diagram_trace, render_svg};
+pub use figure::{THUMBNAIL_TITLE, TITLE, render_svg, render_thumbnail};
+pub use trace::render_diagram_trace;
 
 /// Batch size of the worked example.
 pub const BATCH: usize = 1;
@@ -53,6 +55,7 @@ pub const ROPE_BASE: f64 = 100.0;
 pub const MAX_POSITIONS: usize = 6;
 
 /// Everything the chapter computes; [`render_report`] prints it.
+#[derive(Clone, Debug)]
 pub struct Evidence {
     /// The input X `[1,3,4]`.
     pub input: Tensor,
@@ -95,6 +98,7 @@ pub struct Evidence {
 }
 
 /// The forward intermediates as plain tensors.
+#[derive(Clone, Debug)]
 pub struct ForwardValues {
     /// Q heads `[1,2,3,2]`.
     pub query_heads: Tensor,

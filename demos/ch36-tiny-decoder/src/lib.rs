@@ -44,14 +44,15 @@ use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, Overflow, Recipe, Sampling, StepReport,
     TokenBatch, Trainer, parameter_shapes,
 };
-use llm_from_scratch::nn::{RmsNorm, SplitMix64};
+use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_values};
 use llm_from_scratch::{Tensor, TensorValue, fmt_shape};
 
+pub mod circuit;
 mod figure;
 pub mod text;
 
-pub use figure::{render_figure, render_svg};
+pub use figure::{THUMBNAIL_TITLE, TITLE, render_figure, render_svg, render_thumbnail};
 
 /// Content symbols `0..15`.
 pub const SYMBOLS: usize = 15;
@@ -323,27 +324,13 @@ pub fn learner_evidence_with_progress(mut progress: impl FnMut(&StepReport)) -> 
     })
 }
 
-/// The attention weights `[1, H, T, T]` of every layer of `model` on one sequence, recomputed
-/// block by block from the block's own parts (`DecoderBlock::forward` keeps no trace), and checked
-/// bit for bit against `DecoderBlock::forward` so that the maps are the ones the model used.
+/// The attention weights `[1, H, T, T]` of every layer of `model` on one sequence: the maps the
+/// model's own forward pass used ([`Decoder::forward_traced`]).
 fn attention_maps(model: &Decoder, tokens: &[usize]) -> DemoResult<Vec<Tensor>> {
-    let eps = model.config().rms_eps;
-    let mut x = model.embedding().forward(tokens, [1, tokens.len()])?; // [1, T, d]
-    let mut maps = Vec::with_capacity(model.layers().len());
-    for (index, block) in model.layers().iter().enumerate() {
-        // the block's tensors in checkpoint order: input norm gain first, post-attention gain sixth
-        let params = block.parameters(index);
-        let gain = |i: usize| params.get(i).map(|p| p.value().clone()).ok_or("a block has fewer tensors than nine");
-        let input_norm = RmsNorm::from_gain("input_layernorm", gain(0)?, eps)?;
-        let post_norm = RmsNorm::from_gain("post_attention_layernorm", gain(5)?, eps)?;
-        let trace = block.attention().forward(&input_norm.forward(&x)?, 0)?;
-        maps.push(trace.weights.as_ref().ok_or("the explicit kernel returns its weights")?.value()?);
-        let h = x.add(&trace.output)?; // residual: [1, T, d]
-        let out = h.add(&block.mlp().forward(&post_norm.forward(&h)?)?)?;
-        if !out.value()?.bitwise_eq(&block.forward(&x, 0)?.value()?) {
-            return Err(format!("layer {index}: the recomputed block differs from DecoderBlock::forward").into());
-        }
-        x = out;
+    let trace = model.forward_traced(tokens, [1, tokens.len()])?;
+    let mut maps = Vec::with_capacity(trace.attention.len());
+    for layer in &trace.attention {
+        maps.push(layer.weights.as_ref().ok_or("the explicit kernel keeps its weights")?.value()?);
     }
     Ok(maps)
 }

@@ -51,9 +51,11 @@ use llm_from_scratch::model::{
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::report::{fmt_f64, fmt_thousands};
 
+pub mod attention;
 pub mod figure;
 
 pub use demo_support::evidence::DemoResult;
+pub use figure::{THUMBNAIL_TITLE, TITLE, render_svg, render_thumbnail};
 
 /// The corpus: Cicero, *De finibus bonorum et malorum*, book I.
 pub const CORPUS: &str = lipsum::LIBER_PRIMUS;
@@ -387,12 +389,8 @@ pub struct Evidence {
     pub sample: Sample,
     /// `(case, message)` of inputs the tokenizer refuses.
     pub errors: Vec<(&'static str, String)>,
-}
-
-/// The chapter's figure: training and validation loss against steps, beside the unigram baseline
-/// (`--figure loss.svg`; the committed copy is `docs/figures/ch37-train-on-text.svg`).
-pub fn render_svg(e: &Evidence) -> String {
-    figure::loss_svg(&e.history, e.unigram, e.vocabulary.len())
+    /// What only the figure draws: every head's attention over a phrase of the book.
+    pub attention: attention::PhraseAttention,
 }
 
 /// Trains the whole schedule and gathers the evidence.
@@ -437,6 +435,7 @@ pub fn evidence_of(run: &Run, corpus: &Corpus) -> DemoResult<Evidence> {
             ("unknown_id", message(tokenizer.decode(&[0, tokenizer.vocab_size()]))),
             ("empty_corpus", message(CharTokenizer::from_text("").map(|_| String::new()))),
         ],
+        attention: attention::phrase_attention(run.trainer.model(), tokenizer)?,
     })
 }
 
