@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 27, scaled dot-product attention: scores q·kᵀ/√d_h, softmax over keys, weighted values, and why √d_h.",
         ch27_scaled_dot_product_attention::learner_evidence,
         ch27_scaled_dot_product_attention::render_report,
-        demo_support::cli::Drawings { figure: ch27_scaled_dot_product_attention::render_svg, thumbnail: ch27_scaled_dot_product_attention::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch27_scaled_dot_product_attention::render_svg,
+            thumbnail: ch27_scaled_dot_product_attention::render_thumbnail,
+        },
     )
 }

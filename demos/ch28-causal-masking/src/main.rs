@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 28, causal masking: hiding the future with −∞; a fully masked row gives zeros, not NaN.",
         ch28_causal_masking::learner_evidence,
         ch28_causal_masking::render_report,
-        demo_support::cli::Drawings { figure: ch28_causal_masking::render_svg, thumbnail: ch28_causal_masking::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch28_causal_masking::render_svg,
+            thumbnail: ch28_causal_masking::render_thumbnail,
+        },
     )
 }

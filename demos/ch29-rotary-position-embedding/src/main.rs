@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 29, rotary position embedding: rotating coordinate pairs by p·θ_i, relative positions, both pair layouts.",
         ch29_rotary_position_embedding::learner_evidence,
         ch29_rotary_position_embedding::render_report,
-        demo_support::cli::Drawings { figure: ch29_rotary_position_embedding::render_svg, thumbnail: ch29_rotary_position_embedding::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch29_rotary_position_embedding::render_svg,
+            thumbnail: ch29_rotary_position_embedding::render_thumbnail,
+        },
     )
 }

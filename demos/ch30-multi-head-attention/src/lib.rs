@@ -25,6 +25,12 @@
 //! 1 the scores are `[−sin 1, 1]/√2 = [−0.595010, 0.707107]`, hence weights
 //! `[0.213809, 0.786191]`. `W_O` swaps the two head groups, so each output row is
 //! `[head 1 | head 0]`.
+#![doc = demo_support::chapter_page!(
+    "ch30-multi-head-attention",
+    "[`MultiHeadAttention`](llm_from_scratch::attention::MultiHeadAttention), [`split_heads`](llm_from_scratch::attention::split_heads) and [`merge_heads`](llm_from_scratch::attention::merge_heads)",
+    ("chapter 29", "ch29_rotary_position_embedding"),
+    ("chapter 31", "ch31_pre_norm_residual")
+)]
 
 use std::error::Error;
 

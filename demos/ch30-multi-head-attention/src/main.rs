@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use ch30_multi_head_attention::{learner_evidence, render_diagram_trace, render_report, render_svg};
+use ch30_multi_head_attention::{learner_evidence, render_diagram_trace, render_report, render_svg, render_thumbnail};
 use demo_support::cli::{self, ChapterArgs};
 
 /// Chapter 30, multi-head attention: heads side by side, split and merge, the output projection.
@@ -11,7 +11,7 @@ use demo_support::cli::{self, ChapterArgs};
 #[derive(clap::Parser)]
 struct Cli {
     /// Print the 34-line trace the figure is drawn from instead of the report
-    #[arg(long, conflicts_with = "figure")]
+    #[arg(long, conflicts_with_all = ["figure", "thumbnail"])]
     trace: bool,
     #[command(flatten)]
     chapter: ChapterArgs,
@@ -27,9 +27,7 @@ fn main() -> ExitCode {
                 &render_diagram_trace(&evidence).iter().map(|line| format!("{line}\n")).collect::<String>(),
             );
         }
-        if let Some(path) = &args.chapter.figure {
-            cli::write_figure(path, &render_svg(&evidence))?;
-        }
+        args.chapter.draw(&evidence, render_svg, render_thumbnail)?;
         cli::print(&render_report(&evidence))
     })())
 }

@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 31, the pre-norm residual branch x + MHA(RMSNorm(x)): the attention half of a transformer block.",
         ch31_pre_norm_residual::learner_evidence,
         ch31_pre_norm_residual::render_report,
-        demo_support::cli::Drawings { figure: ch31_pre_norm_residual::render_svg, thumbnail: ch31_pre_norm_residual::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch31_pre_norm_residual::render_svg,
+            thumbnail: ch31_pre_norm_residual::render_thumbnail,
+        },
     )
 }

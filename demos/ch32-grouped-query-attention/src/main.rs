@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 32, grouped-query attention: H query heads over G key/value heads, repeat-interleave, parameter and cache sizes.",
         ch32_grouped_query_attention::learner_evidence,
         ch32_grouped_query_attention::render_report,
-        demo_support::cli::Drawings { figure: ch32_grouped_query_attention::render_svg, thumbnail: ch32_grouped_query_attention::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch32_grouped_query_attention::render_svg,
+            thumbnail: ch32_grouped_query_attention::render_thumbnail,
+        },
     )
 }

@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 34, efficient attention: online softmax, tiled attention equal to the explicit one, memory as T grows, attention sinks.",
         ch34_efficient_attention::learner_evidence,
         ch34_efficient_attention::render_report,
-        demo_support::cli::Drawings { figure: ch34_efficient_attention::render_svg, thumbnail: ch34_efficient_attention::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch34_efficient_attention::render_svg,
+            thumbnail: ch34_efficient_attention::render_thumbnail,
+        },
     )
 }

@@ -7,6 +7,9 @@ fn main() -> std::process::ExitCode {
         "Chapter 35, multi-head latent attention: a latent KV cache, absorbed equal to direct, and why RoPE needs a decoupled branch.",
         ch35_latent_attention::learner_evidence,
         ch35_latent_attention::render_report,
-        demo_support::cli::Drawings { figure: ch35_latent_attention::render_svg, thumbnail: ch35_latent_attention::render_thumbnail },
+        demo_support::cli::Drawings {
+            figure: ch35_latent_attention::render_svg,
+            thumbnail: ch35_latent_attention::render_thumbnail,
+        },
     )
 }

@@ -36,6 +36,12 @@
 //! `cargo run --release -p ch36-tiny-decoder` prints the report (progress goes to standard
 //! error); `-- --text FILE [--steps N]` trains a character-level model on a text file instead
 //! ([`text`]).
+#![doc = demo_support::chapter_page!(
+    "ch36-tiny-decoder",
+    "[`Decoder`](llm_from_scratch::model::Decoder), [`DecoderConfig`](llm_from_scratch::model::DecoderConfig) and [`Trainer`](llm_from_scratch::model::Trainer)",
+    ("chapter 35", "ch35_latent_attention"),
+    ("chapter 37", "ch37_train_on_text")
+)]
 
 use demo_support::evidence::DemoResult;
 use std::collections::BTreeSet;

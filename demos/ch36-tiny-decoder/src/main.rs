@@ -13,7 +13,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ch36_tiny_decoder::text::{CONTEXT, TEXT_BATCH, render_text_run, train_on_text};
-use ch36_tiny_decoder::{BATCH, STEPS, TOKENS, learner_evidence_with_progress, render_report, render_svg};
+use ch36_tiny_decoder::{
+    BATCH, STEPS, TOKENS, learner_evidence_with_progress, render_report, render_svg, render_thumbnail,
+};
 use demo_support::cli::{self, ChapterArgs};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::StepReport;
@@ -28,7 +30,7 @@ struct Cli {
     quiet: bool,
     /// Train a character-level model on the text of FILE instead, and print a continuation of its
     /// beginning [default: the reversal task]
-    #[arg(long, value_name = "FILE", conflicts_with = "figure")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["figure", "thumbnail"])]
     text: Option<PathBuf>,
     /// Steps of a --text run
     #[arg(long, value_name = "N", requires = "text", default_value_t = TEXT_STEPS, value_parser = steps)]
@@ -81,9 +83,7 @@ fn main() -> ExitCode {
             }
             None => {
                 let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, args.quiet))?;
-                if let Some(path) = &args.chapter.figure {
-                    cli::write_figure(path, &render_svg(&evidence))?;
-                }
+                args.chapter.draw(&evidence, render_svg, render_thumbnail)?;
                 render_report(&evidence)
             }
         };

@@ -41,6 +41,12 @@
 //! `cargo run --release -p ch37-train-on-text` prints the report; flags (`--quiet`, `--steps N`,
 //! `--save PATH`, `--resume PATH`, `--figure loss.svg`) are described by `--help`. The second
 //! binary, `generate`, writes text from a saved state.
+#![doc = demo_support::chapter_page!(
+    "ch37-train-on-text",
+    "[`Decoder`](llm_from_scratch::model::Decoder), [`Trainer`](llm_from_scratch::model::Trainer) and [`Decoder::generate`](llm_from_scratch::model::Decoder::generate)",
+    ("chapter 36", "ch36_tiny_decoder"),
+    ("chapter 38", "ch38_a_real_model")
+)]
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use ch37_train_on_text::{BATCH, CONTEXT, Corpus, Run, STEPS, evidence_of, render_report, render_svg};
+use ch37_train_on_text::{
+    BATCH, CONTEXT, Corpus, Run, STEPS, evidence_of, render_report, render_svg, render_thumbnail,
+};
 use demo_support::cli::{self, ChapterArgs, Failure};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use llm_from_scratch::model::{StepReport, load_train_state};
@@ -77,9 +79,7 @@ fn run(options: &Cli) -> Result<String, Failure> {
         run.save(&corpus, path)?;
     }
     let evidence = evidence_of(&run, &corpus)?;
-    if let Some(path) = &options.chapter.figure {
-        cli::write_figure(path, &render_svg(&evidence))?;
-    }
+    options.chapter.draw(&evidence, render_svg, render_thumbnail)?;
     Ok(render_report(&evidence))
 }
 
