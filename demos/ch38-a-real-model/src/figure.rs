@@ -3,6 +3,7 @@
 //! of attention each block gives the first token (the attention sink).
 
 use demo_support::chart::{Area, Axis, BarChart, BarSeries, text_width};
+use demo_support::fmt::fixed;
 use demo_support::heat::{HeatMap, Shading, draw_colour_scale};
 use demo_support::svg::{Stroke, Svg, TextStyle};
 
@@ -13,6 +14,8 @@ pub const TITLE: &str = "Chapter 38 — where a pretrained model's attention goe
 /// `(layer, head)` of the three heat maps: early, middle, late.
 pub const HEADS: [(usize, usize); 3] = [(1, 2), (15, 6), (29, 1)];
 
+/// Attention weights: white 0 to dark blue 1.
+const WEIGHTS: Shading = Shading::Sequential { min: 0.0, max: 1.0 };
 /// Width of a cell of the heat maps.
 const CELL: f64 = 19.0;
 /// Room above a grid for its column labels, written upwards.
@@ -23,44 +26,73 @@ fn map_height(t: usize) -> f64 {
     COLUMN_LABELS + 20.0 + t as f64 * CELL + 20.0
 }
 
-/// Draws head `head` of layer `layer` with its title at `(x, y)`, the tokens on both axes and a
-/// colour key to its right (nothing if the evidence has no such head).
-fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, y: f64) {
-    let tokens = e.attention_tokens();
+/// The mean weight a head's `t × t` map gives token 0 over the queries from position 1 on
+/// (position 0 can only see itself).
+fn sink_share(weights: &[f64], t: usize) -> f64 {
+    weights.chunks(t.max(1)).skip(1).map(|row| row[0]).sum::<f64>() / (t.max(2) - 1) as f64
+}
+
+/// The `t × t` map of head `head` of layer `layer` (`None` if the evidence has no such head).
+fn head_weights(e: &Evidence, (layer, head): (usize, usize)) -> Option<&[f64]> {
+    let t = e.attention_tokens().len();
+    e.attention.get(layer).and_then(|w| w.get(head * t * t..(head + 1) * t * t))
+}
+
+/// Draws `weights` as a grid of `cell`-pixel cells, the future masked, with the tokens written at
+/// `size` pixels to the left of the rows and upwards above the columns; `(x, y)` is the top left
+/// corner of the row labels' column at the height of the grid's top. Returns the grid's top left
+/// corner.
+fn token_grid(
+    svg: &mut Svg,
+    tokens: &[String],
+    weights: &[f64],
+    (x, y): (f64, f64),
+    cell: f64,
+    size: f64,
+) -> (f64, f64) {
     let t = tokens.len();
-    let Some(weights) = e.attention.get(layer).and_then(|w| w.get(head * t * t..(head + 1) * t * t)) else {
-        return;
-    };
-    let share = weights.chunks(t).skip(1).map(|row| row[0]).sum::<f64>() / (t.max(2) - 1) as f64;
-    let title = format!("block {layer}, head {head}: {:.0} % of the weight on token 0", 100.0 * share);
-    svg.text(x, y + 14.0, TextStyle::heading(13.0), &title);
+    let labels = tokens.iter().map(|l| text_width(l, size)).fold(0.0, f64::max) + 10.0;
     let cells = weights
-        .chunks(t)
+        .chunks(t.max(1))
         .enumerate()
         .map(|(q, row)| row.iter().enumerate().map(|(k, &w)| (k <= q).then_some(w)).collect());
     let map = HeatMap {
-        x,
-        y: y + COLUMN_LABELS - 20.0,
-        cell_width: CELL,
-        cell_height: CELL,
+        x: x + labels - 10.0, // without row labels the map keeps 10 px for them
+        y: y - 40.0,
+        cell_width: cell,
+        cell_height: cell,
         title: String::new(),
-        row_labels: tokens.to_vec(),
-        col_labels: vec![String::new(); t],
+        row_labels: Vec::new(),
+        col_labels: Vec::new(),
         cells: cells.collect(),
-        shading: Shading::Sequential { min: 0.0, max: 1.0 },
+        shading: WEIGHTS,
         decimals: 2,
         masked_label: String::new(),
         cell_labels: false,
     };
     map.draw(svg);
     let (gx, gy) = (map.grid_x(), map.grid_y());
-    for (k, token) in tokens.iter().enumerate() {
+    for (i, token) in tokens.iter().enumerate() {
+        let middle = (i as f64 + 0.5) * cell;
+        svg.text(gx - 6.0, gy + middle + size * 0.35, TextStyle::right().size(size), token);
         // written upwards, ending just above the grid
-        let middle = gy - 6.0 - text_width(token, 12.0) / 2.0;
-        svg.vertical_text(gx + (k as f64 + 0.6) * CELL, middle, TextStyle::label().size(12.0), token);
+        let up = gy - 6.0 - text_width(token, size) / 2.0;
+        svg.vertical_text(gx + middle + size * 0.35, up, TextStyle::label().size(size), token);
     }
+    (gx, gy)
+}
+
+/// Draws head `head` of layer `layer` with its title at `(x, y)`, the tokens on both axes and a
+/// colour key to its right (nothing if the evidence has no such head).
+fn head_map(svg: &mut Svg, e: &Evidence, (layer, head): (usize, usize), x: f64, y: f64) {
+    let tokens = e.attention_tokens();
+    let t = tokens.len();
+    let Some(weights) = head_weights(e, (layer, head)) else { return };
+    let title = format!("block {layer}, head {head}: {} of the weight on token 0", fixed(sink_share(weights, t), 2));
+    svg.text(x, y + 14.0, TextStyle::heading(13.0), &title);
+    let (gx, gy) = token_grid(svg, tokens, weights, (x, y + COLUMN_LABELS + 20.0), CELL, 12.0);
     let height = t as f64 * CELL;
-    draw_colour_scale(svg, gx + t as f64 * CELL + 12.0, gy, height, map.shading, 1, "weight");
+    draw_colour_scale(svg, gx + t as f64 * CELL + 12.0, gy, height, WEIGHTS, 2, "weight");
     svg.text(gx, gy + height + 16.0, TextStyle::label().size(11.0).color("#555555"), "rows: query · columns: key");
 }
 
@@ -112,8 +144,41 @@ pub fn render_svg(e: &Evidence) -> String {
     let red = "#d62728";
     svg.line(area.x, y, area.right(), y, Stroke::dashed(red, 2.0));
     svg.line(area.x, area.y - 12.0, area.x + 30.0, area.y - 12.0, Stroke::dashed(red, 2.0));
-    let note = format!("what an even spread over the visible tokens would give: {:.2}", even);
+    let note = format!("what an even spread over the visible tokens would give: {}", fixed(even, 2));
     svg.text(area.x + 38.0, area.y - 8.0, TextStyle::label().size(12.0).color(red), &note);
+    svg.finish()
+}
+
+/// The thumbnail's title (short enough for its 300 px).
+pub const THUMBNAIL_TITLE: &str = "Chapter 38 — a real model";
+
+/// The thumbnail: the attention sink of [`HEADS`]`[1]` over the sentence's tokens, 300 px wide,
+/// text of 13 px, with a colour key below.
+pub fn render_thumbnail(e: &Evidence) -> String {
+    let tokens = e.attention_tokens();
+    let t = tokens.len();
+    let cell = (200.0 / t.max(1) as f64).min(16.0);
+    let top = 148.0;
+    let bottom = top + t as f64 * cell;
+    let mut svg = Svg::new(300.0, bottom + 66.0, THUMBNAIL_TITLE);
+    let (layer, head) = HEADS[1];
+    let share = head_weights(e, HEADS[1]).map_or(0.0, |w| sink_share(w, t));
+    let lines =
+        [format!("SmolLM2, block {layer}, head {head}:"), format!("{} of the weight on token 0", fixed(share, 2))];
+    svg.text_lines(20.0, 52.0, 17.0, TextStyle::label().color("#555555"), &lines);
+    if let Some(weights) = head_weights(e, HEADS[1]) {
+        token_grid(&mut svg, tokens, weights, (14.0, top), cell, 13.0);
+    }
+    // a horizontal key: the shared vertical one writes 12 px labels, too small at 300 px
+    let (kx, ky, width) = (60.0, bottom + 16.0, 110.0);
+    for s in 0..12 {
+        let value = (f64::from(s) + 0.5) / 12.0;
+        svg.rect(kx + f64::from(s) * width / 12.0, ky, width / 12.0 + 0.5, 12.0, &WEIGHTS.fill(value), None);
+    }
+    svg.rect(kx, ky, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    svg.text(kx - 6.0, ky + 11.0, TextStyle::right(), &fixed(0.0, 2));
+    svg.text(kx + width + 6.0, ky + 11.0, TextStyle::label(), &format!("{} weight", fixed(1.0, 2)));
+    svg.text(20.0, bottom + 52.0, TextStyle::label().color("#555555"), "rows: query · columns: key");
     svg.finish()
 }
 
@@ -170,8 +235,28 @@ mod tests {
             ],
         )?;
         let svg = render_svg(&evidence());
-        assert!(svg.contains("block 29, head 1: 100 % of the weight on token 0"), "{svg}");
+        assert!(svg.contains("block 29, head 1: 1.00 of the weight on token 0"), "{svg}");
         assert_eq!(evidence().sink_shares(), vec![1.0; 30]);
+        Ok(())
+    }
+
+    /// The thumbnail: well formed, titled, deterministic, drawn from the sink head, no text
+    /// under 13 px.
+    #[test]
+    fn the_thumbnail_is_well_formed_titled_deterministic_and_follows_the_data() -> Result<(), Box<dyn std::error::Error>>
+    {
+        check_chapter_figure(
+            &evidence(),
+            render_thumbnail,
+            THUMBNAIL_TITLE,
+            &[
+                &|e: &mut Evidence| e.attention[15][6 * 9 + 4] = 0.5, // a cell of block 15, head 6
+                &|e: &mut Evidence| e.prompts[0].tokens[1] = "␣z".into(),
+            ],
+        )?;
+        let svg = render_thumbnail(&evidence());
+        assert!(svg.contains(r#"width="300.0""#) && svg.contains(">1.00 of the weight on token 0<"), "{svg}");
+        assert!(!svg.contains(r#"font-size="12.0""#) && !svg.contains(r#"font-size="11.0""#), "no text under 13 px");
         Ok(())
     }
 }

@@ -59,7 +59,7 @@ mod report;
 pub mod tokens;
 
 pub use demo_support::evidence::DemoResult;
-pub use figure::render_svg;
+pub use figure::{THUMBNAIL_TITLE, render_svg, render_thumbnail};
 pub use report::{render_prompt, render_report};
 
 /// The one line that says how to get the model.
