@@ -44,6 +44,12 @@
 //!
 //! Without the model file the chapter cannot compute: the binary says how to fetch it and exits
 //! with status 1, and the tests say so on one line and pass.
+#![doc = demo_support::chapter_page!(
+    "ch38-a-real-model",
+    "[`llama_from_gguf`](llm_from_scratch::gguf::llama_from_gguf), [`BpeTokenizer`](llm_from_scratch::bpe::BpeTokenizer) and [`Decoder::forward_traced`](llm_from_scratch::model::Decoder::forward_traced)",
+    ("chapter 37", "ch37_train_on_text"),
+    ("the chapters", "llm_book")
+)]
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

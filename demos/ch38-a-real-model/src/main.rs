@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ch38_a_real_model::{
-    CONTINUATION, evidence_from, load, model_path, render_prompt, render_report, render_svg, run_prompt,
+    CONTINUATION, evidence_from, load, model_path, render_prompt, render_report, render_svg, render_thumbnail,
+    run_prompt,
 };
 use demo_support::cli::{self, ChapterArgs};
 
@@ -24,7 +25,7 @@ struct Cli {
     model: Option<PathBuf>,
     /// Instead of the report, print the tokens of TEXT, its five most likely next tokens and a
     /// greedy continuation (ChatML tokens such as <|im_start|> are read as such) [default: the report]
-    #[arg(long, value_name = "TEXT", conflicts_with = "figure")]
+    #[arg(long, value_name = "TEXT", conflicts_with_all = ["figure", "thumbnail"])]
     prompt: Option<String>,
     /// Tokens of the --prompt continuation at most; it stops after <|im_end|>
     #[arg(long, value_name = "N", requires = "prompt", default_value_t = CONTINUATION, value_parser = tokens)]
@@ -52,9 +53,7 @@ fn main() -> ExitCode {
             return cli::print(&render_prompt(&run));
         }
         let evidence = evidence_from(&path)?;
-        if let Some(path) = &args.chapter.figure {
-            cli::write_figure(path, &render_svg(&evidence))?;
-        }
+        args.chapter.draw(&evidence, render_svg, render_thumbnail)?;
         cli::print(&render_report(&evidence))
     })())
 }
