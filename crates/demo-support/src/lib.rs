@@ -35,5 +35,6 @@ pub mod evidence;
 pub mod fmt;
 pub mod geom;
 pub mod heat;
+pub mod report;
 pub mod svg;
 pub mod xml;

@@ -279,6 +279,29 @@ impl Svg {
         self.text(cx, cy + LABEL_SIZE * 0.35, TextStyle::centered(), label);
     }
 
+    /// Draws a finished document (an [`Svg::finish`]ed figure or thumbnail) scaled into the box
+    /// at `(x, y)`, `width × height`, centred where its proportions differ. A string that is not
+    /// such a document draws nothing.
+    pub fn place(&mut self, x: f64, y: f64, width: f64, height: f64, document: &str) {
+        let Some(open_end) = document.find('>') else { return };
+        let (open, rest) = (&document[..open_end], &document[open_end + 1..]);
+        let Some(view_box) = open.split("viewBox=\"").nth(1).and_then(|v| v.split('"').next()) else { return };
+        if !open.starts_with("<svg") {
+            return;
+        }
+        let _ = write!(
+            self.body,
+            "<svg x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" viewBox=\"{view_box}\">{rest}",
+            coord(x),
+            coord(y),
+            coord(width),
+            coord(height)
+        );
+        if !rest.ends_with('\n') {
+            self.body.push('\n');
+        }
+    }
+
     /// The finished document.
     pub fn finish(mut self) -> String {
         self.body.push_str("</svg>\n");
@@ -290,6 +313,20 @@ impl Svg {
 mod tests {
     use super::*;
     use crate::xml::check_well_formed;
+
+    #[test]
+    fn a_placed_document_is_nested_scaled_into_its_box() {
+        let inner = Svg::new(300.0, 200.0, "inner").finish();
+        let mut outer = Svg::new(800.0, 300.0, "outer");
+        outer.place(10.0, 20.0, 150.0, 100.0, &inner);
+        outer.place(0.0, 0.0, 1.0, 1.0, "not a document");
+        let svg = outer.finish();
+        assert!(
+            svg.contains("<svg x=\"10.0\" y=\"20.0\" width=\"150.0\" height=\"100.0\" viewBox=\"0 0 300.0 200.0\">")
+        );
+        assert_eq!(svg.matches("<svg").count(), 2);
+        check_well_formed(&svg).unwrap();
+    }
 
     #[test]
     fn a_document_has_its_title_twice_and_closes() {

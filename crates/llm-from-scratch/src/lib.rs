@@ -37,7 +37,6 @@ pub mod fuzzing;
 pub mod gguf;
 pub mod model;
 pub mod nn;
-pub mod report;
 pub mod tensor;
 
 pub use autodiff::{

@@ -60,6 +60,7 @@ fn select(take_a: bool, a: f64, b: f64) -> f64 {
 /// `eˣ` (see the module docs). NaN gives NaN, +∞ gives +∞, −∞ gives 0.
 ///
 /// Compiled for the [`active`] target, like every kernel (all targets give the same bits).
+#[inline]
 pub fn exp(x: f64) -> f64 {
     isa::run(active(), Exp(x))
 }
@@ -156,6 +157,7 @@ pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -
 /// is the same on every machine. The loop is compiled for each target ([`crate::target`]) and
 /// runs on the [`active`] one; every version performs the same IEEE operations in the same order,
 /// so they agree bitwise.
+#[inline]
 pub fn exp_shifted_sum(values: &mut [f64], shift: f64) -> f64 {
     isa::run(active(), ExpShiftedSum(values, shift))
 }

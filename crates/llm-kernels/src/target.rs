@@ -207,6 +207,7 @@ thread_local! {
 /// The target the next kernel call on this thread runs: the one [`with_target`] forces, else the
 /// [`configured`] one. A bad `LLM_KERNELS` is reported on standard error once and the widest
 /// available target is used.
+#[inline]
 pub fn active() -> Target {
     if let Some(target) = SCOPED.get() {
         return target;

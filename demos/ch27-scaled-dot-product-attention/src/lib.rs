@@ -33,9 +33,9 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_values};
 use llm_from_scratch::attention::scaled_dot_product_attention;
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;

@@ -40,9 +40,9 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_gradcheck, fmt_mask_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::attention::{causal_scaled_dot_product_self_attention, scaled_dot_product_attention};
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_gradcheck, fmt_mask_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, gradcheck};
 
 mod figure;

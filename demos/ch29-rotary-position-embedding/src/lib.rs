@@ -33,8 +33,8 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_tensor, fmt_values};
 use llm_from_scratch::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
-use llm_from_scratch::report::{fmt_f64, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
 mod figure;

@@ -34,8 +34,8 @@
 
 use std::error::Error;
 
+use demo_support::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::attention::{AttentionError, MultiHeadAttention, MultiHeadAttentionOutput};
-use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{
     GradcheckConfig, GradcheckReport, Tensor, TensorAutodiffError, TensorValue, constant, fmt_shape, gradcheck,
     parameter,

@@ -3,8 +3,8 @@
 //! `OUTPUT|…`, `PREFIX_PROOF|…`), with every value's six decimals, so a test can check what the
 //! picture shows without parsing the picture.
 
+use demo_support::report::{fmt_f64, fmt_values};
 use llm_from_scratch::fmt_shape;
-use llm_from_scratch::report::{fmt_f64, fmt_values};
 
 use crate::{Evidence, HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, head_rows};
 

@@ -38,9 +38,9 @@
 use demo_support::evidence::DemoResult;
 
 use ch30_multi_head_attention::{HEADS, MAX_POSITIONS, MODEL_WIDTH, ROPE_BASE, TOKENS, example_input, head_rows};
+use demo_support::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::attention::{MultiHeadAttention, MultiHeadAttentionOutput};
 use llm_from_scratch::nn::RmsNorm;
-use llm_from_scratch::report::{fmt_f64, fmt_rows, fmt_tensor, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck, parameter};
 
 mod figure;

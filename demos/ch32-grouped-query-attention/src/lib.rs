@@ -57,12 +57,12 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_gradcheck, fmt_indices, fmt_tensor, fmt_thousands};
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionTrace, GroupedQueryAttention, MultiHeadAttention, merge_heads,
     scaled_dot_product_attention,
 };
 use llm_from_scratch::nn::{Linear, QkvProjections, SplitMix64};
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_indices, fmt_tensor, fmt_thousands};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Mask, Tensor, TensorValue, concat, fmt_shape, gradcheck};
 
 mod figure;

@@ -57,11 +57,11 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_indices, fmt_mask_rows, fmt_rows, fmt_thousands};
 use llm_from_scratch::attention::{
     AttentionConfig, GroupedQueryAttention, KvCache, SlidingWindow, attention_mask, generate_with_cache, visible,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_indices, fmt_mask_rows, fmt_rows, fmt_thousands};
 use llm_from_scratch::{Mask, Tensor, TensorValue, constant, fmt_shape};
 
 mod figure;

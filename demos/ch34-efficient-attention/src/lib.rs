@@ -69,13 +69,13 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::attention::{
     AttentionConfig, AttentionOutput, AttentionPath, CacheLayout, GroupedQueryAttention, LONG_BLOCK, LONG_SEQUENCE,
     OnlineSoftmax, SHORT_BLOCK, SlidingWindow, Visibility, block_size, explicit_attention_bytes, grouped_attention,
     kv_cache_bytes, receptive_field, tiled_attention, tiled_attention_bytes,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_tensor, fmt_thousands, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, gradcheck};
 
 mod figure;

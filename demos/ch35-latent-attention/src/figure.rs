@@ -5,8 +5,8 @@
 
 use demo_support::chart::{Area, LegendEntry, Swatch, draw_legend_row, text_width};
 use demo_support::fmt::{bytes, fixed};
+use demo_support::report::fmt_thousands;
 use demo_support::svg::{Stroke, Svg, TextStyle, color};
-use llm_from_scratch::report::fmt_thousands;
 
 use crate::{CACHE_TOKENS, Evidence, deepseek_like_config};
 

@@ -57,9 +57,9 @@
 
 use demo_support::evidence::{DemoResult, rejection};
 
+use demo_support::report::{fmt_f64, fmt_gradcheck, fmt_values};
 use llm_from_scratch::attention::{CacheLayout, LatentAttention, LatentConfig, kv_cache_bytes};
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_gradcheck, fmt_values};
 use llm_from_scratch::{GradcheckConfig, GradcheckReport, Tensor, TensorValue, constant, fmt_shape, gradcheck};
 
 mod figure;

@@ -46,12 +46,12 @@
 use demo_support::evidence::DemoResult;
 use std::collections::BTreeSet;
 
+use demo_support::report::{fmt_f64, fmt_values};
 use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, Overflow, Recipe, Sampling, StepReport,
     TokenBatch, Trainer, parameter_shapes,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_values};
 use llm_from_scratch::{Tensor, TensorValue, fmt_shape};
 
 pub mod circuit;

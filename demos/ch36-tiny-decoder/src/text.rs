@@ -6,12 +6,12 @@
 
 use std::collections::BTreeSet;
 
+use demo_support::report::fmt_f64;
 use llm_from_scratch::model::{
     AdamWConfig, Decoder, DecoderConfig, Decoding, LrSchedule, Sampling, StepReport, TokenBatch, Trainer,
     TrainingConfig,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::fmt_f64;
 
 use demo_support::evidence::DemoResult;
 

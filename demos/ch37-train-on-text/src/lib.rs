@@ -50,12 +50,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use demo_support::report::{fmt_f64, fmt_thousands};
 use llm_from_scratch::model::{
     AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, Recipe, Sampling, StepReport, TokenBatch, TrainState,
     Trainer, save_train_state,
 };
 use llm_from_scratch::nn::SplitMix64;
-use llm_from_scratch::report::{fmt_f64, fmt_thousands};
 
 pub mod attention;
 pub mod figure;

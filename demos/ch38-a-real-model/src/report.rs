@@ -1,7 +1,7 @@
 //! The chapter's report: one `key=value` line each, six decimals, canonical zero.
 
+use demo_support::report::{fmt_f64, fmt_indices, fmt_thousands, fmt_values};
 use llm_from_scratch::nn::RopeLayout;
-use llm_from_scratch::report::{fmt_f64, fmt_indices, fmt_thousands, fmt_values};
 
 use crate::{CONTINUATION, DIGITS, Evidence, PromptRun, QUESTION, SENTENCE, TOP};
 

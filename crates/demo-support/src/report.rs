@@ -4,14 +4,14 @@
 //! in `expected/` are compared byte for byte, so one formatting rule keeps every report stable:
 //! [`fmt_f64`] prints six decimals and negative zero as `0.000000`.
 
-use crate::autodiff::GradcheckReport;
-use crate::tensor::{Mask, Tensor};
+use llm_from_scratch::GradcheckReport;
+use llm_from_scratch::{Mask, Tensor};
 
 /// `{:.6}` with negative zero (and anything that rounds to it) printed as `0.000000`.
 ///
 /// ```
-/// assert_eq!(llm_from_scratch::report::fmt_f64(-1e-9), "0.000000");
-/// assert_eq!(llm_from_scratch::report::fmt_f64(0.5), "0.500000");
+/// assert_eq!(demo_support::report::fmt_f64(-1e-9), "0.000000");
+/// assert_eq!(demo_support::report::fmt_f64(0.5), "0.500000");
 /// ```
 pub fn fmt_f64(value: f64) -> String {
     let text = format!("{value:.6}");
@@ -33,7 +33,7 @@ pub fn fmt_rows(rows: &[Vec<f64>]) -> String {
 /// `[0,1,2]`: indices or positions.
 ///
 /// ```
-/// assert_eq!(llm_from_scratch::report::fmt_indices(&[0, 0, 1]), "[0,0,1]");
+/// assert_eq!(demo_support::report::fmt_indices(&[0, 0, 1]), "[0,0,1]");
 /// ```
 pub fn fmt_indices(values: &[usize]) -> String {
     let items: Vec<String> = values.iter().map(usize::to_string).collect();
@@ -42,13 +42,13 @@ pub fn fmt_indices(values: &[usize]) -> String {
 
 /// `shape:[..] values:[..]`, the way reports print a tensor.
 pub fn fmt_tensor(tensor: &Tensor) -> String {
-    format!("shape:{} values:{}", crate::fmt_shape(tensor.shape()), fmt_values(tensor.as_slice()))
+    format!("shape:{} values:{}", llm_from_scratch::fmt_shape(tensor.shape()), fmt_values(tensor.as_slice()))
 }
 
 /// `65536` → `65,536`.
 ///
 /// ```
-/// assert_eq!(llm_from_scratch::report::fmt_thousands(131_072), "131,072");
+/// assert_eq!(demo_support::report::fmt_thousands(131_072), "131,072");
 /// ```
 pub fn fmt_thousands(n: u128) -> String {
     let digits = n.to_string();
@@ -124,7 +124,10 @@ mod tests {
         assert_eq!(fmt_thousands(2_362_368), "2,362,368");
         assert_eq!(fmt_mask_rows(&Mask::causal(2, 3, 1).unwrap()), "[..x,...]");
         let x = Tensor::new(&[2], vec![0.5, -1.0]).unwrap();
-        let report = crate::gradcheck(&[("x", x)], &crate::GradcheckConfig::default(), |v| v[0].mul(&v[0])).unwrap();
+        let report = llm_from_scratch::gradcheck(&[("x", x)], &llm_from_scratch::GradcheckConfig::default(), |v| {
+            v[0].mul(&v[0])
+        })
+        .unwrap();
         assert_eq!(fmt_gradcheck(&report), "delta:1e-6 tolerance:8e-6 x:2 coordinates:2 failures:0 passed:true");
         assert_eq!(fmt_values(&[-0.0, 1.0]), "[0.000000,1.000000]");
     }
