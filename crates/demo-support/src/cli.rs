@@ -332,10 +332,12 @@ mod tests {
         assert_eq!(help.kind(), ErrorKind::DisplayHelp);
         let text = help.render().to_string();
         assert!(text.starts_with("a chapter\n\nUsage: ch99 [OPTIONS]"), "{text}");
-        for flag in ["--figure <PATH>", "--kernels <TARGET>", "--threads <N>", "--help", "--version"] {
+        for flag in
+            ["--figure <PATH>", "--thumbnail <PATH>", "--kernels <TARGET>", "--threads <N>", "--help", "--version"]
+        {
             assert!(text.contains(flag), "{flag} missing from\n{text}");
         }
-        assert_eq!(text.matches("[default: ").count(), 3, "{text}");
+        assert_eq!(text.matches("[default: ").count(), 4, "{text}");
         let Err(Failure::Usage(version)) = chapter(&["--version"]) else { panic!("--version parsed") };
         assert_eq!(version.render().to_string(), format!("ch99 {}\n", env!("CARGO_PKG_VERSION")));
     }

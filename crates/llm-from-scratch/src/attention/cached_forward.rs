@@ -33,7 +33,7 @@ impl GroupedQueryAttention {
     pub fn forward_cached(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
         // a decoding step is three parallel passes with serial work between them: keep a worker
         // from parking (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
+        llm_kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
     }
 
     fn forward_cached_body(&self, x: &TensorValue, cache: &mut KvCache) -> Result<Tensor, AttentionError> {
@@ -84,7 +84,7 @@ impl GroupedQueryAttention {
         let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
         let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
         let mut heads = vec![0.0; q.len()];
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         let window_keys = c.window.map(SlidingWindow::visible_keys);
         heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
             let (bi, hi) = (lane / h, lane % h);

@@ -10,7 +10,7 @@
 //! computation arranged for speed — decoding is bound by reading the cache, so it scores several
 //! stretches of keys side by side — and the tests hold the two together on every target.
 
-pub(super) use crate::kernels::decode::{RowQuery, Run, attend_row};
+pub(super) use llm_kernels::decode::{RowQuery, Run, attend_row};
 
 #[cfg(test)]
 use crate::attention::{SlidingWindow, visible};
@@ -41,8 +41,8 @@ fn attend_row_naive(query: &RowQuery<'_>, runs: &[Run<'_>], out: &mut [f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::Target;
     use crate::nn::SplitMix64;
+    use llm_kernels::Target;
 
     /// The fast row against its plain twin: 1e-12 over runs of several lengths (stretches and the
     /// keys left alone), windows, sinks, a row that sees no key, and a hidden key holding NaN.

@@ -272,7 +272,7 @@ impl GroupedQueryAttention {
         options: AttentionOptions<'_>,
     ) -> Result<AttentionTrace, AttentionError> {
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.forward_with_body(x, options))
+        llm_kernels::parallel::with_workers_awake(|| self.forward_with_body(x, options))
     }
 
     fn forward_with_body(

@@ -95,8 +95,8 @@ pub struct Visibility {
 
 impl Visibility {
     /// The same rule as plain data, as the kernels read it (a window as its number of keys).
-    pub(crate) fn rule(&self) -> crate::kernels::visibility::Visibility<'_> {
-        crate::kernels::visibility::Visibility {
+    pub(crate) fn rule(&self) -> llm_kernels::visibility::Visibility<'_> {
+        llm_kernels::visibility::Visibility {
             query_offset: self.query_offset,
             window_keys: self.window.map(SlidingWindow::visible_keys),
             key_padding: self.key_padding.as_deref(),

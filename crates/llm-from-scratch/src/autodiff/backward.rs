@@ -112,7 +112,7 @@ impl TensorValue {
             return Ok(Gradients::default());
         }
         // many short parallel regions: keep a worker from parking between them (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.sweep(upstream))
+        llm_kernels::parallel::with_workers_awake(|| self.sweep(upstream))
     }
 
     /// The reverse sweep: pop a node's adjoint, run its rule, add the results onto its inputs.

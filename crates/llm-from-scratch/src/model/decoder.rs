@@ -185,7 +185,7 @@ impl Decoder {
     /// As [`Decoder::forward`].
     pub fn forward_traced(&self, tokens: &[usize], shape: [usize; 2]) -> Result<DecoderTrace, ModelError> {
         // one worker kept from parking through all the layers (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| {
+        llm_kernels::parallel::with_workers_awake(|| {
             let mut x = self.embed.forward(tokens, shape)?; // [B, T, d]
             let mut attention = Vec::with_capacity(self.layers.len());
             for layer in &self.layers {
@@ -250,7 +250,7 @@ impl Decoder {
         caches: &mut [KvCache],
     ) -> Result<Tensor, ModelError> {
         // one worker kept from parking through all the layers (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.forward_cached_body(tokens, shape, caches))
+        llm_kernels::parallel::with_workers_awake(|| self.forward_cached_body(tokens, shape, caches))
     }
 
     fn forward_cached_body(

@@ -147,7 +147,7 @@ impl Trainer {
     /// changed); tensor errors of the backward sweep.
     pub fn step(&mut self, batch: &TokenBatch) -> Result<StepReport, ModelError> {
         // forward, backward and update: one worker kept from parking throughout (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.step_body(batch))
+        llm_kernels::parallel::with_workers_awake(|| self.step_body(batch))
     }
 
     /// [`Trainer::step`]: loss, backward, clip, update.

@@ -3,7 +3,7 @@
 //!
 //! Every softmax of the crate and the loss use it; chapter 34's tiled attention at `T = 4096`
 //! computes tens of millions of exponentials per pass. The method, for one value
-//! ([`exp_plain`], the plain twin of the kernels crate's vector code in [`crate::kernels::exp`]):
+//! ([`exp_plain`], the plain twin of the kernels crate's vector code in [`llm_kernels::exp`]):
 //!
 //! ```text
 //! eˣ = 2ᵏ · eʳ,   k = round(x / ln 2),   r = x − k·ln 2  (|r| ≤ ln 2 / 2, ln 2 split in two parts)
@@ -17,7 +17,7 @@
 //! the vector kernels, compiled for AVX-512, AVX2 or plain code, give bitwise the values of
 //! [`exp_plain`] (tests below).
 
-pub use crate::kernels::exp::{exp, exp_shifted_sum};
+pub use llm_kernels::exp::{exp, exp_shifted_sum};
 
 /// Below this, `eˣ` is 0 in f64 (the smallest subnormal is 4.9e-324 = e^−744.4).
 const UNDERFLOW: f64 = -745.2;
@@ -75,7 +75,7 @@ pub fn exp_plain(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::target::{Target, with_target};
+    use llm_kernels::target::{Target, with_target};
 
     #[test]
     fn the_kernel_exp_equals_the_plain_one_bitwise_on_every_target() {

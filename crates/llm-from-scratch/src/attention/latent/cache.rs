@@ -138,7 +138,7 @@ impl LatentAttention {
     pub fn forward_cached(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
         // a decoding step is several parallel passes with serial work between them: keep a worker
         // from parking (crate::parallel)
-        crate::kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
+        llm_kernels::parallel::with_workers_awake(|| self.forward_cached_body(x, cache))
     }
 
     fn forward_cached_body(&self, x: &TensorValue, cache: &mut LatentKvCache) -> Result<Tensor, AttentionError> {
@@ -183,7 +183,7 @@ impl LatentAttention {
         let t = q.shape()[2];
         let mut out = vec![0.0; q.len() / dh * dc];
         // one task per (batch row, head) lane: [T, d_h] · A_hᵀ [d_h, d_c], on the target read here
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         let lane = |lane: usize, out: &mut [f64], q: &[f64]| -> Result<(), TensorAutodiffError> {
             let a_h = MatRef::new(&up_key.as_slice()[(lane % h) * dh..], dc, dh, h * dh, 1)?; // A_h [d_c, d_h]
             matmul(out, MatRef::row_major(q, t, dh)?, a_h.t(), false, false)
@@ -263,7 +263,7 @@ impl LatentAttention {
             // one decoding row: the kernels use the threads
             token(0, &mut mixed, true)?;
         } else {
-            let target = crate::kernels::active();
+            let target = llm_kernels::active();
             mixed
                 .par_chunks_mut(h * dc)
                 .enumerate()

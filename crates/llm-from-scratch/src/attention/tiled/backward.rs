@@ -20,10 +20,10 @@ use super::reference::{BlockAt, score_block};
 use super::shapes::{Dims, LaneInputs, Operands};
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
-use crate::kernels::strips;
 use crate::tensor::Tensor;
 use crate::tensor::exp::{exp, exp_shifted_sum};
 use crate::tensor::matmul::{MatRef, matmul};
+use llm_kernels::strips;
 
 /// The operands of one (batch, query head) lane.
 struct Lane<'a> {
@@ -303,7 +303,7 @@ impl Backward<'_> {
     // The block paths' products and exponentials run on the target read where each begins.
 
     fn fused_blocks(&self, out: Adjoints<'_>) -> Result<(), TensorAutodiffError> {
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         let lane_len = self.dims.t_k * self.dims.d;
         let kv_lanes = out.dk.par_chunks_mut(lane_len).zip(out.dv.par_chunks_mut(lane_len)).enumerate();
         let groups = out.dq.par_chunks_mut(self.dims.group() * self.dims.t_q * self.dims.d);
@@ -313,7 +313,7 @@ impl Backward<'_> {
     }
 
     fn two_pass_blocks(&self, out: Adjoints<'_>) -> Result<(), TensorAutodiffError> {
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         let Dims { h: h_n, t_q, t_k, d, .. } = self.dims;
         // pass 1: dQ per query lane; pass 2: dK and dV per kv lane
         out.dq

@@ -29,7 +29,7 @@
 //! fixed order: results do not depend on the number of threads.
 //!
 //! Forward and backward above, written with block matrix products, are the reference. Both run
-//! instead on the kernels crate's *strip kernel* ([`crate::kernels::strips`]), compiled for each
+//! instead on the kernels crate's *strip kernel* ([`llm_kernels::strips`]), compiled for each
 //! instruction set: the same
 //! online softmax for 32 queries at a time held across vector lanes, with scores, weights and
 //! the weighted sum of each key block computed in registers, and a backward with keys across the

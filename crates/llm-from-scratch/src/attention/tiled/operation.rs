@@ -13,8 +13,8 @@ use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
 use crate::error::TensorAutodiffError;
-use crate::kernels::strips;
 use crate::tensor::Tensor;
+use llm_kernels::strips;
 
 /// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
 /// repeat-interleave), causal from absolute positions, with optional window, key padding and
@@ -53,7 +53,7 @@ pub fn tiled_attention(
     sinks: Option<&TensorValue>,
     visibility: &Visibility,
 ) -> Result<TensorValue, AttentionError> {
-    let path = TiledPath::Strips(strips::StripKernel::new(crate::kernels::active()));
+    let path = TiledPath::Strips(strips::StripKernel::new(llm_kernels::active()));
     tiled_attention_on(q, k, v, sinks, visibility, path)
 }
 
@@ -141,7 +141,7 @@ impl Forward<'_> {
         let rows = self.rows_per_task();
         let init = || (Vec::new(), Vec::new());
         // the block and plain paths' products and exponentials run on the target read here
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         // lanes, then query blocks within a lane: no list of tasks is allocated
         if out.is_empty() {
             // no query rows: nothing to compute

@@ -1,7 +1,7 @@
 //! Which of the three equal computations runs a tiled call: the kernels crate's strip kernel, block
 //! matrix products, or one query row at a time.
 
-use crate::kernels::strips::StripKernel;
+use llm_kernels::strips::StripKernel;
 
 /// The path of a tiled call: the strip kernel (every call of the library), block products (the
 /// reference the strip kernel is tested against) or the plain twin (module `plain`), which also

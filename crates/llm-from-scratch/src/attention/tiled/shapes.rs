@@ -1,8 +1,8 @@
 //! The checks before a tiled call, and the slices of one lane the plain and block paths read.
 //! The block sizes and the shapes of a call are plain data of the kernels crate
-//! ([`crate::kernels::strips`]), which the strip kernel reads as given.
+//! ([`llm_kernels::strips`]), which the strip kernel reads as given.
 
-pub use crate::kernels::strips::{Dims, LONG_BLOCK, LONG_SEQUENCE, Operands, SHORT_BLOCK, block_size};
+pub use llm_kernels::strips::{Dims, LONG_BLOCK, LONG_SEQUENCE, Operands, SHORT_BLOCK, block_size};
 
 use crate::attention::{AttentionError, Visibility};
 use crate::autodiff::TensorValue;

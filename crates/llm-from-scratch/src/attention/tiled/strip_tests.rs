@@ -6,9 +6,9 @@ use super::path::TiledPath;
 use super::reference::BlockForward;
 use super::shapes::{Dims, LaneInputs, block_size};
 use crate::attention::{SlidingWindow, Visibility};
-use crate::kernels::Target;
-use crate::kernels::strips::{QueryBlock, StripKernel};
 use crate::nn::SplitMix64;
+use llm_kernels::Target;
+use llm_kernels::strips::{QueryBlock, StripKernel};
 
 #[derive(Clone, Default)]
 struct Case {
@@ -153,7 +153,7 @@ fn the_strip_backward_equals_the_block_backward_in_one_pass_and_in_two() {
 
 #[test]
 fn a_sink_keeps_the_row_of_a_query_that_sees_no_key() {
-    let kernel = StripKernel::new(crate::kernels::active());
+    let kernel = StripKernel::new(llm_kernels::active());
     let (q, k, v) = (vec![1.0; 3], vec![2.0; 3], vec![5.0; 3]);
     let dims = Dims { b: 1, h: 1, g: 1, t_q: 1, t_k: 1, d: 3, block: block_size(1) };
     let vis = Visibility { key_padding: Some(vec![true]), ..Visibility::default() };

@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(x.slice_axis(1, 1, 3).unwrap().value().unwrap().as_slice(), &[2.0, 3.0, 5.0, 6.0]);
         let err = x.slice_axis(1, 2, 4).unwrap_err();
         assert_eq!(err.to_string(), "slice_axis: range 2..4 is outside axis 1 of length 3");
-        assert!(matches!(x.slice_axis(2, 0, 1), Err(crate::TensorAutodiffError::AxisOutOfRange { .. })));
+        assert!(matches!(x.slice_axis(2, 0, 1), Err(crate::error::TensorAutodiffError::AxisOutOfRange { .. })));
         let y = constant(&[3, 3], &[0.0; 9]).unwrap();
         let err = concat(&[&x, &y], 1).unwrap_err();
         assert!(err.to_string().starts_with("concat: shapes [2,3] and [3,3]"), "{err}");

@@ -32,8 +32,8 @@ impl TensorValue {
     /// Operands broadcast from the right: `[B, T, d] + [d] → [B, T, d]` (see [`broadcast_shapes`]).
     ///
     /// # Errors
-    /// [`crate::TensorAutodiffError::ShapeMismatch`] if the shapes do not broadcast;
-    /// [`crate::TensorAutodiffError::Released`] if an operand was released.
+    /// [`crate::error::TensorAutodiffError::ShapeMismatch`] if the shapes do not broadcast;
+    /// [`crate::error::TensorAutodiffError::Released`] if an operand was released.
     ///
     /// # Example
     /// ```

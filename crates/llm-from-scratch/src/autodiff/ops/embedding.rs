@@ -102,7 +102,7 @@ mod tests {
         // an empty sequence is a valid (empty) lookup
         assert_eq!(table.embedding(&[], &[1, 0]).unwrap().shape(), &[1, 0, 2]);
         table.release();
-        assert!(matches!(table.embedding(&[0], &[1]), Err(crate::TensorAutodiffError::Released { .. })));
+        assert!(matches!(table.embedding(&[0], &[1]), Err(crate::error::TensorAutodiffError::Released { .. })));
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl Plan {
 }
 
 /// A view of one operand of a product, or why it cannot be made.
-type View<'a> = std::result::Result<MatRef<'a>, crate::kernels::gemm::ShapeError>;
+type View<'a> = std::result::Result<MatRef<'a>, llm_kernels::gemm::ShapeError>;
 
 /// `dst[t] = Σ_j left(j) · right(j)` over the jobs `(t, left, right)` of each target `t`, summed in
 /// job order. Targets run in parallel; a lone target lets the kernel use the threads instead.
@@ -160,7 +160,7 @@ fn grouped_products<'a>(
         run(&mut out, &per_target[0], true)?;
     } else {
         // the workers run the products on the target read here (one rule for every kernel)
-        let target = crate::kernels::active();
+        let target = llm_kernels::active();
         out.par_chunks_mut(rows * cols)
             .zip(per_target.par_iter())
             .try_for_each(|(dst, list)| target.within(|| run(dst, list, false)))?;
@@ -358,7 +358,7 @@ mod tests {
         let err = x.matmul_transposed(&constant(&[5, 3], &[0.0; 15]).unwrap()).unwrap_err();
         assert!(err.to_string().starts_with("matmul_transposed: shapes [2,3,4] and [5,3]"), "{err}");
         let err = x.matmul_transposed(&x).unwrap_err();
-        assert!(matches!(err, crate::TensorAutodiffError::RankMismatch { op: "matmul_transposed", .. }));
+        assert!(matches!(err, crate::error::TensorAutodiffError::RankMismatch { op: "matmul_transposed", .. }));
     }
 
     #[test]
@@ -367,7 +367,7 @@ mod tests {
         let err = a.matmul(&a).unwrap_err();
         assert!(err.to_string().starts_with("matmul: shapes [2,3] and [2,3]"), "{err}");
         let v = constant(&[3], &[0.0; 3]).unwrap();
-        assert!(matches!(a.matmul(&v), Err(crate::TensorAutodiffError::RankMismatch { .. })));
+        assert!(matches!(a.matmul(&v), Err(crate::error::TensorAutodiffError::RankMismatch { .. })));
         let b = constant(&[2, 3, 2], &[0.0; 12]).unwrap();
         let c = constant(&[3, 2, 3], &[0.0; 18]).unwrap();
         assert!(b.matmul(&c).unwrap_err().to_string().contains("broadcast"));
@@ -418,7 +418,7 @@ mod tests {
         // x [2, 150, 64] folds to 300 rows: the weight's adjoint xᵀ·dy is 64 × 300 · 300 × 8, a
         // product the kernel runs as two halves of its 64 output rows (k = 300 ≥ 2·64), each
         // over a depth block of 256 and one of 44
-        assert!(crate::kernels::gemm::splits_rows(64, 300, 8));
+        assert!(llm_kernels::gemm::splits_rows(64, 300, 8));
         let x = constant(&[2, 150, 64], ramp(&[2, 150, 64], 0.05).as_slice()).unwrap();
         let inputs = vec![("w", ramp(&[64, 8], -0.1))];
         let report = gradcheck(&inputs, &GradcheckConfig::default(), |v| x.matmul(&v[0])).unwrap();

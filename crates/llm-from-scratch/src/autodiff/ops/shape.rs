@@ -3,8 +3,8 @@
 
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
-use crate::kernels::rows::{RowTasks, build_rows};
 use crate::tensor::Tensor;
+use llm_kernels::rows::{RowTasks, build_rows};
 
 /// Copies `x` into the axis order `perm`: `out.shape[i] = x.shape[perm[i]]`.
 pub(crate) fn permute_tensor(x: &Tensor, perm: &[usize]) -> Tensor {
@@ -275,7 +275,7 @@ mod tests {
         let err = x.transpose(0, 2).unwrap_err();
         assert!(err.to_string().contains("transpose: axis 2 is out of range for shape [2,3]"), "{err}");
         let err = x.permute(&[0, 0]).unwrap_err();
-        assert!(matches!(err, crate::TensorAutodiffError::InvalidPermutation { .. }), "{err}");
+        assert!(matches!(err, crate::error::TensorAutodiffError::InvalidPermutation { .. }), "{err}");
         let err = x.reshape(&[4]).unwrap_err();
         assert!(err.to_string().contains("cannot reshape [2,3] (6 values) into [4]"), "{err}");
     }

@@ -127,7 +127,7 @@ impl TensorValue {
         if width > 0 {
             let chunk = width * ROWS_PER_TASK;
             // the workers' exponentials run on the target read here
-            let target = crate::kernels::active();
+            let target = llm_kernels::active();
             let task = |c: usize, o: &mut [f64], xs: &[f64]| {
                 let mut row_buf = vec![0.0; width];
                 for (r, (orow, xrow)) in o.chunks_mut(width).zip(xs.chunks(width)).enumerate() {

@@ -26,9 +26,9 @@ use thiserror::Error;
 
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
-use crate::kernels::rope::{PairLayout, RowRotation};
-use crate::kernels::rows::{RowTasks, build_rows};
 use crate::tensor::Tensor;
+use llm_kernels::rope::{PairLayout, RowRotation};
+use llm_kernels::rows::{RowTasks, build_rows};
 
 /// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
 /// looked up, later ones computed when used — with the same expression, so the results are the
@@ -161,7 +161,7 @@ fn angle(p: usize, theta: f64) -> (f64, f64) {
 /// The rotation of one coordinate pair by the angle whose cosine and sine are `c` and `s`:
 /// `(x_a, x_b) ↦ (x_a·c − x_b·s, x_a·s + x_b·c)`.
 ///
-/// The plain twin of the row loop ([`crate::kernels::rope`]), which turns every pair of a row
+/// The plain twin of the row loop ([`llm_kernels::rope`]), which turns every pair of a row
 /// this way, compiled for the processor's vector instructions; the tests hold the two to the same
 /// bits.
 #[cfg_attr(not(test), expect(dead_code, reason = "the twin the tests hold the row loop to"))]
@@ -377,7 +377,7 @@ impl RotaryEmbedding {
         let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
         // the row loop compiled for the target in force (no fused operations: the same bits on
         // every target)
-        let rotation = RowRotation::new(crate::kernels::active());
+        let rotation = RowRotation::new(llm_kernels::active());
         let layout = match self.layout {
             RopeLayout::AdjacentPairs => PairLayout::Adjacent,
             RopeLayout::SplitHalves => PairLayout::Apart,

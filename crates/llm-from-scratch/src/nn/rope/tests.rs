@@ -4,8 +4,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::autodiff::{GradcheckConfig, constant, gradcheck};
-use crate::kernels::target::{Target, with_target};
 use crate::nn::SplitMix64;
+use llm_kernels::target::{Target, with_target};
 
 #[test]
 fn configuration_errors_in_order() {

@@ -6,15 +6,15 @@
 //! reads `k` with its strides swapped instead of copying it.
 //!
 //! [`matmul_naive`] is the definition, one dot product per output element. [`matmul`] computes
-//! the same with the kernels crate's product ([`crate::kernels::gemm`]: packed, cache-blocked,
+//! the same with the kernels crate's product ([`llm_kernels::gemm`]: packed, cache-blocked,
 //! per instruction set, on several threads, with paths of its own for one row and for tiny
 //! products); it agrees with the naive loop to rounding and is bitwise reproducible whatever the
 //! thread count and the target (tests below hold it to both).
 
 use crate::error::{Result, Shape, TensorAutodiffError};
-use crate::kernels::gemm;
+use llm_kernels::gemm;
 
-pub use crate::kernels::gemm::{MatRef, SMALL_PRODUCT};
+pub use llm_kernels::gemm::{MatRef, SMALL_PRODUCT};
 
 impl From<gemm::ShapeError> for TensorAutodiffError {
     fn from(error: gemm::ShapeError) -> Self {

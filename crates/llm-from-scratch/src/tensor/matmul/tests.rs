@@ -84,7 +84,7 @@ fn long_inner_products_split_their_rows_and_match_naive_on_any_thread_count() {
         (64, 257, 8, true),
         (64, 258, 8, false),
     ] {
-        assert!(crate::kernels::gemm::splits_rows(m, k, n));
+        assert!(llm_kernels::gemm::splits_rows(m, k, n));
         let x = filled(k * m, 11);
         let dy = filled(k * n, 12);
         let lhs =
@@ -243,12 +243,12 @@ fn every_kernel_target_matches_naive_on_the_product_and_the_row_path() {
     // 96³ and 200×150·150×90 take gemm-f64 (the AVX2 micro-kernels where AVX2 is forced on an
     // AVX-512 processor), 1×300·300×130 the row path (its loop compiled per target)
     let mut row_results: Vec<Vec<u64>> = Vec::new();
-    for target in crate::kernels::target::Target::available() {
+    for target in llm_kernels::target::Target::available() {
         for &(m, k, n) in &[(96, 96, 96), (200, 150, 90), (1, 300, 130)] {
             let (a, b) = (filled(m * k, 11), filled(k * n, 12));
             let (av, bv) = (MatRef::row_major(&a, m, k).unwrap(), MatRef::row_major(&b, k, n).unwrap());
             let mut fast = vec![0.0; m * n];
-            crate::kernels::target::with_target(target, || matmul(&mut fast, av, bv, false, true)).unwrap().unwrap();
+            llm_kernels::target::with_target(target, || matmul(&mut fast, av, bv, false, true)).unwrap().unwrap();
             let mut slow = vec![0.0; m * n];
             matmul_naive(&mut slow, av, bv, false).unwrap();
             for (f, s) in fast.iter().zip(&slow) {
