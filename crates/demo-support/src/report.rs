@@ -1,6 +1,6 @@
 //! Formatting used by every chapter report: six decimals, canonical zero, compact shapes.
 //!
-//! Every demo (chapters 27–36) prints its `key=value` lines with these helpers, and the golden files
+//! Every demo (chapters 27–38) prints its `key=value` lines with these helpers, and the golden files
 //! in `expected/` are compared byte for byte, so one formatting rule keeps every report stable:
 //! [`fmt_f64`] prints six decimals and negative zero as `0.000000`.
 
@@ -88,34 +88,9 @@ pub fn fmt_gradcheck(report: &GradcheckReport) -> String {
     )
 }
 
-/// What a chapter's binary does: prints the report `render` makes of the chapter's evidence to
-/// standard output, or the error that stopped the chapter to standard error with exit code 1.
-pub fn print_chapter<E, Err: std::fmt::Display>(
-    evidence: Result<E, Err>,
-    render: impl FnOnce(&E) -> String,
-) -> std::process::ExitCode {
-    match evidence {
-        Ok(evidence) => {
-            print!("{}", render(&evidence));
-            std::process::ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_chapter_prints_its_report_or_fails_with_its_error() {
-        use std::process::ExitCode;
-        assert_eq!(print_chapter(Ok::<u8, String>(7), |_| String::new()), ExitCode::SUCCESS);
-        assert_eq!(print_chapter(Err::<u8, _>("no evidence"), |_| unreachable!()), ExitCode::FAILURE);
-    }
 
     #[test]
     fn helpers_print_as_the_reports_expect() {
