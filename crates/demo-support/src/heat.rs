@@ -264,6 +264,22 @@ pub fn draw_colour_scale_with_text(
     svg.text(x, y - 10.0, TextStyle::label().size(size), label);
 }
 
+/// A horizontal colour key `width` pixels long at `(x, y)`, 12 steps, its two ends labelled on
+/// the same line (`0.00 ▭ 1.00 weight`): the key of a thumbnail, where the vertical scale's labels
+/// would be too small at 300 px.
+pub fn draw_inline_key(svg: &mut Svg, (x, y): (f64, f64), width: f64, shading: Shading, decimals: usize, label: &str) {
+    const STEPS: usize = 12;
+    let (low, high) = shading.range();
+    let step = width / STEPS as f64;
+    for s in 0..STEPS {
+        let value = low + (high - low) * (s as f64 + 0.5) / STEPS as f64;
+        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
+    }
+    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    svg.text(x - 6.0, y + 11.0, TextStyle::right(), &fixed(low, decimals));
+    svg.text(x + width + 6.0, y + 11.0, TextStyle::label(), &format!("{} {label}", fixed(high, decimals)));
+}
+
 /// A horizontal colour scale `width` pixels wide and 12 tall at `(x, y)` for `shading`, its low
 /// end at the left, labelled below at both ends and in the middle with `decimals` decimals and
 /// `size`-pixel text, `label` to its left (right-aligned): a key that fits under a heat map.

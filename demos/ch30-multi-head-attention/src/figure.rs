@@ -4,7 +4,7 @@
 
 use demo_support::chart::{LegendEntry, Swatch, draw_legend};
 use demo_support::fmt::fixed;
-use demo_support::heat::{HeatMap, MASKED, Shading, draw_colour_scale};
+use demo_support::heat::{HeatMap, MASKED, Shading, draw_colour_scale, draw_inline_key};
 use demo_support::svg::{Stroke, Svg, TextStyle};
 use llm_from_scratch::Tensor;
 
@@ -168,20 +168,6 @@ pub fn render_svg(e: &Evidence) -> String {
     svg.finish()
 }
 
-/// A horizontal colour key `width` pixels long at `(x, y)`, its ends labelled at 13 px: the
-/// thumbnail's key (the shared vertical scale writes 12 px labels, too small at 300 px).
-fn thumbnail_key(svg: &mut Svg, x: f64, y: f64, width: f64, label: &str) {
-    const STEPS: usize = 12;
-    let step = width / STEPS as f64;
-    for s in 0..STEPS {
-        let value = (s as f64 + 0.5) / STEPS as f64;
-        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &WEIGHTS.fill(value), None);
-    }
-    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
-    svg.text(x - 6.0, y + 11.0, TextStyle::right(), &fixed(0.0, DECIMALS));
-    svg.text(x + width + 6.0, y + 11.0, TextStyle::label(), &format!("{} {label}", fixed(1.0, DECIMALS)));
-}
-
 /// The thumbnail: the two heads' weight tables side by side, 300 px wide, text of 13 px.
 pub fn render_thumbnail(e: &Evidence) -> String {
     let mut svg = Svg::new(300.0, 268.0, THUMBNAIL_TITLE);
@@ -217,7 +203,7 @@ pub fn render_thumbnail(e: &Evidence) -> String {
         svg.text(48.0, top + (q as f64 + 0.5) * cell_h + 5.0, TextStyle::right(), &q.to_string());
     }
     let bottom = top + TOKENS as f64 * cell_h;
-    thumbnail_key(&mut svg, 60.0, bottom + 14.0, 110.0, "weight");
+    draw_inline_key(&mut svg, (60.0, bottom + 14.0), 110.0, WEIGHTS, DECIMALS, "weight");
     svg.text(20.0, bottom + 50.0, TextStyle::label().color("#555555"), "rows: query token · columns: key");
     svg.finish()
 }

@@ -4,7 +4,7 @@
 
 use demo_support::chart::{Area, Axis, Corner, LineChart, Series};
 use demo_support::fmt::fixed;
-use demo_support::heat::{HeatMap, Shading, draw_colour_scale, grid};
+use demo_support::heat::{HeatMap, Shading, draw_colour_scale, draw_inline_key, grid};
 use demo_support::svg::{Stroke, Svg, TextStyle};
 
 use crate::attention::PhraseAttention;
@@ -185,20 +185,6 @@ pub fn render_svg(e: &Evidence) -> String {
     svg.finish()
 }
 
-/// A horizontal colour key `width` pixels long at `(x, y)`, its ends labelled at 13 px: the
-/// thumbnail's key (the shared vertical scale writes 12 px labels, too small at 300 px).
-fn thumbnail_key(svg: &mut Svg, x: f64, y: f64, width: f64, label: &str) {
-    const STEPS: usize = 12;
-    let step = width / STEPS as f64;
-    for s in 0..STEPS {
-        let value = (s as f64 + 0.5) / STEPS as f64;
-        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &WEIGHTS.fill(value), None);
-    }
-    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
-    svg.text(x - 6.0, y + 11.0, TextStyle::right(), &fixed(0.0, DECIMALS));
-    svg.text(x + width + 6.0, y + 11.0, TextStyle::label(), &format!("{} {label}", fixed(1.0, DECIMALS)));
-}
-
 /// Characters of the phrase the thumbnail shows (its first words: whole rows, since a character
 /// only reads those before it).
 const THUMBNAIL_CHARACTERS: usize = 14;
@@ -220,7 +206,7 @@ pub fn render_thumbnail(e: &Evidence) -> String {
     ];
     svg.text_lines(20.0, 52.0, 17.0, TextStyle::label().color(GREY), &lines);
     head_map(&mut svg, a, head, t, (gx, gy), cell, 13.0, &pairs);
-    thumbnail_key(&mut svg, 60.0, bottom + 14.0, 110.0, "weight");
+    draw_inline_key(&mut svg, (60.0, bottom + 14.0), 110.0, WEIGHTS, DECIMALS, "weight");
     svg.text(20.0, bottom + 48.0, TextStyle::label().color(GREY), "rows: reading · columns: read");
     svg.finish()
 }

@@ -4,7 +4,7 @@
 
 use demo_support::chart::{Area, Axis, BarChart, BarSeries, text_width};
 use demo_support::fmt::fixed;
-use demo_support::heat::{HeatMap, Shading, draw_colour_scale};
+use demo_support::heat::{HeatMap, Shading, draw_colour_scale, draw_inline_key};
 use demo_support::svg::{Stroke, Svg, TextStyle};
 
 use crate::Evidence;
@@ -169,15 +169,7 @@ pub fn render_thumbnail(e: &Evidence) -> String {
     if let Some(weights) = head_weights(e, HEADS[1]) {
         token_grid(&mut svg, tokens, weights, (14.0, top), cell, 13.0);
     }
-    // a horizontal key: the shared vertical one writes 12 px labels, too small at 300 px
-    let (kx, ky, width) = (60.0, bottom + 16.0, 110.0);
-    for s in 0..12 {
-        let value = (f64::from(s) + 0.5) / 12.0;
-        svg.rect(kx + f64::from(s) * width / 12.0, ky, width / 12.0 + 0.5, 12.0, &WEIGHTS.fill(value), None);
-    }
-    svg.rect(kx, ky, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
-    svg.text(kx - 6.0, ky + 11.0, TextStyle::right(), &fixed(0.0, 2));
-    svg.text(kx + width + 6.0, ky + 11.0, TextStyle::label(), &format!("{} weight", fixed(1.0, 2)));
+    draw_inline_key(&mut svg, (60.0, bottom + 16.0), 110.0, WEIGHTS, 2, "weight");
     svg.text(20.0, bottom + 52.0, TextStyle::label().color("#555555"), "rows: query · columns: key");
     svg.finish()
 }
