@@ -355,6 +355,24 @@ mod tests {
     }
 
     #[test]
+    fn a_chapter_draws_the_figure_and_the_thumbnail_it_was_asked_for() {
+        let dir = std::env::temp_dir().join(format!("demo-support-draw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (figure, thumbnail) = (dir.join("f.svg"), dir.join("t.svg"));
+        let args = chapter(&["--thumbnail", thumbnail.to_str().unwrap()]).unwrap();
+        assert!(args.draws());
+        args.draw(&7, |n| format!("figure {n}"), |n| format!("thumbnail {n}")).unwrap();
+        assert_eq!(std::fs::read_to_string(&thumbnail).unwrap(), "thumbnail 7");
+        assert!(!figure.exists(), "only what was asked for is drawn");
+        let both = chapter(&["--figure", figure.to_str().unwrap(), "--thumbnail", "/nonexistent-dir/t.svg"]).unwrap();
+        let error = both.draw(&7, |n| format!("figure {n}"), |n| format!("thumbnail {n}")).unwrap_err();
+        assert!(error.to_string().contains("/nonexistent-dir/t.svg"), "{error}");
+        assert_eq!(std::fs::read_to_string(&figure).unwrap(), "figure 7");
+        assert!(!chapter(&[]).unwrap().draws());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn an_unwritable_figure_path_is_an_error_that_names_it() {
         let error = write_figure(Path::new("/nonexistent-dir/x.svg"), "<svg/>").unwrap_err();
         assert!(error.to_string().starts_with("cannot write /nonexistent-dir/x.svg"), "{error}");

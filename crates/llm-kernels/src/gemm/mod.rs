@@ -140,7 +140,12 @@ impl<'a> MatRef<'a> {
     }
 }
 
-fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> {
+/// Whether `lhs [m, k] · rhs [k, n]` chains into a destination of `dst_len = m·n` values (the
+/// contract of every product here and of the teaching crate's naive loop).
+///
+/// # Errors
+/// [`ShapeError`] when the inner sizes differ or `m·n` is not `dst_len` (or overflows).
+pub fn check_dims(dst_len: usize, lhs: &MatRef<'_>, rhs: &MatRef<'_>) -> Result<()> {
     // checked: with zero strides a small slice can describe a huge view, and an overflowing m·n
     // must never pass for the destination's length
     if lhs.cols != rhs.rows || lhs.rows.checked_mul(rhs.cols) != Some(dst_len) {

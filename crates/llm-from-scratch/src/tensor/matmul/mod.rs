@@ -36,15 +36,8 @@ impl From<gemm::ShapeError> for TensorAutodiffError {
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
 pub fn matmul_naive(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, accumulate: bool) -> Result<()> {
+    gemm::check_dims(dst.len(), &lhs, &rhs)?;
     let (m, k, n) = (lhs.rows(), lhs.cols(), rhs.cols());
-    if k != rhs.rows() || m.checked_mul(n) != Some(dst.len()) {
-        return Err(TensorAutodiffError::ShapeMismatch {
-            op: "matmul kernel",
-            lhs: Shape(vec![m, k]),
-            rhs: Shape(vec![rhs.rows(), n]),
-            reason: "need lhs [m,k], rhs [k,n] and a destination of m·n values",
-        });
-    }
     for i in 0..m {
         for j in 0..n {
             let mut sum = 0.0;
