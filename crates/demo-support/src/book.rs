@@ -9,15 +9,18 @@
 /// ```ignore
 /// #![doc = demo_support::chapter_page!(
 ///     "ch28-causal-masking",
-///     "[`causal_scaled_dot_product_self_attention`](llm_from_scratch::attention::causal_scaled_dot_product_self_attention)",
+///     "[`Mask`](../llm_from_scratch/tensor/struct.Mask.html)",
 ///     ("chapter 27", "ch27_scaled_dot_product_attention"),
 ///     ("chapter 29", "ch29_rotary_position_embedding")
 /// )]
 /// ```
 ///
 /// The first argument is the package name (its figure is `docs/figures/<package>.svg`, its
-/// report `expected/<package>.txt`), the second the library items as Markdown links, then the
-/// previous and the next page: a label and a crate name (`llm_book` for the list of chapters).
+/// report `expected/<package>.txt`), the second the library items as Markdown links relative to
+/// the chapter's page (`../llm_from_scratch/…html`: rustdoc leaves intra-doc paths in a doc string
+/// that a macro builds unresolved, so the pages name the files; `scripts/check-book` checks that
+/// each exists), then the previous and the next page: a label and a crate name (`llm_book` for the
+/// list of chapters).
 #[macro_export]
 macro_rules! chapter_page {
     ($package:literal, $items:literal, ($previous:literal, $previous_crate:literal), ($next:literal, $next_crate:literal)) => {

@@ -26,7 +26,7 @@
 //! causal mask, which the worked example here deliberately leaves out: every token sees all.
 #![doc = demo_support::chapter_page!(
     "ch27-scaled-dot-product-attention",
-    "[`scaled_dot_product_attention`](llm_from_scratch::attention::scaled_dot_product_attention), [`TensorValue`](llm_from_scratch::TensorValue) and [`gradcheck`](llm_from_scratch::gradcheck)",
+    "[`scaled_dot_product_attention`](../llm_from_scratch/attention/fn.scaled_dot_product_attention.html), [`TensorValue`](../llm_from_scratch/autodiff/struct.TensorValue.html) and [`gradcheck`](../llm_from_scratch/autodiff/fn.gradcheck.html)",
     ("the chapters", "llm_book"),
     ("chapter 28", "ch28_causal_masking")
 )]

@@ -33,7 +33,7 @@
 //! an output of zeros — a defined answer instead of the `0/0 = NaN` of the bare formula.
 #![doc = demo_support::chapter_page!(
     "ch28-causal-masking",
-    "[`causal_scaled_dot_product_self_attention`](llm_from_scratch::attention::causal_scaled_dot_product_self_attention), [`Mask`](llm_from_scratch::Mask) and [`scaled_dot_product_attention`](llm_from_scratch::attention::scaled_dot_product_attention)",
+    "[`causal_scaled_dot_product_self_attention`](../llm_from_scratch/attention/fn.causal_scaled_dot_product_self_attention.html), [`Mask`](../llm_from_scratch/tensor/struct.Mask.html) and [`scaled_dot_product_attention`](../llm_from_scratch/attention/fn.scaled_dot_product_attention.html)",
     ("chapter 27", "ch27_scaled_dot_product_attention"),
     ("chapter 29", "ch29_rotary_position_embedding")
 )]

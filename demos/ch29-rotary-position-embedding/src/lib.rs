@@ -26,7 +26,7 @@
 //! parameters and is applied to queries and keys only (chapter 30), never to values.
 #![doc = demo_support::chapter_page!(
     "ch29-rotary-position-embedding",
-    "[`RotaryEmbedding`](llm_from_scratch::nn::RotaryEmbedding) and [`RopeLayout`](llm_from_scratch::nn::RopeLayout)",
+    "[`RotaryEmbedding`](../llm_from_scratch/nn/struct.RotaryEmbedding.html) and [`RopeLayout`](../llm_from_scratch/nn/enum.RopeLayout.html)",
     ("chapter 28", "ch28_causal_masking"),
     ("chapter 30", "ch30_multi_head_attention")
 )]

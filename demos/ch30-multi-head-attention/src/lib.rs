@@ -27,7 +27,7 @@
 //! `[head 1 | head 0]`.
 #![doc = demo_support::chapter_page!(
     "ch30-multi-head-attention",
-    "[`MultiHeadAttention`](llm_from_scratch::attention::MultiHeadAttention), [`split_heads`](llm_from_scratch::attention::split_heads) and [`merge_heads`](llm_from_scratch::attention::merge_heads)",
+    "[`MultiHeadAttention`](../llm_from_scratch/attention/struct.MultiHeadAttention.html), [`split_heads`](../llm_from_scratch/attention/fn.split_heads.html) and [`merge_heads`](../llm_from_scratch/attention/fn.merge_heads.html)",
     ("chapter 29", "ch29_rotary_position_embedding"),
     ("chapter 31", "ch31_pre_norm_residual")
 )]

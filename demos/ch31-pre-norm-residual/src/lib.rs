@@ -30,7 +30,7 @@
 //! score of query 2 with key `j` is `c₂·c_j/√2`.
 #![doc = demo_support::chapter_page!(
     "ch31-pre-norm-residual",
-    "[`RmsNorm`](llm_from_scratch::nn::RmsNorm) and [`MultiHeadAttention`](llm_from_scratch::attention::MultiHeadAttention)",
+    "[`RmsNorm`](../llm_from_scratch/nn/struct.RmsNorm.html) and [`MultiHeadAttention`](../llm_from_scratch/attention/struct.MultiHeadAttention.html)",
     ("chapter 30", "ch30_multi_head_attention"),
     ("chapter 32", "ch32_grouped_query_attention")
 )]

@@ -50,7 +50,7 @@
 //! explicit attention over exactly one key/value head.
 #![doc = demo_support::chapter_page!(
     "ch32-grouped-query-attention",
-    "[`GroupedQueryAttention`](llm_from_scratch::attention::GroupedQueryAttention), [`AttentionConfig`](llm_from_scratch::attention::AttentionConfig) and [`QkvProjections`](llm_from_scratch::nn::QkvProjections)",
+    "[`GroupedQueryAttention`](../llm_from_scratch/attention/struct.GroupedQueryAttention.html), [`AttentionConfig`](../llm_from_scratch/attention/struct.AttentionConfig.html) and [`QkvProjections`](../llm_from_scratch/nn/struct.QkvProjections.html)",
     ("chapter 31", "ch31_pre_norm_residual"),
     ("chapter 33", "ch33_kv_cache")
 )]

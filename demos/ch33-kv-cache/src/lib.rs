@@ -50,7 +50,7 @@
 //! output is reproduced (to rounding): the window forgets everything older anyway.
 #![doc = demo_support::chapter_page!(
     "ch33-kv-cache",
-    "[`KvCache`](llm_from_scratch::attention::KvCache), [`SlidingWindow`](llm_from_scratch::attention::SlidingWindow) and [`GroupedQueryAttention::forward_cached`](llm_from_scratch::attention::GroupedQueryAttention::forward_cached)",
+    "[`KvCache`](../llm_from_scratch/attention/struct.KvCache.html), [`SlidingWindow`](../llm_from_scratch/attention/enum.SlidingWindow.html) and [`GroupedQueryAttention::forward_cached`](../llm_from_scratch/attention/struct.GroupedQueryAttention.html#method.forward_cached)",
     ("chapter 32", "ch32_grouped_query_attention"),
     ("chapter 34", "ch34_efficient_attention")
 )]

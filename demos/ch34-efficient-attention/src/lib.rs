@@ -62,7 +62,7 @@
 //! layers reach `L·W` tokens back.
 #![doc = demo_support::chapter_page!(
     "ch34-efficient-attention",
-    "[`tiled_attention`](llm_from_scratch::attention::tiled_attention), [`OnlineSoftmax`](llm_from_scratch::attention::OnlineSoftmax) and [`Visibility`](llm_from_scratch::attention::Visibility); the strip kernel it runs on is the kernels crate's [`strips`](llm_from_scratch::kernels::strips)",
+    "[`tiled_attention`](../llm_from_scratch/attention/fn.tiled_attention.html), [`OnlineSoftmax`](../llm_from_scratch/attention/struct.OnlineSoftmax.html) and [`Visibility`](../llm_from_scratch/attention/struct.Visibility.html); the strip kernel it runs on is the kernels crate's [`strips`](../llm_kernels/strips/index.html)",
     ("chapter 33", "ch33_kv_cache"),
     ("chapter 35", "ch35_latent_attention")
 )]

@@ -50,7 +50,7 @@
 //! 32,768 for MHA and 2,048 for a GQA with 8 kv heads.
 #![doc = demo_support::chapter_page!(
     "ch35-latent-attention",
-    "[`LatentAttention`](llm_from_scratch::attention::LatentAttention), [`LatentConfig`](llm_from_scratch::attention::LatentConfig) and [`kv_cache_bytes`](llm_from_scratch::attention::kv_cache_bytes)",
+    "[`LatentAttention`](../llm_from_scratch/attention/struct.LatentAttention.html), [`LatentConfig`](../llm_from_scratch/attention/struct.LatentConfig.html) and [`kv_cache_bytes`](../llm_from_scratch/attention/fn.kv_cache_bytes.html)",
     ("chapter 34", "ch34_efficient_attention"),
     ("chapter 36", "ch36_tiny_decoder")
 )]

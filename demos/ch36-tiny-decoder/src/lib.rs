@@ -38,7 +38,7 @@
 //! ([`text`]).
 #![doc = demo_support::chapter_page!(
     "ch36-tiny-decoder",
-    "[`Decoder`](llm_from_scratch::model::Decoder), [`DecoderConfig`](llm_from_scratch::model::DecoderConfig) and [`Trainer`](llm_from_scratch::model::Trainer)",
+    "[`Decoder`](../llm_from_scratch/model/struct.Decoder.html), [`DecoderConfig`](../llm_from_scratch/model/struct.DecoderConfig.html) and [`Trainer`](../llm_from_scratch/model/struct.Trainer.html)",
     ("chapter 35", "ch35_latent_attention"),
     ("chapter 37", "ch37_train_on_text")
 )]

@@ -29,13 +29,13 @@
 //!
 //! The trained model continues the first characters of the validation text with nucleus (top-p)
 //! sampling and a KV cache. The sample is longer than the model's 64 positions: the context
-//! slides ([`Overflow::Slide`](llm_from_scratch::model::Overflow::Slide)), and recomputing every
+//! slides ([`Overflow::Slide`](../llm_from_scratch/model/enum.Overflow.html#variant.Slide)), and recomputing every
 //! step from scratch over the same window gives the same tokens. How many of its words occur in the book measures how Latin it looks.
 //!
 //! ## Determinism
 //!
 //! The windows of step `s` are drawn from a generator seeded by `s` alone, so a run that stops
-//! after any step, saves ([`save_train_state`]) and resumes computes bit for bit what an
+//! after any step, saves ([`save_train_state`](../llm_from_scratch/model/fn.save_train_state.html)) and resumes computes bit for bit what an
 //! uninterrupted run computes. Everything is f64; the printed numbers are the same on every run.
 //!
 //! `cargo run --release -p ch37-train-on-text` prints the report; flags (`--quiet`, `--steps N`,
@@ -43,7 +43,7 @@
 //! binary, `generate`, writes text from a saved state.
 #![doc = demo_support::chapter_page!(
     "ch37-train-on-text",
-    "[`Decoder`](llm_from_scratch::model::Decoder), [`Trainer`](llm_from_scratch::model::Trainer) and [`Decoder::generate`](llm_from_scratch::model::Decoder::generate)",
+    "[`Decoder`](../llm_from_scratch/model/struct.Decoder.html), [`Trainer`](../llm_from_scratch/model/struct.Trainer.html) and [`Decoder::generate`](../llm_from_scratch/model/struct.Decoder.html#method.generate)",
     ("chapter 36", "ch36_tiny_decoder"),
     ("chapter 38", "ch38_a_real_model")
 )]

@@ -4,7 +4,7 @@
 //! loads a model someone else trained: SmolLM2-135M-Instruct, 135 million parameters trained on
 //! trillions of tokens, read from a GGUF file (`scripts/fetch-model` downloads it; 98 MB,
 //! quantized to 4 bits and dequantized here to `f64`). Nothing new is computed with it: the same
-//! [`Decoder`] as chapter 36 runs the same code, and the file only fills in the numbers.
+//! [`Decoder`](../llm_from_scratch/model/struct.Decoder.html) as chapter 36 runs the same code, and the file only fills in the numbers.
 //!
 //! ```text
 //! GGUF file ──gguf_tokenizer──▶ byte-level BPE (49,152 tokens, ChatML specials)
@@ -46,7 +46,7 @@
 //! with status 1, and the tests say so on one line and pass.
 #![doc = demo_support::chapter_page!(
     "ch38-a-real-model",
-    "[`llama_from_gguf`](llm_from_scratch::gguf::llama_from_gguf), [`BpeTokenizer`](llm_from_scratch::bpe::BpeTokenizer) and [`Decoder::forward_traced`](llm_from_scratch::model::Decoder::forward_traced)",
+    "[`llama_from_gguf`](../llm_from_scratch/gguf/fn.llama_from_gguf.html), [`BpeTokenizer`](../llm_from_scratch/bpe/tokenizer/struct.BpeTokenizer.html) and [`Decoder::forward_traced`](../llm_from_scratch/model/struct.Decoder.html#method.forward_traced)",
     ("chapter 37", "ch37_train_on_text"),
     ("the chapters", "llm_book")
 )]
