@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use llm_from_scratch::gguf::{GgufRope, load_gguf_llama, model_path_from_env};
+use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, load_gguf_llama, model_path_from_env};
 use llm_from_scratch::model::{Decoder, Decoding, Sampling};
 use llm_from_scratch::nn::{RopeLayout, SplitMix64};
 
@@ -151,4 +151,37 @@ fn real_model_both_row_orders_give_the_same_logits() {
     let gap = stored.iter().zip(&hf).fold(0.0f64, |m, (a, b)| m.max((a - b).abs())) / scale;
     println!("as stored vs Hugging Face rows: max relative difference {gap:.2e} over {} logits", hf.len());
     assert!(gap <= 1e-12, "{gap:e}");
+}
+
+/// Generating from the file's blocks gives the same bits as the f64 decoder: a prompt's prefill,
+/// then one token at a time (the test of quantized decoding), in both row orders.
+#[test]
+fn real_model_quantized_decoding_is_bitwise_the_f64_decoding() {
+    let Some(path) = model_path("real_model_quantized_decoding_is_bitwise_the_f64_decoding") else { return };
+    let (_, prompts) = reference();
+    let ids = &prompts.iter().find(|p| p.name == "chatml").unwrap().ids;
+    for rope in [GgufRope::AsStored, GgufRope::HuggingFace] {
+        let quantized = QuantizedLlama::load(&path, rope).unwrap();
+        println!("{rope:?}: {:.1} MB of weights held in blocks", quantized.weight_bytes() as f64 * 1e-6);
+        let mut logits = Vec::new();
+        let mut caches = quantized.new_caches(1);
+        let run = |tokens: &[usize], caches: &mut Vec<_>| {
+            quantized.forward_cached(tokens, [1, tokens.len()], caches).unwrap()
+        };
+        logits.push(run(ids, &mut caches));
+        for &next in &[28, 3_000, 17] {
+            logits.push(run(&[next], &mut caches));
+        }
+        drop(quantized);
+        let dense = load(&path, rope);
+        let mut caches = dense.new_caches(1);
+        let mut expected = vec![dense.forward_cached(ids, [1, ids.len()], &mut caches).unwrap()];
+        for &next in &[28, 3_000, 17] {
+            expected.push(dense.forward_cached(&[next], [1, 1], &mut caches).unwrap());
+        }
+        for (step, (got, want)) in logits.iter().zip(&expected).enumerate() {
+            let same = got.as_slice().iter().zip(want.as_slice()).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rope:?}, call {step}: the logits differ");
+        }
+    }
 }

@@ -14,6 +14,7 @@
 //! | [`exp`] | a vectorisable `eˣ` and the softmax's shifted sums | `tensor::exp::exp_plain` |
 //! | [`strips`] | tiled attention on strips of 32 queries, forward and backward | `attention::tiled` (plain and block paths) |
 //! | [`decode`] | one query row over a KV cache | `attention::decode::attend_row_naive` |
+//! | [`quant`] | one row times weights kept in quantized blocks; blocks into an `f64` panel | `gguf::QuantizedMatrix::row_times_plain` |
 //! | [`rope`] | rotating rows of pairs | `nn::rope::rotate_pair` |
 //! | [`visibility`] | which keys a query sees, as plain data | `attention::Visibility`, `SlidingWindow` |
 //! | [`rows`] | filling a new buffer row by row, in parallel, without zeroing it first | — |
@@ -37,6 +38,7 @@ pub mod exp;
 pub mod gemm;
 mod isa;
 pub mod parallel;
+pub mod quant;
 pub mod rope;
 pub mod rows;
 pub mod strips;

@@ -71,39 +71,51 @@ impl GroupedQueryAttention {
         Ok((read(&projected.rotated_query_heads)?, read(&projected.rotated_key_heads)?, read(&projected.value_heads)?))
     }
 
-    /// Every new query row `[B,H,T,d_h]` attended over the cached keys and the new ones before it:
-    /// one task per (batch, query head) lane.
+    /// Every new query row `[B,H,T,d_h]` attended over the cached keys and the new ones before it.
     fn attend_cached(
         &self,
         cache: &KvCache,
-        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        qkv: (&Tensor, &Tensor, &Tensor),
         first: usize,
     ) -> Result<Vec<f64>, AttentionError> {
-        let c = self.config();
-        let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
-        let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
         let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
-        let mut heads = vec![0.0; q.len()];
-        let target = llm_kernels::active();
-        let window_keys = c.window.map(SlidingWindow::visible_keys);
-        heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
-            let (bi, hi) = (lane / h, lane % h);
-            let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
-            let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
-            // the cached keys in chronological order, then this call's keys
-            let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
-            runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
-            let mut scores = vec![0.0; cache.len() + t];
-            let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
-            for step in 0..t {
-                // the new keys after `step` are in the future of this query: the mask hides them
-                let q = &q.as_slice()[(lane * t + step) * d..][..d];
-                let query = RowQuery { q, position: first + step, window_keys, scale, sink, target };
-                attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
-            }
-        });
-        Ok(heads)
+        Ok(attend_cached(self.config(), sinks.as_ref(), cache, qkv, first))
     }
+}
+
+/// The new tokens' rotated queries `[B,H,T,d_h]` (keys and values `[B,G,T,d_h]`, first position
+/// `first`) attended over what `cache` holds and the new keys before each: one task per (batch,
+/// query head) lane. The attention of a layer with configuration `c` and sink logits `sinks`
+/// (`[H]`), for any holder of its projections (the layer's own weights, or a file's quantized ones).
+pub(crate) fn attend_cached(
+    c: &crate::attention::AttentionConfig,
+    sinks: Option<&Tensor>,
+    cache: &KvCache,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    first: usize,
+) -> Vec<f64> {
+    let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
+    let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
+    let mut heads = vec![0.0; q.len()];
+    let target = llm_kernels::active();
+    let window_keys = c.window.map(SlidingWindow::visible_keys);
+    heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
+        let (bi, hi) = (lane / h, lane % h);
+        let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
+        let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
+        // the cached keys in chronological order, then this call's keys
+        let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
+        runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
+        let mut scores = vec![0.0; cache.len() + t];
+        let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+        for step in 0..t {
+            // the new keys after `step` are in the future of this query: the mask hides them
+            let q = &q.as_slice()[(lane * t + step) * d..][..d];
+            let query = RowQuery { q, position: first + step, window_keys, scale, sink, target };
+            attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
+        }
+    });
+    heads
 }
 
 /// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times

@@ -168,7 +168,7 @@ impl AttentionConfig {
     }
 
     /// The layer's RoPE, built from these settings (allocates its tables lazily).
-    pub(super) fn rope(&self) -> Result<RotaryEmbedding, AttentionError> {
+    pub(crate) fn rope(&self) -> Result<RotaryEmbedding, AttentionError> {
         RotaryEmbedding::new(self.head_width, self.max_positions, self.rope_base)
             .map(|r| r.with_layout(self.rope_layout))
             .map_err(AttentionError::Rope)

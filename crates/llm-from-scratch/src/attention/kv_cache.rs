@@ -107,7 +107,11 @@ impl KvCache {
 
     /// An empty cache for `batch` rows of the layer's shape.
     pub fn for_layer(layer: &GroupedQueryAttention, batch: usize) -> Self {
-        let c = layer.config();
+        Self::for_config(layer.config(), batch)
+    }
+
+    /// An empty cache for `batch` rows of a layer with configuration `c`.
+    pub(crate) fn for_config(c: &crate::attention::AttentionConfig, batch: usize) -> Self {
         // a future query at p ≥ next sees keys j > p − visible: the last visible − 1 positions
         // (never more than the layer's capacity, however wide the window)
         let ring = c.window.map(|w| w.visible_keys().saturating_sub(1).min(c.max_positions));
@@ -215,7 +219,7 @@ impl KvCache {
 
     /// Appends `T` new positions from `k, v [B, G, T, d_h]`, overwriting the oldest slots when a
     /// window's ring is full. Never copies what is already stored.
-    pub(super) fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
+    pub(crate) fn append(&mut self, k: &Tensor, v: &Tensor, first_position: usize) {
         let (t, d) = (k.shape()[2], self.head_width);
         // every slot at the first append; `max_positions` comes from the caller, so a reservation
         // the machine refuses (or that overflows) falls back to growing with what is stored
@@ -259,7 +263,15 @@ impl KvCache {
 
     /// Rejects a cache made for another layer or batch.
     pub(super) fn check_matches(&self, layer: &GroupedQueryAttention, batch: usize) -> Result<(), AttentionError> {
-        let c = layer.config();
+        self.check_matches_config(layer.config(), batch)
+    }
+
+    /// Rejects a cache made for a layer of another configuration than `c`, or another batch.
+    pub(crate) fn check_matches_config(
+        &self,
+        c: &crate::attention::AttentionConfig,
+        batch: usize,
+    ) -> Result<(), AttentionError> {
         let window_keys = |w: Option<SlidingWindow>| w.map_or(0, SlidingWindow::visible_keys);
         for (what, expected, actual) in [
             ("key/value heads", c.kv_heads, self.kv_heads),

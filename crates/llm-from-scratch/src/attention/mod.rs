@@ -30,10 +30,12 @@ mod scaled_dot_product;
 mod tiled;
 mod window;
 
+pub(crate) use cached_forward::attend_cached;
 pub use cached_forward::generate_with_cache;
 pub use config::{AttentionConfig, AttentionPath};
 pub use error::{AttentionError, Branch, Stage};
 pub use grouped_query::{AttentionOptions, AttentionTrace, GroupedQueryAttention};
+pub(crate) use heads::split_heads_of;
 pub use heads::{merge_heads, split_heads};
 pub use kv_cache::KvCache;
 pub use latent::{LatentAttention, LatentConfig, LatentKvCache, LatentOutput, LatentWeights};

@@ -212,3 +212,15 @@ pub enum GgufError {
     #[error("gguf tokenizer: {0}")]
     Tokenizer(#[from] crate::bpe::BpeError),
 }
+
+impl From<crate::attention::AttentionError> for GgufError {
+    fn from(e: crate::attention::AttentionError) -> Self {
+        Self::Model(ModelError::from(e))
+    }
+}
+
+impl From<crate::error::TensorAutodiffError> for GgufError {
+    fn from(e: crate::error::TensorAutodiffError) -> Self {
+        Self::Model(ModelError::from(e))
+    }
+}

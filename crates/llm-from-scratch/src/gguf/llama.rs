@@ -78,7 +78,7 @@ const GGUF_BLOCK_TENSORS: [&str; 9] = [
 
 /// How a tensor's stored values become a parameter.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Layout {
+pub(super) enum Layout {
     /// As stored (a gain, the embedding table).
     AsStored,
     /// Stored rows become columns; with `Some(heads)`, the rows of each head are first put back
@@ -87,11 +87,11 @@ enum Layout {
 }
 
 /// One parameter: its GGUF name, its name and shape here, and how it is laid out.
-struct Placement {
-    gguf: String,
-    ours: String,
-    shape: Vec<usize>,
-    layout: Layout,
+pub(super) struct Placement {
+    pub(super) gguf: String,
+    pub(super) ours: String,
+    pub(super) shape: Vec<usize>,
+    pub(super) layout: Layout,
 }
 
 impl Placement {
@@ -173,6 +173,27 @@ pub fn gguf_llama_from_bytes(bytes: &[u8], rope: GgufRope) -> Result<Decoder, Gg
 /// tensor of the file that is not used — all before anything is dequantized. The errors of
 /// [`gguf_llama_config`].
 pub fn llama_from_gguf(file: &Gguf<'_>, rope: GgufRope) -> Result<Decoder, GgufError> {
+    let (config, plan, infos) = checked_plan(file, rope)?;
+    let mut list = Vec::with_capacity(plan.len());
+    for (p, info) in plan.iter().zip(infos) {
+        let values = match p.layout {
+            Layout::AsStored => file.dequantize(&p.gguf)?,
+            Layout::Transposed(heads) => transposed(file, info, heads)?,
+        };
+        let tensor = Tensor::new(&p.shape, values).map_err(ModelError::from)?;
+        list.push(NamedParameter::new(p.ours.clone(), TensorValue::leaf(tensor, true)));
+    }
+    let params = NamedParameters::try_new(list).map_err(ModelError::from)?;
+    Ok(Decoder::from_named(config, &params)?)
+}
+
+/// The configuration of `file`, every parameter's placement and its tensor, checked: the
+/// parameter count against the values the file holds, each tensor (present, its dimensions, a
+/// type that can be dequantized) and no tensor left over — before anything is dequantized.
+pub(super) fn checked_plan<'f, 'a>(
+    file: &'f Gguf<'a>,
+    rope: GgufRope,
+) -> Result<(DecoderConfig, Vec<Placement>, Vec<&'f TensorInfo<'a>>), GgufError> {
     let config = gguf_llama_config(file, rope)?;
     // tensors do not overlap in the file, so this sum is at most 8 per byte of it
     let held = file.tensors().iter().map(|t| t.values() as u64).fold(0u64, u64::saturating_add);
@@ -185,17 +206,7 @@ pub fn llama_from_gguf(file: &Gguf<'_>, rope: GgufRope) -> Result<Decoder, GgufE
     if let Some(extra) = file.tensors().iter().find(|t| !plan.iter().any(|p| p.gguf == t.name())) {
         return Err(GgufError::UnexpectedTensor { name: extra.name().to_string() });
     }
-    let mut list = Vec::with_capacity(plan.len());
-    for (p, info) in plan.iter().zip(infos) {
-        let values = match p.layout {
-            Layout::AsStored => file.dequantize(&p.gguf)?,
-            Layout::Transposed(heads) => transposed(file, info, heads)?,
-        };
-        let tensor = Tensor::new(&p.shape, values).map_err(ModelError::from)?;
-        list.push(NamedParameter::new(p.ours.clone(), TensorValue::leaf(tensor, true)));
-    }
-    let params = NamedParameters::try_new(list).map_err(ModelError::from)?;
-    Ok(Decoder::from_named(config, &params)?)
+    Ok((config, plan, infos))
 }
 
 /// The tensor of `p`, present with the dimensions it needs and a type that can be dequantized.
@@ -217,7 +228,7 @@ fn checked<'f, 'a>(file: &'f Gguf<'a>, p: &Placement) -> Result<&'f TensorInfo<'
 
 /// The column that stored row `row` of W_Q or W_K becomes in Hugging Face order: within its
 /// head of `head_width` rows, stored row `2i + s` is Hugging Face row `s·d_h/2 + i`.
-fn hugging_face_row(row: usize, head_width: usize) -> usize {
+pub(super) fn hugging_face_row(row: usize, head_width: usize) -> usize {
     let (head, within) = (row / head_width, row % head_width);
     let (i, s) = (within / 2, within % 2);
     head * head_width + s * (head_width / 2) + i

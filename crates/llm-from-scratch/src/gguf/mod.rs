@@ -11,6 +11,8 @@
 //!   Q6_K), bit for bit what the reference Python reader computes;
 //! - [`load_gguf_llama`] maps a LLaMA onto this crate's [`crate::model::Decoder`], in either
 //!   order of the W_Q and W_K rows ([`GgufRope`]);
+//! - [`QuantizedLlama`] generates from the file's blocks without an `f64` copy of the weights,
+//!   with the same logits as the decoder;
 //! - [`model_path_from_env`] finds the pretrained model `scripts/fetch-model` downloads.
 //!
 //! ```
@@ -34,6 +36,7 @@ mod llama;
 mod llama_config;
 mod metadata;
 mod model_path;
+mod quantized;
 mod reader;
 mod tensor_type;
 mod tokenizer;
@@ -45,6 +48,7 @@ pub use llama::{GgufRope, gguf_llama_from_bytes, llama_from_gguf, load_gguf_llam
 pub use llama_config::gguf_llama_config;
 pub use metadata::Metadata;
 pub use model_path::{DEFAULT_MODEL_FILE, MODEL_ENV, default_cache_dir, model_path_from_env};
+pub use quantized::{QuantizedLlama, QuantizedMatrix};
 pub use reader::{DEFAULT_ALIGNMENT, Gguf, TensorInfo};
 pub use tensor_type::TensorType;
 pub use tokenizer::{SUPPORTED_PRE_TOKENIZERS, gguf_tokenizer};

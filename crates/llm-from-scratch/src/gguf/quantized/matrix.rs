@@ -1,0 +1,301 @@
+//! [`QuantizedMatrix`]: a weight kept as the file stores it — `out` rows of `in` values, in
+//! blocks — and multiplied by rows without ever being written out in `f64`.
+
+use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul};
+use llm_kernels::quant::{self, BlockFormat, QuantRows};
+
+use crate::gguf::{GgufError, TensorType, dequantize_into};
+
+/// How the values are held.
+#[derive(Clone, Debug)]
+enum Storage {
+    /// The file's blocks, read by the kernels of [`llm_kernels::quant`].
+    Blocks(BlockFormat, Vec<u8>),
+    /// Types those kernels do not read (F32, F16, BF16, Q4_K, Q6_K): dequantized once, rows as
+    /// stored.
+    Dense(Vec<f64>),
+}
+
+/// A weight `[out, in]` as a GGUF file stores it, for `y = x · Wᵀ`: `rows` = outputs, each
+/// `cols` = inputs long.
+///
+/// [`QuantizedMatrix::row_times`] gives each output the same bits as the decoder's `f64` path
+/// (the one-row product on the dequantized weight), and [`QuantizedMatrix::rows_times`] gives
+/// a prefill's rows the same bits as the matrix product on it.
+#[derive(Clone, Debug)]
+pub struct QuantizedMatrix {
+    name: String,
+    tensor_type: TensorType,
+    rows: usize,
+    cols: usize,
+    /// A lookup table (the embedding), which the decoder multiplies as stored, transposed.
+    table: bool,
+    storage: Storage,
+}
+
+/// The kernels' name for a type they read in blocks.
+fn block_format(t: TensorType) -> Option<BlockFormat> {
+    match t {
+        TensorType::Q8_0 => Some(BlockFormat::Q8_0),
+        TensorType::Q4_0 => Some(BlockFormat::Q4_0),
+        TensorType::Q4_1 => Some(BlockFormat::Q4_1),
+        _ => None,
+    }
+}
+
+/// Values dequantized at once for a prefill's panel (16 MiB of `f64`).
+const PANEL_VALUES: usize = 1 << 21;
+
+impl QuantizedMatrix {
+    /// `rows` stored rows of `cols` values of type `t` in `bytes`, as a GGUF file stores a
+    /// weight `[out, in]` (`rows` = outputs): [`llm_kernels::quant`]'s formats (Q8_0, Q4_0,
+    /// Q4_1) are kept as blocks, the other types [`dequantize_into`] reads are dequantized.
+    ///
+    /// # Errors
+    /// [`GgufError::UnsupportedTensorType`]; [`GgufError::TensorData`] when the bytes are not
+    /// exactly those rows.
+    pub fn from_stored(name: &str, t: TensorType, bytes: &[u8], shape: [usize; 2]) -> Result<Self, GgufError> {
+        Self::new(name, t, bytes, shape, None)
+    }
+
+    /// `rows` stored rows of `cols` values of type `t` in `bytes` (the file's layout), with the
+    /// stored rows put in the order `order` gives (`order[r]` = the stored row that becomes row
+    /// `r`), or as stored.
+    ///
+    /// # Errors
+    /// [`GgufError::UnsupportedTensorType`], [`GgufError::TensorData`] when the bytes are not those rows.
+    pub(crate) fn new(
+        name: &str,
+        t: TensorType,
+        bytes: &[u8],
+        [rows, cols]: [usize; 2],
+        order: Option<&[usize]>,
+    ) -> Result<Self, GgufError> {
+        if !t.dequantizable() {
+            return Err(GgufError::UnsupportedTensorType { tensor: name.to_string(), type_name: t.name() });
+        }
+        // the bytes must be exactly `rows` rows of `cols` values of the type
+        let (per_block, block_bytes) = (t.block_values() as usize, t.block_bytes() as usize);
+        let row_bytes = cols.is_multiple_of(per_block).then(|| (cols / per_block).checked_mul(block_bytes)).flatten();
+        let fits = row_bytes.and_then(|r| rows.checked_mul(r)) == Some(bytes.len());
+        let row_bytes = row_bytes.unwrap_or(0);
+        let data_error = |reason: String| GgufError::TensorData {
+            tensor: name.to_string(),
+            offset: 0,
+            size: bytes.len() as u64,
+            reason,
+        };
+        if !fits {
+            return Err(data_error(format!("does not hold {rows} rows of {cols} values")));
+        }
+        let stored = |r: usize| &bytes[order.map_or(r, |o| o[r]) * row_bytes..][..row_bytes];
+        let storage = match block_format(t).filter(|_| cols % quant::BLOCK == 0) {
+            Some(format) => {
+                let mut held = Vec::with_capacity(bytes.len());
+                (0..rows).for_each(|r| held.extend_from_slice(stored(r)));
+                QuantRows::new(format, &held, rows, cols).map_err(|e| data_error(e.to_string()))?;
+                Storage::Blocks(format, held)
+            }
+            None => {
+                let mut values = vec![0.0; rows * cols];
+                for (r, row) in values.chunks_exact_mut(cols.max(1)).enumerate().take(rows) {
+                    dequantize_into(name, t, stored(r), row)?;
+                }
+                Storage::Dense(values)
+            }
+        };
+        Ok(Self { name: name.to_string(), tensor_type: t, rows, cols, table: false, storage })
+    }
+
+    /// The same matrix marked as a lookup table (the embedding, also the tied head): the
+    /// decoder multiplies its `f64` copy as stored, transposed, and a prefill here does the same.
+    pub(crate) fn into_table(self) -> Self {
+        Self { table: true, ..self }
+    }
+
+    /// Outputs (stored rows).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inputs (values per stored row).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The bytes held: the file's blocks, or 8 per value of a dense one.
+    pub fn bytes(&self) -> usize {
+        match &self.storage {
+            Storage::Blocks(_, bytes) => bytes.len(),
+            Storage::Dense(values) => values.len() * 8,
+        }
+    }
+
+    /// The blocks as the kernels read them.
+    fn blocks(&self) -> Option<QuantRows<'_>> {
+        match &self.storage {
+            // `new` checked the view
+            Storage::Blocks(format, bytes) => QuantRows::new(*format, bytes, self.rows, self.cols).ok(),
+            Storage::Dense(_) => None,
+        }
+    }
+
+    /// Stored row `r` in `f64` (an embedding lookup).
+    ///
+    /// # Errors
+    /// [`GgufError::TensorData`] if `r` is not a row.
+    pub fn row(&self, r: usize) -> Result<Vec<f64>, GgufError> {
+        if r >= self.rows {
+            return Err(self.error(format!("row {r} of {}", self.rows)));
+        }
+        self.dequantized(r..r + 1)
+    }
+
+    /// Stored rows `rows`, dequantized (row-major).
+    fn dequantized(&self, rows: std::ops::Range<usize>) -> Result<Vec<f64>, GgufError> {
+        match (&self.storage, self.blocks()) {
+            (_, Some(blocks)) => {
+                let mut out = vec![0.0; rows.len() * self.cols];
+                quant::dequantize_rows(&blocks, rows, &mut out).map_err(|e| self.error(e.to_string()))?;
+                Ok(out)
+            }
+            (Storage::Dense(values), None) => Ok(values[rows.start * self.cols..rows.end * self.cols].to_vec()),
+            (Storage::Blocks(..), None) => Err(self.error("blocks that do not fit".to_string())),
+        }
+    }
+
+    fn error(&self, reason: String) -> GgufError {
+        GgufError::TensorData { tensor: self.name.clone(), offset: 0, size: self.bytes() as u64, reason }
+    }
+
+    /// `x · Wᵀ` for one row `x` of `cols` values: `rows` outputs, summed as the one-row product
+    /// sums them (blocks of 64 inputs, then the blocks in order).
+    ///
+    /// # Errors
+    /// [`GgufError::TensorData`] if `x` is not `cols` long.
+    pub fn row_times(&self, x: &[f64]) -> Result<Vec<f64>, GgufError> {
+        let mut out = vec![0.0; self.rows];
+        self.row_times_into(x, &mut out)?;
+        Ok(out)
+    }
+
+    fn row_times_into(&self, x: &[f64], out: &mut [f64]) -> Result<(), GgufError> {
+        if self.rows * self.cols < SMALL_PRODUCT {
+            // the plain loop the matrix product takes for a product this small
+            let w = self.dequantized(0..self.rows)?;
+            let lhs = MatRef::row_major(x, 1, x.len()).map_err(|e| self.error(e.to_string()))?;
+            let rhs = MatRef::row_major(&w, self.rows, self.cols).map_err(|e| self.error(e.to_string()))?;
+            return matmul(out, lhs, rhs.t(), false, false).map_err(|e| self.error(e.to_string()));
+        }
+        match (&self.storage, self.blocks()) {
+            (_, Some(blocks)) => {
+                quant::row_times_quantized(x, &blocks, out, true).map_err(|e| self.error(e.to_string()))
+            }
+            (Storage::Dense(values), None) => {
+                let lhs = MatRef::row_major(x, 1, x.len()).map_err(|e| self.error(e.to_string()))?;
+                let rhs = MatRef::row_major(values, self.rows, self.cols).map_err(|e| self.error(e.to_string()))?;
+                matmul(out, lhs, rhs.t(), false, true).map_err(|e| self.error(e.to_string()))
+            }
+            (Storage::Blocks(..), None) => Err(self.error("blocks that do not fit".to_string())),
+        }
+    }
+
+    /// [`QuantizedMatrix::row_times`] of one row by several matrices in one parallel pass (a
+    /// token's query, key and value projections), each result bitwise equal to its own call.
+    ///
+    /// # Errors
+    /// As [`QuantizedMatrix::row_times`].
+    pub fn row_times_each(x: &[f64], matrices: &[&Self]) -> Result<Vec<Vec<f64>>, GgufError> {
+        let mut outs: Vec<Vec<f64>> = matrices.iter().map(|m| vec![0.0; m.rows]).collect();
+        let views: Vec<Option<QuantRows<'_>>> = matrices.iter().map(|m| m.blocks()).collect();
+        let mut shared = Vec::new();
+        for ((m, view), out) in matrices.iter().zip(&views).zip(outs.iter_mut()) {
+            match view {
+                Some(blocks) if m.rows * m.cols >= SMALL_PRODUCT => shared.push((blocks, out.as_mut_slice())),
+                _ => m.row_times_into(x, out)?,
+            }
+        }
+        quant::rows_times_quantized(x, &mut shared, true).map_err(|e| matrices[0].error(e.to_string()))?;
+        Ok(outs)
+    }
+
+    /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: panels of stored rows are dequantized
+    /// into `f64` and multiplied by the matrix product (the prefill's arithmetic, bitwise that of
+    /// the product on the whole dequantized weight). One row takes [`QuantizedMatrix::row_times`].
+    ///
+    /// # Errors
+    /// [`GgufError::TensorData`] if `x` is not whole rows of `cols`.
+    pub fn rows_times(&self, x: &[f64]) -> Result<Vec<f64>, GgufError> {
+        let t = x.len().checked_div(self.cols).unwrap_or(0);
+        if t * self.cols != x.len() || t == 0 {
+            return Err(self.error(format!("{} values are not rows of {}", x.len(), self.cols)));
+        }
+        if t == 1 {
+            return self.row_times(x);
+        }
+        let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
+        let mut out = vec![0.0; t * self.rows];
+        let step = (PANEL_VALUES / self.cols.max(1)).max(1);
+        let (mut part, mut panel) = (Vec::new(), Vec::new());
+        for first in (0..self.rows).step_by(step) {
+            let rows = first..(first + step).min(self.rows);
+            let n = rows.len();
+            let stored = self.dequantized(rows.clone())?; // [n, cols]
+            // the layout the decoder's `f64` weight has, so that the product runs the same sums:
+            // a table read transposed as stored, a weight as its `[in, out]` matrix
+            let rhs = if self.table {
+                MatRef::row_major(&stored, n, self.cols).map(MatRef::t)
+            } else {
+                panel.resize(n * self.cols, 0.0);
+                for (r, row) in stored.chunks_exact(self.cols).enumerate() {
+                    row.iter().enumerate().for_each(|(k, &w)| panel[k * n + r] = w);
+                }
+                MatRef::row_major(&panel, self.cols, n)
+            };
+            let rhs = rhs.map_err(|e| self.error(e.to_string()))?;
+            if n == self.rows {
+                matmul(&mut out, lhs, rhs, false, true).map_err(|e| self.error(e.to_string()))?;
+                break;
+            }
+            part.resize(t * n, 0.0);
+            matmul(&mut part, lhs, rhs, false, true).map_err(|e| self.error(e.to_string()))?;
+            for (dst, src) in out.chunks_exact_mut(self.rows).zip(part.chunks_exact(n)) {
+                dst[rows.clone()].copy_from_slice(src);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The plain twin of [`QuantizedMatrix::row_times`] (for a product of at least
+    /// [`SMALL_PRODUCT`] multiply-adds): each stored row dequantized as [`dequantize_into`] does
+    /// it, then `s = 0; s += x·w` over each block of 64 inputs and the blocks' sums added in
+    /// order — the sums the kernel arranges eight outputs at a time.
+    ///
+    /// # Errors
+    /// As [`QuantizedMatrix::row_times`].
+    pub fn row_times_plain(&self, x: &[f64]) -> Result<Vec<f64>, GgufError> {
+        if x.len() != self.cols {
+            return Err(self.error(format!("a row of {} values, not {}", x.len(), self.cols)));
+        }
+        let mut w = vec![0.0; self.cols];
+        (0..self.rows)
+            .map(|r| {
+                match &self.storage {
+                    Storage::Blocks(_, bytes) => {
+                        let row_bytes = bytes.len() / self.rows;
+                        dequantize_into(&self.name, self.tensor_type, &bytes[r * row_bytes..][..row_bytes], &mut w)?;
+                    }
+                    Storage::Dense(values) => w.copy_from_slice(&values[r * self.cols..][..self.cols]),
+                }
+                let sums = x.chunks(64).zip(w.chunks(64)).map(|(a, w)| {
+                    let mut s = 0.0;
+                    for (a, w) in a.iter().zip(w) {
+                        s += a * w;
+                    }
+                    s
+                });
+                Ok(sums.reduce(|total, s| total + s).unwrap_or(0.0))
+            })
+            .collect()
+    }
+}

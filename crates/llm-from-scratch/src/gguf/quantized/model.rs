@@ -1,0 +1,235 @@
+//! [`QuantizedLlama`]: a GGUF LLaMA that generates from the file's blocks.
+
+use std::path::Path;
+
+use super::QuantizedMatrix;
+use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
+use crate::autodiff::{TensorValue, constant};
+use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
+use crate::gguf::{Gguf, GgufError};
+use crate::model::{DecoderConfig, ModelError};
+use crate::nn::RotaryEmbedding;
+use crate::tensor::Tensor;
+
+/// One block's weights: the two gains in `f64`, the seven matrices as the file stores them.
+#[derive(Clone, Debug)]
+struct Block {
+    input_norm: TensorValue,
+    query: QuantizedMatrix,
+    key: QuantizedMatrix,
+    value: QuantizedMatrix,
+    output: QuantizedMatrix,
+    post_norm: TensorValue,
+    gate: QuantizedMatrix,
+    up: QuantizedMatrix,
+    down: QuantizedMatrix,
+}
+
+/// A GGUF LLaMA for generation that keeps its weights in the file's blocks: a `Q4_1` SmolLM2-135M
+/// holds 98 MB instead of the 1.08 GB of a [`crate::model::Decoder`] in `f64`, and each decoded
+/// token reads those 98 MB once.
+///
+/// Every step is the decoder's own — the same RMSNorm, RoPE, attention over a [`KvCache`],
+/// SwiGLU and residual sums — and each product gives the bits of the `f64` one (see
+/// [`QuantizedMatrix`]), so [`QuantizedLlama::forward_cached`] returns exactly the logits of
+/// [`crate::model::Decoder::forward_cached`] on the weights [`super::load_gguf_llama`] loads.
+/// It has no tape and cannot be trained.
+///
+/// ```
+/// use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, load_gguf_llama};
+/// let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-llama.gguf");
+/// let (quantized, dense) = (QuantizedLlama::load(path, GgufRope::AsStored)?, load_gguf_llama(path, GgufRope::AsStored)?);
+/// let (mut a, mut b) = (quantized.new_caches(1), dense.new_caches(1));
+/// for tokens in [&[1, 5, 9][..], &[4], &[7]] {
+///     let shape = [1, tokens.len()];
+///     let (x, y) = (quantized.forward_cached(tokens, shape, &mut a)?, dense.forward_cached(tokens, shape, &mut b)?);
+///     assert_eq!(x, y); // the same bits
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct QuantizedLlama {
+    config: DecoderConfig,
+    attention: AttentionConfig,
+    rope: RotaryEmbedding,
+    embed: QuantizedMatrix,
+    blocks: Vec<Block>,
+    norm: TensorValue,
+    head: Option<QuantizedMatrix>,
+}
+
+impl QuantizedLlama {
+    /// Reads the GGUF LLaMA at `path`, W_Q and W_K in the row order `rope` names.
+    ///
+    /// # Errors
+    /// [`GgufError::Io`]; the errors of [`QuantizedLlama::from_gguf`].
+    pub fn load(path: impl AsRef<Path>, rope: GgufRope) -> Result<Self, GgufError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .map_err(|e| GgufError::Io { path: path.display().to_string(), reason: e.to_string() })?;
+        Self::from_gguf(&Gguf::parse(&bytes)?, rope)
+    }
+
+    /// The model of a parsed GGUF LLaMA: the checks of [`super::llama_from_gguf`], then each
+    /// matrix's blocks copied as they are (types the product kernels do not read — F32, F16,
+    /// BF16, Q4_K, Q6_K — are dequantized once) and the gains dequantized.
+    ///
+    /// # Errors
+    /// As [`super::llama_from_gguf`].
+    pub fn from_gguf(file: &Gguf<'_>, rope: GgufRope) -> Result<Self, GgufError> {
+        let (config, plan, infos) = checked_plan(file, rope)?;
+        let attention = config.attention();
+        let rope_table = attention.rope().map_err(ModelError::from)?;
+        let mut matrices = Vec::new();
+        let mut gains = Vec::new();
+        for (p, info) in plan.iter().zip(infos) {
+            let bytes = file.tensor_bytes(info.name())?;
+            match (p.layout, info.dims()) {
+                (Layout::AsStored, &[_]) => {
+                    let gain = Tensor::new(&p.shape, file.dequantize(info.name())?).map_err(ModelError::from)?;
+                    gains.push(TensorValue::leaf(gain, false));
+                }
+                (layout, &[cols, rows]) => {
+                    let order = match layout {
+                        Layout::Transposed(Some(heads)) => {
+                            let width = rows / heads.max(1);
+                            let mut order = vec![0; rows];
+                            (0..rows).for_each(|r| order[hugging_face_row(r, width)] = r);
+                            Some(order)
+                        }
+                        _ => None,
+                    };
+                    let t = info.tensor_type();
+                    matrices.push(QuantizedMatrix::new(info.name(), t, bytes, [rows, cols], order.as_deref())?);
+                }
+                _ => return Err(GgufError::MissingTensor { name: p.gguf.clone() }),
+            }
+        }
+        // the plan's order: embedding; per block two gains and seven matrices; the final gain; the head
+        let mut matrices = matrices.into_iter();
+        let mut gains = gains.into_iter();
+        let missing = || GgufError::MissingTensor { name: "a tensor of the plan".to_string() };
+        let embed = matrices.next().ok_or_else(missing)?.into_table();
+        let mut blocks = Vec::with_capacity(config.layers);
+        for _ in 0..config.layers {
+            let mut next = || matrices.next().ok_or_else(missing);
+            let (query, key, value, output, gate, up, down) =
+                (next()?, next()?, next()?, next()?, next()?, next()?, next()?);
+            let (input_norm, post_norm) = (gains.next().ok_or_else(missing)?, gains.next().ok_or_else(missing)?);
+            blocks.push(Block { input_norm, query, key, value, output, post_norm, gate, up, down });
+        }
+        let norm = gains.next().ok_or_else(missing)?;
+        let head = matrices.next();
+        Ok(Self { config, attention, rope: rope_table, embed, blocks, norm, head })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    /// The bytes of every weight held (blocks as stored, dense ones 8 per value).
+    pub fn weight_bytes(&self) -> usize {
+        let blocks = self.blocks.iter().map(|b| {
+            [&b.query, &b.key, &b.value, &b.output, &b.gate, &b.up, &b.down].iter().map(|m| m.bytes()).sum::<usize>()
+        });
+        self.embed.bytes() + self.head.as_ref().map_or(0, QuantizedMatrix::bytes) + blocks.sum::<usize>()
+    }
+
+    /// One empty KV cache per layer for `batch` sequences.
+    pub fn new_caches(&self, batch: usize) -> Vec<KvCache> {
+        self.blocks.iter().map(|_| KvCache::for_config(&self.attention, batch)).collect()
+    }
+
+    /// Logits `[B, T, V]` for the next `T` tokens of each of `B` sequences after what `caches`
+    /// hold, appending their keys and values: [`crate::model::Decoder::forward_cached`], read from
+    /// the blocks.
+    ///
+    /// # Errors
+    /// [`GgufError::Model`] with [`ModelError::CacheCount`]; [`ModelError::Attention`] for caches
+    /// of another model or batch, or tokens past `max_positions` (checked before any cache
+    /// changes); [`ModelError::TokenOutOfRange`]; [`ModelError::InvalidSetting`] for a shape that
+    /// does not hold the tokens or caches at different positions.
+    pub fn forward_cached(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, GgufError> {
+        llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches))
+    }
+
+    fn forward_body(&self, tokens: &[usize], [b, t]: [usize; 2], caches: &mut [KvCache]) -> Result<Tensor, GgufError> {
+        let (d, v) = (self.config.model_width, self.config.vocab_size);
+        if caches.len() != self.blocks.len() {
+            return Err(ModelError::CacheCount { expected: self.blocks.len(), actual: caches.len() }.into());
+        }
+        if b.checked_mul(t) != Some(tokens.len()) || tokens.is_empty() {
+            let reason = "B·T must equal the number of tokens, and be at least 1";
+            return Err(ModelError::setting("quantized llama", "shape", format!("{:?}", [b, t]), reason).into());
+        }
+        if let Some((index, &id)) = tokens.iter().enumerate().find(|&(_, &id)| id >= v) {
+            return Err(ModelError::TokenOutOfRange { what: "input token", index, id, vocab: v }.into());
+        }
+        let first = caches.first().map_or(0, KvCache::next_position);
+        for cache in caches.iter() {
+            cache.check_matches_config(&self.attention, b)?;
+            if cache.next_position() != first {
+                let positions = format!("{:?}", caches.iter().map(KvCache::next_position).collect::<Vec<_>>());
+                let reason = "every layer's cache must be at the same position";
+                return Err(ModelError::setting("quantized llama", "next positions", positions, reason).into());
+            }
+        }
+        self.rope.check_interval(first, t).map_err(|e| AttentionError::from_rope(Branch::Query, e))?;
+        let embed = |&id: &usize| self.embed.row(id);
+        let mut x = Tensor::new(&[b, t, d], tokens.iter().map(embed).collect::<Result<Vec<_>, _>>()?.concat())?;
+        for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
+            x = self.block(block, x, cache, first)?;
+        }
+        let h = TensorValue::leaf(x, false).rms_norm(&self.norm, self.config.rms_eps)?.value()?;
+        let logits = self.head.as_ref().unwrap_or(&self.embed).rows_times(h.as_slice())?;
+        Ok(Tensor::new(&[b, t, v], logits)?)
+    }
+
+    /// One block for the tokens `x [B, T, d]` at positions `first..`: attention through `cache`,
+    /// then the feed-forward, each added to the residual stream.
+    fn block(&self, w: &Block, x: Tensor, cache: &mut KvCache, first: usize) -> Result<Tensor, GgufError> {
+        let c = &self.attention;
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        let x = TensorValue::leaf(x, false);
+        let normed = x.rms_norm(&w.input_norm, self.config.rms_eps)?.value()?;
+        let [q, k, v] = products(normed.as_slice(), [&w.query, &w.key, &w.value])?;
+        let positions: Vec<usize> = (first..first + t).collect();
+        let heads = |values: Vec<f64>, n: usize, branch| {
+            let projected = constant(&[b, t, n * c.head_width], &values)?;
+            split_heads_of(&projected, n, Some(branch))
+        };
+        let rotate = |heads: TensorValue, branch| {
+            self.rope.rotate_at(&heads, &positions).map_err(|e| AttentionError::from_rope(branch, e))
+        };
+        let q = rotate(heads(q, c.query_heads, Branch::Query)?, Branch::Query)?.value()?;
+        let k = rotate(heads(k, c.kv_heads, Branch::Key)?, Branch::Key)?.value()?;
+        let v = heads(v, c.kv_heads, Branch::Value)?.value()?;
+        let attended = attend_cached(c, None, cache, (&q, &k, &v), first); // [B,H,T,d_h]
+        cache.append(&k, &v, first);
+        let merged = merge_heads(&constant(&[b, c.query_heads, t, c.head_width], &attended)?)?.value()?;
+        let out = w.output.rows_times(merged.as_slice())?;
+        let h = x.add(&constant(x.shape(), &out)?)?;
+        let normed = h.rms_norm(&w.post_norm, self.config.rms_eps)?.value()?;
+        let [gate, up] = products(normed.as_slice(), [&w.gate, &w.up])?;
+        let f = gate.len() / (b * t).max(1);
+        let hidden = constant(&[b, t, f], &gate)?.silu()?.mul(&constant(&[b, t, f], &up)?)?.value()?;
+        let fed = w.down.rows_times(hidden.as_slice())?;
+        Ok(h.add(&constant(h.shape(), &fed)?)?.value()?)
+    }
+}
+
+/// The rows `x` times each matrix: one token's products share a parallel pass.
+fn products<const N: usize>(x: &[f64], matrices: [&QuantizedMatrix; N]) -> Result<[Vec<f64>; N], GgufError> {
+    let outs = if matrices.first().is_some_and(|m| x.len() == m.cols()) {
+        QuantizedMatrix::row_times_each(x, &matrices)?
+    } else {
+        matrices.iter().map(|m| m.rows_times(x)).collect::<Result<Vec<_>, _>>()?
+    };
+    outs.try_into().map_err(|_| GgufError::MissingTensor { name: "a projection".to_string() })
+}
