@@ -56,6 +56,13 @@ The workloads follow docs/performance.md:
   head; B=16 windows of T=64 random ids, every position scored. A step: forward, cross-entropy,
   backward, `clip_grad_norm_(1.0)`, AdamW (0.9, 0.95, eps 1e-8, weight decay 0.1 on matrices
   only) with the chapter's learning rate; four batches rotate and the model keeps training.
+- real-prefill, real-decode (PyTorch only): SmolLM2-135M-Instruct from its GGUF file (`--model`, else
+  `LLM_MODEL`, else where `scripts/fetch-model` puts it; skipped with one line when absent), every
+  weight dequantized to float64 with the `gguf` package (add `gguf==0.17.1` to the set-up above), a
+  plain LLaMA forward (RMSNorm, RoPE on pairs (2i, 2i+1) as the file stores W_Q and W_K, grouped-query
+  `F.scaled_dot_product_attention`, SwiGLU, tied head) with a preallocated KV cache written in place.
+  `prefill`: the logits of all 256 positions of a prompt; `token`: one token against the cache of
+  that prompt (positions 256 onwards, one more each run, as `llm-bench real-decode` does).
 """
 
 import argparse
@@ -76,6 +83,10 @@ CAUSAL_FLOPS = 2 * 2 * LONG_H * (LONG_T * (LONG_T + 1) // 2) * LONG_DH
 TEXT_V, TEXT_D, TEXT_L, TEXT_H, TEXT_G, TEXT_FFN, TEXT_B, TEXT_T = 57, 64, 2, 4, 2, 176, 16, 64
 # as `llm-bench train-text` counts them: products, attention, AdamW
 TEXT_FLOPS = 690.6e6
+REAL_PROMPT = 256
+# as `llm-bench real-prefill` counts them: products of every position, attention over the triangle
+REAL_PREFILL_FLOPS = 71.2e9
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 # target -> (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, --xla_cpu_max_isa, /proc/cpuinfo flags it needs);
@@ -195,11 +206,26 @@ def rope_tables(positions, head_width, base=10_000.0):
     return cos, sin
 
 
+def model_path(given):
+    """`--model`, else LLM_MODEL, else the file scripts/fetch-model writes if it is there (as
+    `llm_from_scratch::gguf::model_path_from_env`); None when there is none."""
+    if given:
+        return given
+    if os.environ.get("LLM_MODEL"):
+        return os.environ["LLM_MODEL"]
+    home = os.environ.get("HOME", "")
+    cache = os.environ.get("LLM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "llm-from-scratch"
+    )
+    path = os.path.join(cache, MODEL_FILE)
+    return path if os.path.isfile(path) else None
+
+
 # --------------------------------------------------------------------------------------------
 # PyTorch
 
 
-def torch_peer(workloads, threads, target):
+def torch_peer(workloads, threads, target, model=None):
     try:
         import torch
         import torch.nn.functional as F
@@ -389,6 +415,88 @@ def torch_peer(workloads, threads, target):
         line(peer, "train-text", "step", median_ms(step, warmups=3, timed=21), TEXT_FLOPS)
 
 
+    if workloads & {"real-prefill", "real-decode"}:
+        real_model_peer(torch, F, peer, workloads, model_path(model))
+
+
+def real_model_peer(torch, F, peer, workloads, path):
+    """SmolLM2-135M in float64: prefill of 256 tokens, then one token at a time, cache in place."""
+    if path is None:
+        for w in sorted(workloads & {"real-prefill", "real-decode"}):
+            print(f"{w} skipped: no model file (run scripts/fetch-model, then pass --model PATH or set LLM_MODEL)")
+        return
+    try:
+        from gguf import GGUFReader
+        from gguf.quants import dequantize
+    except ImportError:
+        print("gguf unavailable (pip install gguf)", file=sys.stderr)
+        return
+    f64 = torch.float64
+    reader = GGUFReader(path)
+
+    def field(key, default=None):
+        f = reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    d, layers = int(field("llama.embedding_length")), int(field("llama.block_count"))
+    heads, kv_heads = int(field("llama.attention.head_count")), int(field("llama.attention.head_count_kv"))
+    eps, theta = float(field("llama.attention.layer_norm_rms_epsilon")), float(field("llama.rope.freq_base", 1e4))
+    dh = d // heads
+    w = {}
+    for t in reader.tensors:
+        values = dequantize(t.data, t.tensor_type).astype("float32").astype("float64")
+        w[t.name] = torch.from_numpy(values).reshape([int(n) for n in reversed(t.shape)])  # [out, in]
+    emb = w["token_embd.weight"]
+    head = w.get("output.weight", emb)
+    vocab = emb.shape[0]
+    blocks = [
+        [w[f"blk.{i}.{n}.weight"] for n in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")]
+        for i in range(layers)
+    ]
+    positions = REAL_PROMPT + 64
+    inv = 1.0 / theta ** (torch.arange(0, dh, 2, dtype=f64) / dh)
+    angle = torch.arange(positions, dtype=f64)[:, None] * inv
+    cos, sin = angle.cos(), angle.sin()
+    k_cache = [torch.zeros(kv_heads, positions, dh, dtype=f64) for _ in range(layers)]
+    v_cache = [torch.zeros(kv_heads, positions, dh, dtype=f64) for _ in range(layers)]
+
+    def norm(x, gain):
+        return gain * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rope(x, at):  # [h, T, d_h]; pairs (2i, 2i+1), the file's row order
+        even, odd = x[..., 0::2], x[..., 1::2]
+        c, s_ = cos[at], sin[at]
+        return torch.stack((even * c - odd * s_, even * s_ + odd * c), dim=-1).flatten(-2)
+
+    def forward(ids, pos):
+        t = len(ids)
+        at = slice(pos, pos + t)
+        x = emb[torch.tensor(ids)]
+        for i, (g1, wq, wk, wv, wo, g2, wg, wu, wd) in enumerate(blocks):
+            h = norm(x, g1)
+            q = rope(F.linear(h, wq).view(t, heads, dh).transpose(0, 1), at)
+            k = rope(F.linear(h, wk).view(t, kv_heads, dh).transpose(0, 1), at)
+            k_cache[i][:, at] = k
+            v_cache[i][:, at] = F.linear(h, wv).view(t, kv_heads, dh).transpose(0, 1)
+            keys, values = k_cache[i][:, : pos + t], v_cache[i][:, : pos + t]
+            ctx = F.scaled_dot_product_attention(q, keys, values, is_causal=t > 1, enable_gqa=True)
+            x = x + F.linear(ctx.transpose(0, 1).reshape(t, heads * dh), wo)
+            h = norm(x, g2)
+            x = x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+        return F.linear(norm(x, w["output_norm.weight"]), head)  # [T, V]
+
+    rng = torch.Generator().manual_seed(38)
+    prompt = torch.randint(0, vocab, (REAL_PROMPT,), generator=rng).tolist()
+    with torch.no_grad():
+        if "real-prefill" in workloads:
+            ms = median_ms(lambda _: forward(prompt, 0), warmups=1, timed=5)
+            line(peer, "real-prefill", "prefill", ms, REAL_PREFILL_FLOPS)
+        if "real-decode" in workloads:
+            forward(prompt, 0)
+            ms = median_ms(lambda i: forward([prompt[i % REAL_PROMPT]], REAL_PROMPT + i), warmups=3, timed=21)
+            line(peer, "real-decode", "token", ms)
+
+
 # --------------------------------------------------------------------------------------------
 # JAX
 
@@ -515,9 +623,10 @@ def jax_peer(workloads, threads, target):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    everything = ["gemm", "mha-train", "decode", "long-causal", "train-text"]
+    everything = ["gemm", "mha-train", "decode", "long-causal", "train-text", "real-prefill", "real-decode"]
     parser.add_argument("workloads", nargs="*", help=f"any of {', '.join(everything)} (default: all)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--model", metavar="PATH", help="the GGUF file of SmolLM2-135M-Instruct (default: LLM_MODEL, else scripts/fetch-model's file)")
     parser.add_argument("--peer", choices=["torch", "jax", "both"], default="both")
     parser.add_argument(
         "--kernels",
@@ -526,6 +635,10 @@ def main():
     )
     args = parser.parse_args()
     workloads = set(args.workloads or everything)
+    if args.threads < 1:
+        parser.error(f"--threads: expected a whole number from 1, not {args.threads}")
+    if args.model is not None and not os.path.isfile(args.model):
+        parser.error(f"--model {args.model}: expected the path of a GGUF model file")
     unknown = workloads - set(everything)
     if unknown:
         parser.error(f"unknown workload(s): {', '.join(sorted(unknown))}; choose from {', '.join(everything)}")
@@ -543,7 +656,7 @@ def main():
         constrain(target)
     print(machine_line(args.threads, target), flush=True)
     if args.peer in ("torch", "both"):
-        torch_peer(workloads, args.threads, target)
+        torch_peer(workloads, args.threads, target, args.model)
     if args.peer in ("jax", "both"):
         # last: it may pin the process to fewer cores
         jax_peer(workloads, args.threads, target)

@@ -17,18 +17,25 @@
 //!
 //! At start-up the binary calls [`llm_from_scratch::kernels::allocator::keep_freed_memory`], so that
 //! glibc reuses freed buffers instead of returning them to the system between runs; set
-//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults.
+//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults. `real-prefill` and
+//! `real-decode` instead call `return_freed_memory` (the same module): the latter reports the
+//! resident memory of a generating process.
 //!
 //! Exit codes: 0 on success, 1 when a workload fails (a library error or
 //! a wrong result) or standard output cannot be written, 2 for a usage error (with what was wrong
 //! and what is accepted), 141 when the reader of standard output went away.
 
 mod measure;
+mod real;
 mod workloads;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::CommandFactory;
+use clap::error::ErrorKind;
 use demo_support::cli::{self, Failure, RunArgs};
+use llm_from_scratch::gguf::{MODEL_ENV, model_path_from_env};
 use llm_from_scratch::kernels::gemm::micro_kernel_name;
 use llm_from_scratch::kernels::target::{self, Target};
 use workloads::{Outcome, Workload};
@@ -40,8 +47,18 @@ struct Cli {
     /// What to measure
     #[arg(value_enum, value_name = "WORKLOAD")]
     workload: Workload,
+    /// The GGUF file of SmolLM2-135M-Instruct for real-prefill, real-decode and stream
+    /// (scripts/fetch-model downloads it) [default: $LLM_MODEL, else the file scripts/fetch-model writes]
+    #[arg(long, value_name = "PATH", value_parser = model_file)]
+    model: Option<PathBuf>,
     #[command(flatten)]
     run: RunArgs,
+}
+
+/// A path to an existing file.
+fn model_file(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    if path.is_file() { Ok(path) } else { Err("expected the path of a GGUF model file".to_string()) }
 }
 
 /// The first output line: the processor, the threads, its SIMD features and the kernel each fast
@@ -78,13 +95,30 @@ fn main() -> ExitCode {
 
 /// Parses `args`, measures the workload inside a pool of the asked threads and prints its lines.
 fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<(), Failure> {
-    let Cli { workload, run } = cli::parse_from("llm-bench", args)?;
+    let Cli { workload, model, run } = cli::parse_from("llm-bench", args)?;
+    let model = match model {
+        Some(path) => Some(path),
+        None => match model_path_from_env() {
+            Some(path) if !path.is_file() => {
+                let message = format!("{MODEL_ENV}={}: expected the path of a GGUF model file", path.display());
+                return Err(Failure::Usage(Cli::command().error(ErrorKind::InvalidValue, message)));
+            }
+            found => found,
+        },
+    };
     // the kernels as every binary takes them; the threads are this pool's, not the global one
     let target = RunArgs { threads: None, ..run }.apply()?;
     // glibc would otherwise return the buffers of each step to the system and fault them in again
     // in the next (see `llm_kernels::allocator`); LLM_BENCH_MALLOC=default measures without
+    // (the real model's workloads do the opposite: real-decode reports the resident memory of a
+    // generating process, and a prefill's large panels are returned when freed)
+    let real = matches!(workload, Workload::RealPrefill | Workload::RealDecode);
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
-        llm_from_scratch::kernels::allocator::keep_freed_memory();
+        if real {
+            llm_from_scratch::kernels::allocator::return_freed_memory();
+        } else {
+            llm_from_scratch::kernels::allocator::keep_freed_memory();
+        }
     }
     let threads = run.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let pool = rayon::ThreadPoolBuilder::new()
@@ -93,15 +127,20 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
         .map_err(|e| format!("cannot start {threads} threads: {e}"))?;
     cli::print(&format!("{}\n", machine_line(threads, target)))?;
     let lines = pool.install(|| {
-        let Outcome::Measured(lines) = workload.run()?;
-        if !workload.is_attention() {
-            return Ok(lines);
-        }
-        let gemm = workloads::gemm_gflops()?;
-        Ok::<_, String>(lines.into_iter().map(|line| line.relative_to_gemm(gemm)).collect::<Vec<_>>())
+        let lines = match workload.run(model.as_deref())? {
+            Outcome::Measured(lines) => lines,
+            Outcome::Skipped(why) => return Ok(format!("{why}\n")),
+        };
+        let lines = if workload.is_attention() {
+            let gemm = workloads::gemm_gflops()?;
+            lines.into_iter().map(|line| line.relative_to_gemm(gemm)).collect::<Vec<_>>()
+        } else {
+            lines
+        };
+        Ok::<_, String>(lines.iter().map(|line| format!("{line}\n")).collect::<String>())
     });
     let lines = lines.map_err(|message| format!("{} failed: {message}", workload.name()))?;
-    cli::print(&lines.iter().map(|line| format!("{line}\n")).collect::<String>())
+    cli::print(&lines)
 }
 
 #[cfg(test)]
@@ -118,16 +157,27 @@ mod tests {
     #[test]
     fn workloads_and_thread_counts_parse() {
         let run = |kernels: Option<Target>, threads| RunArgs { kernels: kernels.map(cli::KernelTarget), threads };
-        assert_eq!(parse(&["gemm", "--threads", "2"]), Ok(Cli { workload: Workload::Gemm, run: run(None, Some(2)) }));
+        let cli = |workload, run| Cli { workload, model: None, run };
+        assert_eq!(parse(&["gemm", "--threads", "2"]), Ok(cli(Workload::Gemm, run(None, Some(2)))));
         assert_eq!(
             parse(&["--threads=1", "long-causal", "--kernels", "avx2"]),
-            Ok(Cli { workload: Workload::LongCausal, run: run(Some(Target::Avx2), Some(1)) })
+            Ok(cli(Workload::LongCausal, run(Some(Target::Avx2), Some(1))))
         );
-        assert_eq!(
-            parse(&["--kernels=portable", "gemm"]),
-            Ok(Cli { workload: Workload::Gemm, run: run(Some(Target::Portable), None) })
-        );
-        for name in ["gemm", "mha-train", "decode", "long-causal", "train-step", "train-text"] {
+        assert_eq!(parse(&["--kernels=portable", "gemm"]), Ok(cli(Workload::Gemm, run(Some(Target::Portable), None))));
+        let this_file = file!().replace("crates/llm-bench/", "");
+        let parsed = parse(&["real-decode", "--model", &this_file]).map(|c| c.model);
+        assert_eq!(parsed, Ok(Some(PathBuf::from(&this_file))));
+        for name in [
+            "gemm",
+            "mha-train",
+            "decode",
+            "long-causal",
+            "train-step",
+            "train-text",
+            "real-prefill",
+            "real-decode",
+            "stream",
+        ] {
             let Ok(Cli { workload, .. }) = parse(&[name]) else {
                 panic!("{name} does not parse");
             };
@@ -148,7 +198,12 @@ mod tests {
     fn bad_arguments_say_what_was_wrong_and_what_is_accepted() {
         for (args, needle) in [
             (&["gemmm"][..], "invalid value 'gemmm' for '<WORKLOAD>'"),
-            (&["gemmm"][..], "[possible values: gemm, mha-train, decode, long-causal, train-step, train-text]"),
+            (
+                &["gemmm"][..],
+                "[possible values: gemm, mha-train, decode, long-causal, train-step, train-text, real-prefill, real-decode, stream]",
+            ),
+            (&["real-decode", "--model", "/nonexistent/model.gguf"][..], "expected the path of a GGUF model file"),
+            (&["real-decode", "--model", "/"][..], "expected the path of a GGUF model file"),
             (&[][..], "the following required arguments were not provided"),
             (&["gemm", "--threads"][..], "a value is required for '--threads <N>'"),
             (&["gemm", "--threads", "0"][..], "expected a whole number from 1 to 1024"),

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// One output line: `<workload> <variant> median_ms=<float> [gflops=<float> [of_gemm=<float>]]
-/// [peak_mib=<float>]`.
+/// [peak_mib=<float>] [gbs=<float> [of_stream=<float>]] [rss_mib=<float>]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Measurement {
     pub workload: &'static str,
@@ -15,12 +15,28 @@ pub struct Measurement {
     /// `gflops` as a fraction of the matrix product's rate in the same run and on the same target.
     pub of_gemm: Option<f64>,
     pub peak_mib: Option<f64>,
+    /// Bytes read per millisecond, in GB/s (bandwidth-bound workloads).
+    pub gbs: Option<f64>,
+    /// `gbs` as a fraction of a read-only pass's rate over as many bytes, in the same run.
+    pub of_stream: Option<f64>,
+    /// The process's peak resident memory, in MiB.
+    pub rss_mib: Option<f64>,
 }
 
 impl Measurement {
     /// A line with the time only.
     pub fn new(workload: &'static str, variant: &'static str, median_ms: f64) -> Self {
-        Self { workload, variant, median_ms, gflops: None, of_gemm: None, peak_mib: None }
+        Self {
+            workload,
+            variant,
+            median_ms,
+            gflops: None,
+            of_gemm: None,
+            peak_mib: None,
+            gbs: None,
+            of_stream: None,
+            rss_mib: None,
+        }
     }
 
     /// Adds the rate `flops / median time`, in GFLOP/s.
@@ -32,6 +48,20 @@ impl Measurement {
     /// Adds the rate as a fraction of `gemm_gflops` (nothing for a line without a rate).
     pub fn relative_to_gemm(mut self, gemm_gflops: f64) -> Self {
         self.of_gemm = self.gflops.map(|g| g / gemm_gflops);
+        self
+    }
+
+    /// Adds the rate over the bytes read, GB/s, and its fraction of `stream_gbs` (a read-only
+    /// pass over as many bytes in the same run), if given.
+    pub fn with_bandwidth(mut self, gbs: f64, stream_gbs: Option<f64>) -> Self {
+        self.gbs = Some(gbs);
+        self.of_stream = stream_gbs.map(|s| gbs / s);
+        self
+    }
+
+    /// Adds the process's peak resident memory in MiB, if known.
+    pub fn with_rss_mib(mut self, mib: Option<f64>) -> Self {
+        self.rss_mib = mib;
         self
     }
 
@@ -53,6 +83,15 @@ impl fmt::Display for Measurement {
         }
         if let Some(mib) = self.peak_mib {
             write!(f, " peak_mib={mib:.2}")?;
+        }
+        if let Some(gbs) = self.gbs {
+            write!(f, " gbs={gbs:.2}")?;
+        }
+        if let Some(fraction) = self.of_stream {
+            write!(f, " of_stream={fraction:.2}")?;
+        }
+        if let Some(mib) = self.rss_mib {
+            write!(f, " rss_mib={mib:.1}")?;
         }
         Ok(())
     }

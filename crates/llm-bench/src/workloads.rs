@@ -20,7 +20,10 @@ use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::tensor::matmul::{self as kernels, MatRef};
 use llm_from_scratch::{Tensor, TensorValue};
 
+use std::path::Path;
+
 use crate::measure::{Measurement, Runs, median_ms, resident_growth};
+use crate::real;
 
 /// The workloads, by the name the command line uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -37,6 +40,12 @@ pub enum Workload {
     TrainStep,
     /// one optimiser step of chapter 37's character model
     TrainText,
+    /// SmolLM2-135M from its GGUF file (--model): the logits of a 256-token prompt
+    RealPrefill,
+    /// SmolLM2-135M from its GGUF file (--model): one token against a cache of 256
+    RealDecode,
+    /// a read-only pass over a buffer the size of what real-decode reads
+    Stream,
 }
 
 /// What a workload reports.
@@ -44,15 +53,20 @@ pub enum Workload {
 pub enum Outcome {
     /// One line per variant.
     Measured(Vec<Measurement>),
+    /// Not measured, and why (one line).
+    Skipped(String),
 }
 
-const NAMES: [(Workload, &str); 6] = [
+const NAMES: [(Workload, &str); 9] = [
     (Workload::Gemm, "gemm"),
     (Workload::MhaTrain, "mha-train"),
     (Workload::Decode, "decode"),
     (Workload::LongCausal, "long-causal"),
     (Workload::TrainStep, "train-step"),
     (Workload::TrainText, "train-text"),
+    (Workload::RealPrefill, "real-prefill"),
+    (Workload::RealDecode, "real-decode"),
+    (Workload::Stream, "stream"),
 ];
 
 impl Workload {
@@ -67,9 +81,20 @@ impl Workload {
         matches!(self, Workload::MhaTrain | Workload::Decode | Workload::LongCausal)
     }
 
-    /// Runs the workload on the current rayon pool. Errors are messages for the user.
-    pub fn run(self) -> Result<Outcome, String> {
+    /// Runs the workload on the current rayon pool; the real-model workloads read the model at
+    /// `model` and are skipped without one. Errors are messages for the user.
+    pub fn run(self, model: Option<&Path>) -> Result<Outcome, String> {
+        let real = |work: fn(&Path) -> Result<Vec<Measurement>, String>| match model {
+            Some(path) => work(path).map(Outcome::Measured),
+            None => Ok(Outcome::Skipped(format!(
+                "{} skipped: no model file (run scripts/fetch-model, then pass --model PATH or set LLM_MODEL)",
+                self.name()
+            ))),
+        };
         match self {
+            Workload::RealPrefill => real(real::prefill),
+            Workload::RealDecode => real(real::decode),
+            Workload::Stream => real::stream(model).map(Outcome::Measured),
             Workload::Gemm => gemm(),
             Workload::MhaTrain => mha_train(),
             Workload::Decode => decode(),

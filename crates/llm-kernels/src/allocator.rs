@@ -23,6 +23,21 @@
 /// start-up. Returns `true` where it took effect (glibc on Linux) and `false`, doing nothing,
 /// elsewhere.
 pub fn keep_freed_memory() -> bool {
+    // glibc's largest mmap threshold: 4 MiB × the size of a pointer
+    set_thresholds(4 << 20 << (std::mem::size_of::<usize>() / 4), 512 << 20)
+}
+
+/// The opposite choice, for a process whose resident memory is the point (decoding a real model):
+/// every allocation above 128 KiB is mapped on its own and returned to the system when freed, and
+/// heaps are trimmed above 128 KiB of free tail — glibc's starting values, pinned, so that a few
+/// large freed buffers (a prefill's panels) do not raise the threshold and stay resident.
+/// Returns `true` where it took effect (glibc on Linux).
+pub fn return_freed_memory() -> bool {
+    set_thresholds(128 << 10, 128 << 10)
+}
+
+/// Pins glibc's mmap and trim thresholds (in bytes).
+fn set_thresholds(mmap_bytes: i32, trim_bytes: i32) -> bool {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
     {
@@ -33,15 +48,14 @@ pub fn keep_freed_memory() -> bool {
         unsafe extern "C" {
             fn mallopt(param: c_int, value: c_int) -> c_int;
         }
-        // glibc's largest mmap threshold: 4 MiB × the size of a pointer
-        const MMAP_THRESHOLD: c_int = 4 << 20 << (std::mem::size_of::<usize>() / 4);
         // SAFETY: `mallopt` only records the parameter; glibc documents it as safe to call at any
-        // time, and both values are in range. It returns 1 on success.
-        let (mmap, trim) = unsafe { (mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD), mallopt(M_TRIM_THRESHOLD, 512 << 20)) };
+        // time, and both callers' values are in range. It returns 1 on success.
+        let (mmap, trim) = unsafe { (mallopt(M_MMAP_THRESHOLD, mmap_bytes), mallopt(M_TRIM_THRESHOLD, trim_bytes)) };
         mmap == 1 && trim == 1
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
+        let _ = (mmap_bytes, trim_bytes);
         false
     }
 }

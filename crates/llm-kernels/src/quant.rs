@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::isa::{self, Isa, Kernel};
-use crate::target::active;
+use crate::target::{Target, active, note};
 
 /// The block formats the products here read, as ggml stores them.
 ///
@@ -260,6 +260,16 @@ pub fn rows_times_quantized(
         tasks.extend(out.chunks_mut(OUTPUTS_PER_TASK).enumerate().map(|(t, outs)| (w, t * OUTPUTS_PER_TASK, outs)));
     }
     let task = |(w, first, outs): (&QuantRows<'_>, usize, &mut [f64])| {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(target, Target::Avx2 | Target::Avx512) && target.is_available() {
+            note(target);
+            // SAFETY: the processor runs the target, so it has AVX2 (`is_available`).
+            #[allow(unsafe_code)]
+            unsafe {
+                x86::outputs(x, w, first, outs)
+            };
+            return;
+        }
         isa::run(target, Outputs { x, w, first, outs });
     };
     if parallel && tasks.len() > 1 {
@@ -284,20 +294,20 @@ impl Kernel for Outputs<'_, '_, '_> {
     fn run<I: Isa>(self, _isa: I) {
         let Self { x, w, first, outs } = self;
         let block_bytes = w.format.block_bytes();
-        let mut values = [0.0; BLOCK];
+        let mut panel = [[0.0; LANES]; INPUTS_PER_SUM];
         for (g, group) in outs.chunks_mut(LANES).enumerate() {
-            let rows: [&[u8]; LANES] = std::array::from_fn(|c| w.row((first + g * LANES + c).min(w.rows - 1)));
+            // a group short of eight repeats its last row; the extra lanes are not written out
+            let mut rows: [&[u8]; LANES] = [&[]; LANES];
+            for (c, row) in rows.iter_mut().enumerate() {
+                *row = w.row((first + g * LANES + c).min(w.rows - 1));
+            }
             let mut totals = [0.0; LANES];
             for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-                // the panel: input i of this sum down the rows, output c across
-                let mut panel = [[0.0; LANES]; INPUTS_PER_SUM];
-                for (c, row) in rows.iter().enumerate() {
-                    for (h, half) in panel.chunks_exact_mut(BLOCK).take(inputs.len() / BLOCK).enumerate() {
-                        let b = s * (INPUTS_PER_SUM / BLOCK) + h;
-                        block_values(w.format, &row[b * block_bytes..][..block_bytes], &mut values);
-                        for (line, &v) in half.iter_mut().zip(&values) {
-                            line[c] = v;
-                        }
+                // the panel: input i of this sum down, the eight outputs across
+                for (h, half) in panel.chunks_exact_mut(BLOCK).take(inputs.len() / BLOCK).enumerate() {
+                    let at = (s * (INPUTS_PER_SUM / BLOCK) + h) * block_bytes;
+                    if let Ok(half) = <&mut [[f64; LANES]; BLOCK]>::try_from(half) {
+                        block_panel(w.format, &rows, at, half);
                     }
                 }
                 let mut partial = [0.0; LANES];
@@ -317,6 +327,222 @@ impl Kernel for Outputs<'_, '_, '_> {
     }
 }
 
+/// The block at byte `at` of eight rows, as a panel: `panel[i][c]` = value `i` of row `c`.
+///
+/// The bytes of the eight rows are read eight at a time as words and transposed
+/// ([`transpose_bytes`]), so that each word holds one byte position of all eight rows; then every
+/// step is the same operation on eight lanes (the rows), which the compiler turns into vector
+/// instructions, with each value computed as [`block_values`] computes it. (Plain loops, no
+/// closures: a closure would be compiled for the baseline instruction set, outside the kernel.)
+#[inline(always)]
+fn block_panel(format: BlockFormat, rows: &[&[u8]; LANES], at: usize, panel: &mut [[f64; LANES]; BLOCK]) {
+    let mut d = [0.0f32; LANES];
+    let mut m = [0.0f32; LANES];
+    for c in 0..LANES {
+        d[c] = f16(&rows[c][at..]);
+        if format == BlockFormat::Q4_1 {
+            m[c] = f16(&rows[c][at + 2..]);
+        }
+    }
+    match format {
+        BlockFormat::Q8_0 => {
+            for k in 0..4 {
+                let bytes = transposed_words(rows, at + 2 + 8 * k);
+                for j in 0..8 {
+                    let b = bytes[j].to_le_bytes();
+                    let line = &mut panel[8 * k + j];
+                    for c in 0..LANES {
+                        line[c] = f64::from(f32::from(b[c] as i8) * d[c]);
+                    }
+                }
+            }
+        }
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+            let (offset, shift) = if format == BlockFormat::Q4_1 { (4, 0.0) } else { (2, 8.0) };
+            for k in 0..2 {
+                let bytes = transposed_words(rows, at + offset + 8 * k);
+                for j in 0..8 {
+                    let b = bytes[j].to_le_bytes();
+                    let mut low = [0.0f32; LANES];
+                    let mut high = [0.0f32; LANES];
+                    for c in 0..LANES {
+                        // q − 8 for Q4_0 is exact in f32, as the i8 subtraction is
+                        low[c] = f32::from(b[c] & 0x0f) - shift;
+                        high[c] = f32::from(b[c] >> 4) - shift;
+                    }
+                    let (first, second) = panel.split_at_mut(16);
+                    let (low_line, high_line) = (&mut first[8 * k + j], &mut second[8 * k + j]);
+                    for c in 0..LANES {
+                        // Q4_0 has no minimum: adding 0 would turn a −0 into +0, so it is not added
+                        let (lo, hi) = (d[c] * low[c], d[c] * high[c]);
+                        if format == BlockFormat::Q4_1 {
+                            low_line[c] = f64::from(lo + m[c]);
+                            high_line[c] = f64::from(hi + m[c]);
+                        } else {
+                            low_line[c] = f64::from(lo);
+                            high_line[c] = f64::from(hi);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The eight bytes at `at` of each of the eight rows, transposed: word `j` holds byte `j` of
+/// row `c` in its byte `c`.
+#[inline(always)]
+fn transposed_words(rows: &[&[u8]; LANES], at: usize) -> [u64; 8] {
+    let mut words = [0u64; 8];
+    for c in 0..LANES {
+        let b = &rows[c][at..at + 8];
+        words[c] = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    }
+    transpose_bytes(words)
+}
+
+/// An 8×8 matrix of bytes, row `r` the bytes of word `r` (least significant first), transposed:
+/// byte `c` of word `r` becomes byte `r` of word `c`. Three rounds swap the off-diagonal halves of
+/// 4×4, 2×2 and 1×1 blocks.
+#[inline(always)]
+fn transpose_bytes(mut x: [u64; 8]) -> [u64; 8] {
+    /// Swaps the bytes of word `a` above `shift` bits (under `mask` after the shift) with those of
+    /// word `b` below it.
+    #[inline(always)]
+    fn swap(x: &mut [u64; 8], a: usize, b: usize, shift: u32, mask: u64) {
+        let t = ((x[a] >> shift) ^ x[b]) & mask;
+        x[a] ^= t << shift;
+        x[b] ^= t;
+    }
+    // written out, so that every shift and mask is a constant
+    const HALVES: u64 = 0x0000_0000_ffff_ffff;
+    const QUARTERS: u64 = 0x0000_ffff_0000_ffff;
+    const EIGHTHS: u64 = 0x00ff_00ff_00ff_00ff;
+    swap(&mut x, 0, 4, 32, HALVES);
+    swap(&mut x, 1, 5, 32, HALVES);
+    swap(&mut x, 2, 6, 32, HALVES);
+    swap(&mut x, 3, 7, 32, HALVES);
+    swap(&mut x, 0, 2, 16, QUARTERS);
+    swap(&mut x, 1, 3, 16, QUARTERS);
+    swap(&mut x, 4, 6, 16, QUARTERS);
+    swap(&mut x, 5, 7, 16, QUARTERS);
+    swap(&mut x, 0, 1, 8, EIGHTHS);
+    swap(&mut x, 2, 3, 8, EIGHTHS);
+    swap(&mut x, 4, 5, 8, EIGHTHS);
+    swap(&mut x, 6, 7, 8, EIGHTHS);
+    x
+}
+
+/// The kernel with AVX2 instructions (on AVX2 and AVX-512 targets): eight outputs in two
+/// registers of four `f64`, each block's values made eight at a time in one register of `f32`.
+/// The same operations as [`Outputs`], so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, LANES, QuantRows, f16, transposed_words};
+
+    /// Outputs `first..first + outs.len()` of `x · wᵀ`.
+    ///
+    /// # Safety
+    /// The processor has AVX2.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn outputs(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        for (g, group) in outs.chunks_mut(LANES).enumerate() {
+            let mut rows: [&[u8]; LANES] = [&[]; LANES];
+            for (c, row) in rows.iter_mut().enumerate() {
+                *row = w.row((first + g * LANES + c).min(w.rows - 1));
+            }
+            let totals = group_sums(w.format, &rows, x);
+            for (out, total) in group.iter_mut().zip(totals) {
+                *out = total;
+            }
+        }
+    }
+
+    /// The eight outputs of `rows` times `x`, in the sums' order.
+    #[target_feature(enable = "avx2,fma")]
+    fn group_sums(format: BlockFormat, rows: &[&[u8]; LANES], x: &[f64]) -> [f64; LANES] {
+        let block_bytes = format.block_bytes();
+        let (mut total_low, mut total_high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
+            let (mut low, mut high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+            for (h, xs) in inputs.chunks_exact(BLOCK).enumerate() {
+                let at = (s * (INPUTS_PER_SUM / BLOCK) + h) * block_bytes;
+                let (mut d, mut m) = ([0.0f32; LANES], [0.0f32; LANES]);
+                for c in 0..LANES {
+                    d[c] = f16(&rows[c][at..]);
+                    if format == BlockFormat::Q4_1 {
+                        m[c] = f16(&rows[c][at + 2..]);
+                    }
+                }
+                // SAFETY: eight values each.
+                let (d, m) = unsafe { (_mm256_loadu_ps(d.as_ptr()), _mm256_loadu_ps(m.as_ptr())) };
+                // value i of the eight rows → low += x_i · (four of them), high += x_i · (the others)
+                // (a macro, not a closure: a closure's body would be compiled without AVX2)
+                macro_rules! add {
+                    ($i:expr, $v:expr) => {{
+                        let (a, v) = (_mm256_set1_pd(xs[$i]), $v);
+                        let v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+                        let v1 = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+                        low = _mm256_add_pd(low, _mm256_mul_pd(a, v0));
+                        high = _mm256_add_pd(high, _mm256_mul_pd(a, v1));
+                    }};
+                }
+                match format {
+                    BlockFormat::Q8_0 => {
+                        for k in 0..4 {
+                            let words = transposed_words(rows, at + 2 + 8 * k);
+                            for (j, &word) in words.iter().enumerate() {
+                                let q = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(word as i64));
+                                add!(8 * k + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+                            }
+                        }
+                    }
+                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                        let offset = if format == BlockFormat::Q4_1 { 4 } else { 2 };
+                        let words = [transposed_words(rows, at + offset), transposed_words(rows, at + offset + 8)];
+                        let nibble = _mm256_set1_epi32(0x0f);
+                        for upper in [false, true] {
+                            for k in 0..2 {
+                                for (j, &word) in words[k].iter().enumerate() {
+                                    let bytes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(word as i64));
+                                    let q = if upper {
+                                        _mm256_srli_epi32::<4>(bytes)
+                                    } else {
+                                        _mm256_and_si256(bytes, nibble)
+                                    };
+                                    let q = _mm256_cvtepi32_ps(q);
+                                    let v = if format == BlockFormat::Q4_1 {
+                                        _mm256_add_ps(_mm256_mul_ps(d, q), m)
+                                    } else {
+                                        _mm256_mul_ps(d, _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
+                                    };
+                                    add!(16 * usize::from(upper) + 8 * k + j, v);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            if s == 0 {
+                (total_low, total_high) = (low, high);
+            } else {
+                total_low = _mm256_add_pd(total_low, low);
+                total_high = _mm256_add_pd(total_high, high);
+            }
+        }
+        let mut totals = [0.0; LANES];
+        // SAFETY: eight values.
+        unsafe {
+            _mm256_storeu_pd(totals.as_mut_ptr(), total_low);
+            _mm256_storeu_pd(totals.as_mut_ptr().add(4), total_high);
+        }
+        totals
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -327,6 +553,44 @@ mod tests {
             [(0x3c00u16, 1.0f32), (0xbc00, -1.0), (0x3800, 0.5), (0x0001, 2f32.powi(-24)), (0x7bff, 65504.0)]
         {
             assert_eq!(f16(&bits.to_le_bytes()), value);
+        }
+    }
+
+    #[test]
+    fn bytes_transpose() {
+        let x: [u64; 8] = std::array::from_fn(|r| u64::from_le_bytes(std::array::from_fn(|c| (16 * r + c) as u8)));
+        let t = transpose_bytes(x);
+        for (c, word) in t.iter().enumerate() {
+            assert_eq!(word.to_le_bytes(), std::array::from_fn(|r| (16 * r + c) as u8));
+        }
+    }
+
+    #[test]
+    fn the_panel_holds_each_rows_values() {
+        let mut seed = 1u64;
+        let mut byte = || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) as u8
+        };
+        for format in [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4_1] {
+            let blocks: Vec<Vec<u8>> = (0..LANES)
+                .map(|_| {
+                    let mut b: Vec<u8> = (0..format.block_bytes()).map(|_| byte()).collect();
+                    b[1] &= 0x3b; // finite scales
+                    b[3] &= 0x3b;
+                    b
+                })
+                .collect();
+            let rows: [&[u8]; LANES] = std::array::from_fn(|c| blocks[c].as_slice());
+            let mut panel = [[0.0; LANES]; BLOCK];
+            block_panel(format, &rows, 0, &mut panel);
+            for (c, block) in blocks.iter().enumerate() {
+                let mut values = [0.0; BLOCK];
+                block_values(format, block, &mut values);
+                for (i, v) in values.iter().enumerate() {
+                    assert_eq!(panel[i][c].to_bits(), v.to_bits(), "{format:?} row {c} value {i}");
+                }
+            }
         }
     }
 

@@ -1,6 +1,9 @@
 //! [`QuantizedMatrix`]: a weight kept as the file stores it — `out` rows of `in` values, in
 //! blocks — and multiplied by rows without ever being written out in `f64`.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul};
 use llm_kernels::quant::{self, BlockFormat, QuantRows};
 
@@ -9,8 +12,9 @@ use crate::gguf::{GgufError, TensorType, dequantize_into};
 /// How the values are held.
 #[derive(Clone, Debug)]
 enum Storage {
-    /// The file's blocks, read by the kernels of [`llm_kernels::quant`].
-    Blocks(BlockFormat, Vec<u8>),
+    /// The file's blocks — `range` of the shared `bytes`, usually the whole file's, so that a
+    /// model's matrices are the file itself — read by the kernels of [`llm_kernels::quant`].
+    Blocks(BlockFormat, Arc<Vec<u8>>, Range<usize>),
     /// Types those kernels do not read (F32, F16, BF16, Q4_K, Q6_K): dequantized once, rows as
     /// stored.
     Dense(Vec<f64>),
@@ -43,8 +47,12 @@ fn block_format(t: TensorType) -> Option<BlockFormat> {
     }
 }
 
-/// Values dequantized at once for a prefill's panel (16 MiB of `f64`).
-const PANEL_VALUES: usize = 1 << 21;
+/// A matrix of at most this many values (16 MiB of `f64`) is dequantized whole for a prefill:
+/// every weight of a block of SmolLM2-135M; larger ones (its embedding table, 28 M values) in
+/// panels of [`PANEL_VALUES`].
+const WHOLE_VALUES: usize = 1 << 21;
+/// Values dequantized at once for a prefill's panel of a larger matrix (4 MiB of `f64`).
+const PANEL_VALUES: usize = 1 << 19;
 
 impl QuantizedMatrix {
     /// `rows` stored rows of `cols` values of type `t` in `bytes`, as a GGUF file stores a
@@ -56,6 +64,27 @@ impl QuantizedMatrix {
     /// exactly those rows.
     pub fn from_stored(name: &str, t: TensorType, bytes: &[u8], shape: [usize; 2]) -> Result<Self, GgufError> {
         Self::new(name, t, bytes, shape, None)
+    }
+
+    /// The blocks at `range` of `file` (a whole GGUF file, shared by a model's matrices): no copy.
+    /// Types [`llm_kernels::quant`] does not read are dequantized, as [`QuantizedMatrix::from_stored`] does.
+    ///
+    /// # Errors
+    /// As [`QuantizedMatrix::from_stored`]; [`GgufError::TensorData`] if `range` is not in `file`.
+    pub(crate) fn shared(
+        name: &str,
+        t: TensorType,
+        file: &Arc<Vec<u8>>,
+        range: Range<usize>,
+        [rows, cols]: [usize; 2],
+    ) -> Result<Self, GgufError> {
+        let bytes = file.get(range.clone()).ok_or_else(|| GgufError::TensorData {
+            tensor: name.to_string(),
+            offset: range.start as u64,
+            size: range.len() as u64,
+            reason: "outside the file".to_string(),
+        })?;
+        Self::held(name, t, bytes, [rows, cols], None, Some((file, range.clone())))
     }
 
     /// `rows` stored rows of `cols` values of type `t` in `bytes` (the file's layout), with the
@@ -70,6 +99,18 @@ impl QuantizedMatrix {
         bytes: &[u8],
         [rows, cols]: [usize; 2],
         order: Option<&[usize]>,
+    ) -> Result<Self, GgufError> {
+        Self::held(name, t, bytes, [rows, cols], order, None)
+    }
+
+    /// [`QuantizedMatrix::new`]; blocks kept as `file[range]` (which `bytes` is) when `file` is given.
+    fn held(
+        name: &str,
+        t: TensorType,
+        bytes: &[u8],
+        [rows, cols]: [usize; 2],
+        order: Option<&[usize]>,
+        file: Option<(&Arc<Vec<u8>>, Range<usize>)>,
     ) -> Result<Self, GgufError> {
         if !t.dequantizable() {
             return Err(GgufError::UnsupportedTensorType { tensor: name.to_string(), type_name: t.name() });
@@ -91,10 +132,16 @@ impl QuantizedMatrix {
         let stored = |r: usize| &bytes[order.map_or(r, |o| o[r]) * row_bytes..][..row_bytes];
         let storage = match block_format(t).filter(|_| cols % quant::BLOCK == 0) {
             Some(format) => {
-                let mut held = Vec::with_capacity(bytes.len());
-                (0..rows).for_each(|r| held.extend_from_slice(stored(r)));
-                QuantRows::new(format, &held, rows, cols).map_err(|e| data_error(e.to_string()))?;
-                Storage::Blocks(format, held)
+                QuantRows::new(format, bytes, rows, cols).map_err(|e| data_error(e.to_string()))?;
+                match (file, order) {
+                    (Some((file, range)), None) => Storage::Blocks(format, Arc::clone(file), range),
+                    _ => {
+                        let mut held = Vec::with_capacity(bytes.len());
+                        (0..rows).for_each(|r| held.extend_from_slice(stored(r)));
+                        let range = 0..held.len();
+                        Storage::Blocks(format, Arc::new(held), range)
+                    }
+                }
             }
             None => {
                 let mut values = vec![0.0; rows * cols];
@@ -126,7 +173,7 @@ impl QuantizedMatrix {
     /// The bytes held: the file's blocks, or 8 per value of a dense one.
     pub fn bytes(&self) -> usize {
         match &self.storage {
-            Storage::Blocks(_, bytes) => bytes.len(),
+            Storage::Blocks(_, _, range) => range.len(),
             Storage::Dense(values) => values.len() * 8,
         }
     }
@@ -135,7 +182,9 @@ impl QuantizedMatrix {
     fn blocks(&self) -> Option<QuantRows<'_>> {
         match &self.storage {
             // `new` checked the view
-            Storage::Blocks(format, bytes) => QuantRows::new(*format, bytes, self.rows, self.cols).ok(),
+            Storage::Blocks(format, bytes, range) => {
+                QuantRows::new(*format, &bytes[range.clone()], self.rows, self.cols).ok()
+            }
             Storage::Dense(_) => None,
         }
     }
@@ -219,9 +268,11 @@ impl QuantizedMatrix {
         Ok(outs)
     }
 
-    /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: panels of stored rows are dequantized
-    /// into `f64` and multiplied by the matrix product (the prefill's arithmetic, bitwise that of
-    /// the product on the whole dequantized weight). One row takes [`QuantizedMatrix::row_times`].
+    /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: the matrix is dequantized into `f64`
+    /// and multiplied by the matrix product — whole up to 2²¹ values, with the layout of the
+    /// decoder's `f64` weight, so bitwise its product; a larger one (an embedding table used as
+    /// the head) in panels of 2¹⁹ values, which the product blocks differently from the whole:
+    /// equal within rounding. One row takes [`QuantizedMatrix::row_times`].
     ///
     /// # Errors
     /// [`GgufError::TensorData`] if `x` is not whole rows of `cols`.
@@ -235,20 +286,28 @@ impl QuantizedMatrix {
         }
         let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
         let mut out = vec![0.0; t * self.rows];
-        let step = (PANEL_VALUES / self.cols.max(1)).max(1);
-        let (mut part, mut panel) = (Vec::new(), Vec::new());
-        for first in (0..self.rows).step_by(step) {
+        let whole = self.rows.saturating_mul(self.cols) <= WHOLE_VALUES;
+        let step = if whole { self.rows } else { (PANEL_VALUES / self.cols.max(1)).max(1) };
+        let (mut part, mut panel, mut tile) = (Vec::new(), Vec::new(), Vec::new());
+        for first in (0..self.rows).step_by(step.max(1)) {
             let rows = first..(first + step).min(self.rows);
             let n = rows.len();
-            let stored = self.dequantized(rows.clone())?; // [n, cols]
             // the layout the decoder's `f64` weight has, so that the product runs the same sums:
             // a table read transposed as stored, a weight as its `[in, out]` matrix
             let rhs = if self.table {
-                MatRef::row_major(&stored, n, self.cols).map(MatRef::t)
+                panel = self.dequantized(rows.clone())?; // [n, cols]
+                MatRef::row_major(&panel, n, self.cols).map(MatRef::t)
             } else {
                 panel.resize(n * self.cols, 0.0);
-                for (r, row) in stored.chunks_exact(self.cols).enumerate() {
-                    row.iter().enumerate().for_each(|(k, &w)| panel[k * n + r] = w);
+                // sixteen stored rows at a time, so that each input writes a run of sixteen
+                for at in rows.clone().step_by(16) {
+                    let (r0, count) = (at - first, 16.min(rows.end - at));
+                    tile.clear();
+                    tile.extend(self.dequantized(at..at + count)?);
+                    for k in 0..self.cols {
+                        let line = &mut panel[k * n + r0..][..count];
+                        line.iter_mut().zip(tile.chunks_exact(self.cols)).for_each(|(p, row)| *p = row[k]);
+                    }
                 }
                 MatRef::row_major(&panel, self.cols, n)
             };
@@ -281,7 +340,8 @@ impl QuantizedMatrix {
         (0..self.rows)
             .map(|r| {
                 match &self.storage {
-                    Storage::Blocks(_, bytes) => {
+                    Storage::Blocks(_, bytes, range) => {
+                        let bytes = &bytes[range.clone()];
                         let row_bytes = bytes.len() / self.rows;
                         dequantize_into(&self.name, self.tensor_type, &bytes[r * row_bytes..][..row_bytes], &mut w)?;
                     }

@@ -1,12 +1,14 @@
 //! [`QuantizedLlama`]: a GGUF LLaMA that generates from the file's blocks.
 
+use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::QuantizedMatrix;
 use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
 use crate::autodiff::{TensorValue, constant};
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
-use crate::gguf::{Gguf, GgufError};
+use crate::gguf::{Gguf, GgufError, TensorType};
 use crate::model::{DecoderConfig, ModelError};
 use crate::nn::RotaryEmbedding;
 use crate::tensor::Tensor;
@@ -32,8 +34,10 @@ struct Block {
 /// Every step is the decoder's own — the same RMSNorm, RoPE, attention over a [`KvCache`],
 /// SwiGLU and residual sums — and each product gives the bits of the `f64` one (see
 /// [`QuantizedMatrix`]), so [`QuantizedLlama::forward_cached`] returns exactly the logits of
-/// [`crate::model::Decoder::forward_cached`] on the weights [`super::load_gguf_llama`] loads.
-/// It has no tape and cannot be trained.
+/// [`crate::model::Decoder::forward_cached`] on the weights [`super::load_gguf_llama`] loads —
+/// but for a prefill's head over a vocabulary of more than 2²¹ weights, which runs in panels and
+/// agrees within rounding (the caches, and so every later token, stay the same bits). It has no
+/// tape and cannot be trained.
 ///
 /// ```
 /// use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, load_gguf_llama};
@@ -62,64 +66,79 @@ impl QuantizedLlama {
     /// Reads the GGUF LLaMA at `path`, W_Q and W_K in the row order `rope` names.
     ///
     /// # Errors
-    /// [`GgufError::Io`]; the errors of [`QuantizedLlama::from_gguf`].
+    /// [`GgufError::Io`]; the errors of [`QuantizedLlama::from_bytes`].
     pub fn load(path: impl AsRef<Path>, rope: GgufRope) -> Result<Self, GgufError> {
         let path = path.as_ref();
         let bytes = std::fs::read(path)
             .map_err(|e| GgufError::Io { path: path.display().to_string(), reason: e.to_string() })?;
-        Self::from_gguf(&Gguf::parse(&bytes)?, rope)
+        Self::from_bytes(bytes, rope)
     }
 
-    /// The model of a parsed GGUF LLaMA: the checks of [`super::llama_from_gguf`], then each
-    /// matrix's blocks copied as they are (types the product kernels do not read — F32, F16,
-    /// BF16, Q4_K, Q6_K — are dequantized once) and the gains dequantized.
+    /// The model of the GGUF LLaMA whose file is `bytes`: the checks of
+    /// [`super::llama_from_gguf`], then the matrices kept where they are in `bytes`, which the
+    /// model keeps (with [`GgufRope::HuggingFace`] the rows of W_Q and W_K are first put in that
+    /// order, in place). Types the product kernels do not read — F32, F16, BF16, Q4_K, Q6_K — are
+    /// dequantized once, and so are the gains.
     ///
     /// # Errors
     /// As [`super::llama_from_gguf`].
-    pub fn from_gguf(file: &Gguf<'_>, rope: GgufRope) -> Result<Self, GgufError> {
-        let (config, plan, infos) = checked_plan(file, rope)?;
-        let attention = config.attention();
-        let rope_table = attention.rope().map_err(ModelError::from)?;
-        let mut matrices = Vec::new();
-        let mut gains = Vec::new();
-        for (p, info) in plan.iter().zip(infos) {
-            let bytes = file.tensor_bytes(info.name())?;
-            match (p.layout, info.dims()) {
-                (Layout::AsStored, &[_]) => {
-                    let gain = Tensor::new(&p.shape, file.dequantize(info.name())?).map_err(ModelError::from)?;
-                    gains.push(TensorValue::leaf(gain, false));
+    pub fn from_bytes(mut bytes: Vec<u8>, rope: GgufRope) -> Result<Self, GgufError> {
+        /// A matrix of the plan: where its bytes are and how it is laid out.
+        struct Item {
+            name: String,
+            t: TensorType,
+            dims: [usize; 2],
+            range: Range<usize>,
+            heads: Option<usize>,
+        }
+        let (config, items, gains) = {
+            let file = Gguf::parse(&bytes)?;
+            let (config, plan, infos) = checked_plan(&file, rope)?;
+            let (mut items, mut gains) = (Vec::new(), Vec::new());
+            for (p, info) in plan.iter().zip(infos) {
+                match (p.layout, info.dims()) {
+                    (Layout::AsStored, &[_]) => {
+                        let gain = Tensor::new(&p.shape, file.dequantize(info.name())?).map_err(ModelError::from)?;
+                        gains.push(TensorValue::leaf(gain, false));
+                    }
+                    (layout, &[cols, rows]) => {
+                        let heads = if let Layout::Transposed(heads) = layout { heads } else { None };
+                        let (name, t, range) = (info.name().to_string(), info.tensor_type(), info.byte_range());
+                        items.push(Item { name, t, dims: [rows, cols], range, heads });
+                    }
+                    _ => return Err(GgufError::MissingTensor { name: p.gguf.clone() }),
                 }
-                (layout, &[cols, rows]) => {
-                    let order = match layout {
-                        Layout::Transposed(Some(heads)) => {
-                            let width = rows / heads.max(1);
-                            let mut order = vec![0; rows];
-                            (0..rows).for_each(|r| order[hugging_face_row(r, width)] = r);
-                            Some(order)
-                        }
-                        _ => None,
-                    };
-                    let t = info.tensor_type();
-                    matrices.push(QuantizedMatrix::new(info.name(), t, bytes, [rows, cols], order.as_deref())?);
-                }
-                _ => return Err(GgufError::MissingTensor { name: p.gguf.clone() }),
+            }
+            (config, items, gains)
+        };
+        // stored row r of W_Q or W_K becomes row hugging_face_row(r) (only with GgufRope::HuggingFace)
+        for item in &items {
+            let ([rows, _], Some(heads)) = (item.dims, item.heads) else { continue };
+            let row_bytes = item.range.len().checked_div(rows).unwrap_or(0);
+            let stored = bytes[item.range.clone()].to_vec();
+            for (r, row) in stored.chunks_exact(row_bytes.max(1)).take(rows).enumerate() {
+                let at = item.range.start + hugging_face_row(r, rows / heads.max(1)) * row_bytes;
+                bytes[at..at + row_bytes].copy_from_slice(row);
             }
         }
-        // the plan's order: embedding; per block two gains and seven matrices; the final gain; the head
-        let mut matrices = matrices.into_iter();
+        let attention = config.attention();
+        let rope_table = attention.rope().map_err(ModelError::from)?;
+        let file = Arc::new(bytes);
+        let mut matrices = items.into_iter().map(|i| QuantizedMatrix::shared(&i.name, i.t, &file, i.range, i.dims));
         let mut gains = gains.into_iter();
+        // the plan's order: embedding; per block two gains and seven matrices; the final gain; the head
         let missing = || GgufError::MissingTensor { name: "a tensor of the plan".to_string() };
-        let embed = matrices.next().ok_or_else(missing)?.into_table();
+        let embed = matrices.next().ok_or_else(missing)??.into_table();
         let mut blocks = Vec::with_capacity(config.layers);
         for _ in 0..config.layers {
-            let mut next = || matrices.next().ok_or_else(missing);
+            let mut next = || matrices.next().ok_or_else(missing)?;
             let (query, key, value, output, gate, up, down) =
                 (next()?, next()?, next()?, next()?, next()?, next()?, next()?);
             let (input_norm, post_norm) = (gains.next().ok_or_else(missing)?, gains.next().ok_or_else(missing)?);
             blocks.push(Block { input_norm, query, key, value, output, post_norm, gate, up, down });
         }
         let norm = gains.next().ok_or_else(missing)?;
-        let head = matrices.next();
+        let head = matrices.next().transpose()?;
         Ok(Self { config, attention, rope: rope_table, embed, blocks, norm, head })
     }
 
