@@ -5,6 +5,7 @@
 //! process-wide, so this file is a test binary of its own with a single test.
 
 use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, Visibility, tiled_attention};
+use llm_from_scratch::gguf::{QuantizedMatrix, TensorType};
 use llm_from_scratch::kernels::target::recorded;
 use llm_from_scratch::kernels::{Target, with_target};
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
@@ -72,6 +73,16 @@ fn operations() -> Vec<(&'static str, Operation)> {
                 let mut cache = layer.new_cache(2);
                 layer.forward_cached(&constant(&[2, 100, 32], &values(6400, 13)).unwrap(), &mut cache).unwrap();
                 layer.forward_cached(&constant(&[2, 1, 32], &values(64, 14)).unwrap(), &mut cache).unwrap();
+            }),
+        ),
+        (
+            "one row times weights kept in quantized blocks",
+            Box::new(|| {
+                // 600 rows of 64 Q8_0 values: a scale of 1/64 (f16 0x2400), then the quants
+                let block: Vec<u8> = [0x00, 0x24].into_iter().chain((0..32).map(|i| (i * 5) as u8)).collect();
+                let bytes = block.repeat(600 * 2);
+                let w = QuantizedMatrix::from_stored("w", TensorType::Q8_0, &bytes, [600, 64]).unwrap();
+                w.row_times(&values(64, 15)).unwrap();
             }),
         ),
     ]
