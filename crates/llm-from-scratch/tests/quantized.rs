@@ -135,3 +135,47 @@ fn bad_calls_are_typed_errors_and_leave_the_caches_unchanged() {
     let err = QuantizedLlama::load("/nonexistent/model.gguf", GgufRope::AsStored).unwrap_err();
     assert!(matches!(err, GgufError::Io { .. }), "{err}");
 }
+
+#[test]
+fn the_quantized_model_generates_the_decoders_tokens() {
+    use llm_from_scratch::model::{Decoding, Generator, Overflow, Sampling};
+    use std::ops::ControlFlow;
+    let quantized = QuantizedLlama::load(TINY, GgufRope::AsStored).unwrap();
+    let dense = load_gguf_llama(TINY, GgufRope::AsStored).unwrap();
+    let sampling = Sampling::TopK { temperature: 0.8, k: 5 };
+    for decoding in [Decoding::KvCache, Decoding::Recompute] {
+        let run = |model: &dyn Fn(&mut Vec<usize>)| {
+            let mut tokens = Vec::new();
+            model(&mut tokens);
+            tokens
+        };
+        let ours = run(&|out| {
+            let mut rng = SplitMix64::new(3);
+            let emit = |t, _: &[f64]| {
+                out.push(t);
+                ControlFlow::Continue(())
+            };
+            quantized.generate_streaming(&[1, 2, 3], 12, sampling, decoding, Overflow::Slide, &mut rng, emit).unwrap();
+        });
+        let theirs = run(&|out| {
+            let mut rng = SplitMix64::new(3);
+            let emit = |t, _: &[f64]| {
+                out.push(t);
+                ControlFlow::Continue(())
+            };
+            dense.generate_streaming(&[1, 2, 3], 12, sampling, decoding, Overflow::Slide, &mut rng, emit).unwrap();
+        });
+        assert_eq!(ours, theirs, "{decoding:?}");
+        assert_eq!(ours.len(), 12);
+    }
+    let err = quantized.generate_streaming(
+        &[],
+        1,
+        Sampling::Greedy,
+        Decoding::KvCache,
+        Overflow::Slide,
+        &mut SplitMix64::new(1),
+        |_, _| ControlFlow::Continue(()),
+    );
+    assert!(matches!(err, Err(GgufError::Model(_))), "{err:?}");
+}

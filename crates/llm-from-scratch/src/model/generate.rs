@@ -15,8 +15,10 @@
 
 use std::ops::ControlFlow;
 
+use crate::attention::KvCache;
 use crate::model::{Decoder, ModelError, Sampling};
 use crate::nn::SplitMix64;
+use crate::tensor::Tensor;
 
 /// How each step's logits are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +109,8 @@ impl Decoder {
     /// Generates up to `steps` tokens after `prompt`, handing each to `emit` with the logits `[V]`
     /// it was chosen from as soon as it is chosen; `emit` returns [`ControlFlow::Break`] to stop
     /// early. Returns the number of tokens generated. Nothing is stored, so `steps` may be
-    /// `usize::MAX`.
+    /// `usize::MAX`. (The loop is [`Generator::generate_streaming`], which a model kept in its
+    /// file's blocks, [`crate::gguf::QuantizedLlama`], runs too.)
     ///
     /// With [`Overflow::Refuse`], the last generated token is never fed back, so the text needs
     /// `prompt + steps − 1` positions; more than `max_positions` is refused before anything runs.
@@ -125,23 +128,72 @@ impl Decoder {
         decoding: Decoding,
         overflow: Overflow,
         rng: &mut SplitMix64,
-        mut emit: impl FnMut(usize, &[f64]) -> ControlFlow<()>,
+        emit: impl FnMut(usize, &[f64]) -> ControlFlow<()>,
     ) -> Result<usize, ModelError> {
+        Generator::generate_streaming(self, prompt, steps, sampling, decoding, overflow, rng, emit)
+    }
+}
+
+/// What generation needs of a model: its vocabulary and capacity, KV caches, and the logits of
+/// the next tokens — the [`Decoder`], or a model that keeps its weights in a file's blocks
+/// ([`crate::gguf::QuantizedLlama`]). The loop itself is [`Generator::generate_streaming`].
+pub trait Generator {
+    /// The error of its forward passes; the prompt's and sampling's errors convert into it.
+    type Error: From<ModelError>;
+
+    /// `V`.
+    fn vocab_size(&self) -> usize;
+    /// RoPE's capacity: positions `0..max_positions`.
+    fn max_positions(&self) -> usize;
+    /// One empty KV cache per layer for `batch` sequences.
+    fn new_caches(&self, batch: usize) -> Vec<KvCache>;
+    /// Logits `[B, T, V]` for the next `T` tokens after what `caches` hold, appending their keys
+    /// and values.
+    ///
+    /// # Errors
+    /// The model's own.
+    fn forward_cached(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, Self::Error>;
+    /// Logits `[1, T, V]` of the tokens `window` from scratch ([`Decoding::Recompute`]).
+    ///
+    /// # Errors
+    /// The model's own.
+    fn forward_window(&self, window: &[usize]) -> Result<Tensor, Self::Error>;
+
+    /// Generates up to `steps` tokens after `prompt`: see [`Decoder::generate_streaming`].
+    ///
+    /// # Errors
+    /// As [`Decoder::generate_streaming`].
+    #[allow(clippy::too_many_arguments)]
+    fn generate_streaming(
+        &self,
+        prompt: &[usize],
+        steps: usize,
+        sampling: Sampling,
+        decoding: Decoding,
+        overflow: Overflow,
+        rng: &mut SplitMix64,
+        mut emit: impl FnMut(usize, &[f64]) -> ControlFlow<()>,
+    ) -> Result<usize, Self::Error> {
         if prompt.is_empty() {
-            return Err(ModelError::EmptyPrompt);
+            return Err(ModelError::EmptyPrompt.into());
         }
-        crate::model::embedding::check_ids("input token", prompt, self.config().vocab_size)?;
+        let vocab = self.vocab_size();
+        crate::model::embedding::check_ids("input token", prompt, vocab)?;
         sampling.validate()?;
-        let capacity = self.config().max_positions;
+        let capacity = self.max_positions();
         if overflow == Overflow::Refuse {
             let needed = prompt.len().saturating_add(steps.saturating_sub(1));
             if needed > capacity {
-                return Err(ModelError::ContextOverflow { needed, capacity });
+                return Err(ModelError::ContextOverflow { needed, capacity }.into());
             }
         }
         let keep = capacity.div_ceil(2).max(1);
-        let vocab = self.config().vocab_size;
-        let last_row = |logits: &crate::Tensor| logits.as_slice()[logits.len() - vocab..].to_vec();
+        let last_row = |logits: &Tensor| logits.as_slice()[logits.len() - vocab..].to_vec();
         let mut text = prompt.to_vec();
         // the model reads text[start..]; the caches hold every token of it but the last
         let mut start = 0;
@@ -160,7 +212,7 @@ impl Decoder {
                     self.forward_cached(window, [1, window.len()], &mut caches)?
                 }
                 Decoding::KvCache => self.forward_cached(&text[text.len() - 1..], [1, 1], &mut caches)?,
-                Decoding::Recompute => self.forward(&text[start..], [1, text.len() - start])?.value()?,
+                Decoding::Recompute => self.forward_window(&text[start..])?,
             };
             let row = last_row(&logits);
             let token = sampling.choose(&row, rng)?;
@@ -170,6 +222,35 @@ impl Decoder {
             }
         }
         Ok(steps)
+    }
+}
+
+impl Generator for Decoder {
+    type Error = ModelError;
+
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config().max_positions
+    }
+
+    fn new_caches(&self, batch: usize) -> Vec<KvCache> {
+        Decoder::new_caches(self, batch)
+    }
+
+    fn forward_cached(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, ModelError> {
+        Decoder::forward_cached(self, tokens, shape, caches)
+    }
+
+    fn forward_window(&self, window: &[usize]) -> Result<Tensor, ModelError> {
+        Ok(self.forward(window, [1, window.len()])?.value()?)
     }
 }
 

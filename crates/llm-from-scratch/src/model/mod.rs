@@ -68,7 +68,7 @@ pub use embedding::TokenEmbedding;
 pub use error::ModelError;
 pub use evaluate::Evaluation;
 pub use feed_forward::SwiGlu;
-pub use generate::{Decoding, Generation, Overflow};
+pub use generate::{Decoding, Generation, Generator, Overflow};
 pub use loss::cross_entropy;
 pub use names::parameter_shapes;
 pub use recipe::Recipe;

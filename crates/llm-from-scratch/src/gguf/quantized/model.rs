@@ -9,7 +9,7 @@ use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_
 use crate::autodiff::{TensorValue, constant};
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
 use crate::gguf::{Gguf, GgufError, TensorType};
-use crate::model::{DecoderConfig, ModelError};
+use crate::model::{DecoderConfig, Generator, ModelError};
 use crate::nn::RotaryEmbedding;
 use crate::tensor::Tensor;
 
@@ -37,7 +37,7 @@ struct Block {
 /// [`crate::model::Decoder::forward_cached`] on the weights [`super::load_gguf_llama`] loads —
 /// but for a prefill's head over a vocabulary of more than 2²¹ weights, which runs in panels and
 /// agrees within rounding (the caches, and so every later token, stay the same bits). It has no
-/// tape and cannot be trained.
+/// tape and cannot be trained; it generates through [`Generator::generate_streaming`].
 ///
 /// ```
 /// use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, load_gguf_llama};
@@ -240,6 +240,31 @@ impl QuantizedLlama {
         let hidden = constant(&[b, t, f], &gate)?.silu()?.mul(&constant(&[b, t, f], &up)?)?.value()?;
         let fed = w.down.rows_times(hidden.as_slice())?;
         Ok(h.add(&constant(h.shape(), &fed)?)?.value()?)
+    }
+}
+
+impl Generator for QuantizedLlama {
+    type Error = GgufError;
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_positions(&self) -> usize {
+        self.config.max_positions
+    }
+
+    fn new_caches(&self, batch: usize) -> Vec<KvCache> {
+        QuantizedLlama::new_caches(self, batch)
+    }
+
+    fn forward_cached(&self, tokens: &[usize], shape: [usize; 2], caches: &mut [KvCache]) -> Result<Tensor, GgufError> {
+        QuantizedLlama::forward_cached(self, tokens, shape, caches)
+    }
+
+    /// The tokens through fresh caches (a prefill): the same logits as a full pass.
+    fn forward_window(&self, window: &[usize]) -> Result<Tensor, GgufError> {
+        QuantizedLlama::forward_cached(self, window, [1, window.len()], &mut self.new_caches(1))
     }
 }
 

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use demo_support::cli::{self, Failure, RunArgs};
 use llm_from_scratch::gguf::{MODEL_ENV, model_path_from_env};
-use llm_from_scratch::model::{Decoder, Decoding, Overflow, Sampling};
+use llm_from_scratch::model::{Decoding, Generator, Overflow, Sampling};
 use llm_from_scratch::nn::SplitMix64;
 
 /// Writes text with a model saved by `ch37-train-on-text --save PATH`, or with a pretrained GGUF
@@ -194,9 +194,9 @@ fn json_line(id: usize, text: &str, logits: &[f64]) -> String {
 /// id into the text it completes, and `None`, at the end, into what is left) or JSON lines
 /// (`spell` gives one token's text). Stops early where `stop` holds for a generated id (the end
 /// of a chat turn, not printed). The rates go to standard error.
-fn write_tokens(
+fn write_tokens<M: Generator<Error: std::error::Error + 'static>>(
     args: &Cli,
-    model: &Decoder,
+    model: &M,
     ids: &[usize],
     mut piece: impl FnMut(Option<usize>) -> String,
     spell: impl Fn(usize) -> String,
