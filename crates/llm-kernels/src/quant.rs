@@ -12,9 +12,17 @@
 //! `f64` weights take for one token): within each block of 64 inputs `s = 0; s += x·w` in input
 //! order, then the blocks' sums added in block order. So a model decoding from its quantized
 //! blocks produces the same bits as the same model decoding from `f64` weights — while reading
-//! 0.56 bytes per weight (`Q4_1`) instead of 8. Eight outputs are computed together: their eight
-//! stored rows are dequantized block by block into a small panel whose columns are the outputs,
-//! and the sums run down the panel, one vector of eight outputs per input.
+//! 0.56 bytes per weight (`Q4_1`) instead of 8. The order fixes the arrangement: each output's
+//! sum is a chain in input order, so the vector lanes hold different outputs — eight (AVX2,
+//! portable) or sixteen (AVX-512) stored rows at once, their values for one input side by side.
+//! The portable kernel reads eight bytes of each row and transposes them as words; the x86 ones
+//! fetch the same four bytes of every row with one gather.
+//!
+//! What bounds it: per weight, a multiply and an add in `f64` that cannot fuse (the one-row
+//! path rounds twice), its widening from `f32`, and the dequantization — about 1.3 vector
+//! instructions per 8 weights more than a fused product would need; 4.3 G weights/s on one
+//! AVX-512 core (2.5 with AVX2), against about 20 G weights/s that memory delivers at 0.56
+//! bytes each. The kernel is bound by arithmetic, not by reading the weights.
 
 use std::ops::Range;
 
@@ -134,10 +142,14 @@ impl<'a> QuantRows<'a> {
         self.format
     }
 
+    /// Bytes per stored row.
+    fn row_bytes(&self) -> usize {
+        self.cols / BLOCK * self.format.block_bytes()
+    }
+
     /// The bytes of stored row `r`.
     fn row(&self, r: usize) -> &'a [u8] {
-        let len = self.cols / BLOCK * self.format.block_bytes();
-        &self.bytes[r * len..][..len]
+        &self.bytes[r * self.row_bytes()..][..self.row_bytes()]
     }
 }
 
@@ -261,7 +273,7 @@ pub fn rows_times_quantized(
     }
     let task = |(w, first, outs): (&QuantRows<'_>, usize, &mut [f64])| {
         #[cfg(target_arch = "x86_64")]
-        if matches!(target, Target::Avx2 | Target::Avx512) && target.is_available() {
+        if matches!(target, Target::Avx2 | Target::Avx512) && target.is_available() && x86::offsets_fit(w) {
             note(target);
             // SAFETY: the processor runs the target (`is_available`): AVX-512 for `Avx512`, AVX2
             // for both.
@@ -438,15 +450,16 @@ fn transpose_bytes(mut x: [u64; 8]) -> [u64; 8] {
     x
 }
 
-/// The kernel with AVX2 instructions (eight outputs in two registers of four `f64`, each block's
-/// values made eight at a time in one register of `f32`) and with AVX-512 (sixteen outputs, the
-/// scales widened by one instruction). The same operations as [`Outputs`], so the same bits.
+/// The kernel with AVX2 instructions (eight outputs in two registers of four `f64`) and with
+/// AVX-512 (sixteen outputs in two registers of eight, the scales widened by one instruction):
+/// one gather fetches the same 4 bytes of every row of the group, and each block's values are
+/// made a register of `f32` at a time. The same operations as [`Outputs`], so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, LANES, QuantRows, f16, transposed_words};
+    use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, LANES, OUTPUTS_PER_TASK, QuantRows, f16};
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ`.
     ///
@@ -454,22 +467,59 @@ mod x86 {
     /// The processor has AVX2.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn outputs(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        let (bytes, row_bytes) = (&w.bytes[first * w.row_bytes()..], w.row_bytes());
         for (g, group) in outs.chunks_mut(LANES).enumerate() {
-            let mut rows: [&[u8]; LANES] = [&[]; LANES];
-            for (c, row) in rows.iter_mut().enumerate() {
-                *row = w.row((first + g * LANES + c).min(w.rows - 1));
-            }
-            let totals = group_sums(w.format, &rows, x);
+            let totals = group_sums(w.format, bytes, &starts::<LANES>(w, first, g, row_bytes), x);
             for (out, total) in group.iter_mut().zip(totals) {
                 *out = total;
             }
         }
     }
 
-    /// The eight outputs of `rows` times `x`, in the sums' order.
+    /// Whether every row of a task starts less than 2³¹ bytes after its first, so that a gather's
+    /// offsets hold them (else the portable kernel runs).
+    pub(super) fn offsets_fit(w: &QuantRows<'_>) -> bool {
+        OUTPUTS_PER_TASK.checked_mul(w.row_bytes()).is_some_and(|b| i32::try_from(b).is_ok())
+    }
+
+    /// Where the `N` rows of group `g` of the task from row `first` start, after the task's first
+    /// row (a group short of `N` repeats its last row).
+    fn starts<const N: usize>(w: &QuantRows<'_>, first: usize, g: usize, row_bytes: usize) -> [i32; N] {
+        let mut starts = [0i32; N];
+        for (c, start) in starts.iter_mut().enumerate() {
+            // under OUTPUTS_PER_TASK rows of `row_bytes`: fits (`offsets_fit`)
+            *start = (((first + g * N + c).min(w.rows - 1) - first) * row_bytes) as i32;
+        }
+        starts
+    }
+
+    /// The eight outputs of the rows starting at `starts` in `bytes`, times `x`, in the sums'
+    /// order: the same 4 bytes of the eight rows come by one gather.
     #[target_feature(enable = "avx2,fma")]
-    fn group_sums(format: BlockFormat, rows: &[&[u8]; LANES], x: &[f64]) -> [f64; LANES] {
+    fn group_sums(format: BlockFormat, bytes: &[u8], starts: &[i32; LANES], x: &[f64]) -> [f64; LANES] {
         let block_bytes = format.block_bytes();
+        let rows: [&[u8]; LANES] = std::array::from_fn(|c| &bytes[starts[c] as usize..]);
+        // SAFETY: eight offsets.
+        let starts = unsafe { _mm256_loadu_si256(starts.as_ptr().cast()) };
+        // 4 bytes at `at` of every row (every read inside `bytes`: see `group_sums_avx512`)
+        macro_rules! gather {
+            ($at:expr) => {{
+                let at: usize = $at;
+                debug_assert!(at + 4 <= bytes.len());
+                // SAFETY: the reads are inside `bytes` (above).
+                unsafe { _mm256_i32gather_epi32::<1>(bytes.as_ptr().add(at).cast(), starts) }
+            }};
+        }
+        macro_rules! nibble {
+            ($word:expr, $shift:expr) => {
+                _mm256_and_si256(_mm256_srli_epi32::<{ $shift }>($word), _mm256_set1_epi32(0x0f))
+            };
+        }
+        macro_rules! signed {
+            ($word:expr, $t:expr) => {
+                _mm256_srai_epi32::<24>(_mm256_slli_epi32::<{ 24 - 8 * $t }>($word))
+            };
+        }
         let (mut total_low, mut total_high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
         for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
             let (mut low, mut high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
@@ -495,36 +545,43 @@ mod x86 {
                         high = _mm256_add_pd(high, _mm256_mul_pd(a, v1));
                     }};
                 }
+                macro_rules! value {
+                    ($q:expr) => {{
+                        let q: __m256 = $q;
+                        if format == BlockFormat::Q4_1 {
+                            _mm256_add_ps(_mm256_mul_ps(d, q), m)
+                        } else {
+                            _mm256_mul_ps(d, _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
+                        }
+                    }};
+                }
                 match format {
                     BlockFormat::Q8_0 => {
-                        for k in 0..4 {
-                            let words = transposed_words(rows, at + 2 + 8 * k);
-                            for (j, &word) in words.iter().enumerate() {
-                                let q = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(word as i64));
-                                add!(8 * k + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+                        for k in 0..8 {
+                            let word = gather!(at + 2 + 4 * k);
+                            let q = [signed!(word, 0), signed!(word, 1), signed!(word, 2), signed!(word, 3)];
+                            for (t, q) in q.into_iter().enumerate() {
+                                add!(4 * k + t, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
                             }
                         }
                     }
                     BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
                         let offset = if format == BlockFormat::Q4_1 { 4 } else { 2 };
-                        let words = [transposed_words(rows, at + offset), transposed_words(rows, at + offset + 8)];
-                        let nibble = _mm256_set1_epi32(0x0f);
+                        let words = [
+                            gather!(at + offset),
+                            gather!(at + offset + 4),
+                            gather!(at + offset + 8),
+                            gather!(at + offset + 12),
+                        ];
                         for upper in [false, true] {
-                            for k in 0..2 {
-                                for (j, &word) in words[k].iter().enumerate() {
-                                    let bytes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(word as i64));
-                                    let q = if upper {
-                                        _mm256_srli_epi32::<4>(bytes)
-                                    } else {
-                                        _mm256_and_si256(bytes, nibble)
-                                    };
-                                    let q = _mm256_cvtepi32_ps(q);
-                                    let v = if format == BlockFormat::Q4_1 {
-                                        _mm256_add_ps(_mm256_mul_ps(d, q), m)
-                                    } else {
-                                        _mm256_mul_ps(d, _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
-                                    };
-                                    add!(16 * usize::from(upper) + 8 * k + j, v);
+                            for (k, &word) in words.iter().enumerate() {
+                                let q = if upper {
+                                    [nibble!(word, 4), nibble!(word, 12), nibble!(word, 20), nibble!(word, 28)]
+                                } else {
+                                    [nibble!(word, 0), nibble!(word, 8), nibble!(word, 16), nibble!(word, 24)]
+                                };
+                                for (t, q) in q.into_iter().enumerate() {
+                                    add!(16 * usize::from(upper) + 4 * k + t, value!(_mm256_cvtepi32_ps(q)));
                                 }
                             }
                         }
@@ -547,59 +604,51 @@ mod x86 {
         totals
     }
 
-    /// Outputs `first..first + outs.len()` of `x · wᵀ`, sixteen at a time: each block's values
-    /// made sixteen at a time in one register of `f32`, the sums in two registers of eight `f64`.
+    /// Outputs `first..first + outs.len()` of `x · wᵀ`, sixteen at a time: the same 4 bytes of
+    /// sixteen rows fetched by one gather, each block's values made sixteen at a time in one
+    /// register of `f32`, the sums in two registers of eight `f64`.
     ///
     /// # Safety
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(super) unsafe fn outputs_avx512(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
         const WIDE: usize = 2 * LANES;
+        let (bytes, row_bytes) = (&w.bytes[first * w.row_bytes()..], w.row_bytes());
         for (g, group) in outs.chunks_mut(WIDE).enumerate() {
-            let mut rows: [&[u8]; WIDE] = [&[]; WIDE];
-            for (c, row) in rows.iter_mut().enumerate() {
-                *row = w.row((first + g * WIDE + c).min(w.rows - 1));
-            }
-            let totals = group_sums_avx512(w.format, &rows, x);
+            let totals = group_sums_avx512(w.format, bytes, &starts::<WIDE>(w, first, g, row_bytes), x);
             for (out, total) in group.iter_mut().zip(totals) {
                 *out = total;
             }
         }
     }
 
-    /// The sixteen outputs of `rows` times `x`, in the sums' order.
+    /// The sixteen outputs of the rows starting at `starts` in `bytes`, times `x`, in the sums'
+    /// order.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    fn group_sums_avx512(format: BlockFormat, rows: &[&[u8]; 2 * LANES], x: &[f64]) -> [f64; 2 * LANES] {
+    fn group_sums_avx512(format: BlockFormat, bytes: &[u8], starts: &[i32; 2 * LANES], x: &[f64]) -> [f64; 2 * LANES] {
         let block_bytes = format.block_bytes();
-        let (first_rows, last_rows): (&[&[u8]; LANES], &[&[u8]; LANES]) =
-            match (rows[..LANES].try_into(), rows[LANES..].try_into()) {
-                (Ok(a), Ok(b)) => (a, b),
-                _ => unreachable!("sixteen rows are two eights"),
-            };
+        // SAFETY: sixteen offsets.
+        let starts = unsafe { _mm512_loadu_si512(starts.as_ptr().cast()) };
+        // 4 bytes at `at` of every row (a macro, not a closure, so that it is compiled with
+        // AVX-512): `at + 4` never passes a row's end (the callers stay inside a block), so
+        // every read is inside `bytes`
+        macro_rules! gather {
+            ($at:expr) => {{
+                let at: usize = $at;
+                debug_assert!(at + 4 <= bytes.len());
+                // SAFETY: the reads are inside `bytes` (above).
+                unsafe { _mm512_i32gather_epi32::<1>(starts, bytes.as_ptr().add(at).cast()) }
+            }};
+        }
         let (mut total_low, mut total_high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
         for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
             let (mut low, mut high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
             for (h, xs) in inputs.chunks_exact(BLOCK).enumerate() {
                 let at = (s * (INPUTS_PER_SUM / BLOCK) + h) * block_bytes;
-                // the sixteen scales (and minima) as halves, widened in one instruction (exact)
-                let (mut d, mut m) = ([0u16; 2 * LANES], [0u16; 2 * LANES]);
-                for c in 0..2 * LANES {
-                    d[c] = u16::from_le_bytes([rows[c][at], rows[c][at + 1]]);
-                    if format == BlockFormat::Q4_1 {
-                        m[c] = u16::from_le_bytes([rows[c][at + 2], rows[c][at + 3]]);
-                    }
-                }
-                // SAFETY: sixteen halves (32 bytes) each.
-                let (d, m) = unsafe {
-                    (
-                        _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr().cast())),
-                        _mm512_cvtph_ps(_mm256_loadu_si256(m.as_ptr().cast())),
-                    )
-                };
-                // byte j of all sixteen rows, from the two transposed eights
-                let words = |offset: usize| {
-                    (transposed_words(first_rows, at + offset), transposed_words(last_rows, at + offset))
-                };
+                // the scale (and Q4_1's minimum) of the sixteen rows, halves widened exactly
+                let head = gather!(at);
+                let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+                let m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(head)));
                 macro_rules! add {
                     ($i:expr, $v:expr) => {{
                         let (a, v) = (_mm512_set1_pd(xs[$i]), $v);
@@ -609,36 +658,50 @@ mod x86 {
                         high = _mm512_add_pd(high, _mm512_mul_pd(a, v1));
                     }};
                 }
+                // the 4 bits at `shift` of a gathered word; byte `t` of it as a signed integer (Q8_0)
+                macro_rules! nibble {
+                    ($word:expr, $shift:expr) => {
+                        _mm512_and_si512(_mm512_srli_epi32::<{ $shift }>($word), _mm512_set1_epi32(0x0f))
+                    };
+                }
+                macro_rules! signed {
+                    ($word:expr, $t:expr) => {
+                        _mm512_srai_epi32::<24>(_mm512_slli_epi32::<{ 24 - 8 * $t }>($word))
+                    };
+                }
                 match format {
                     BlockFormat::Q8_0 => {
-                        for k in 0..4 {
-                            let (a, b) = words(2 + 8 * k);
-                            for j in 0..8 {
-                                let q = _mm512_cvtepi8_epi32(_mm_set_epi64x(b[j] as i64, a[j] as i64));
-                                add!(8 * k + j, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+                        for k in 0..8 {
+                            let word = gather!(at + 2 + 4 * k);
+                            let q = [signed!(word, 0), signed!(word, 1), signed!(word, 2), signed!(word, 3)];
+                            for (t, q) in q.into_iter().enumerate() {
+                                add!(4 * k + t, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
                             }
                         }
                     }
                     BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
                         let offset = if format == BlockFormat::Q4_1 { 4 } else { 2 };
-                        let halves = [words(offset), words(offset + 8)];
-                        let nibble = _mm512_set1_epi32(0x0f);
+                        let words = [
+                            gather!(at + offset),
+                            gather!(at + offset + 4),
+                            gather!(at + offset + 8),
+                            gather!(at + offset + 12),
+                        ];
                         for upper in [false, true] {
-                            for (k, (a, b)) in halves.iter().enumerate() {
-                                for j in 0..8 {
-                                    let bytes = _mm512_cvtepu8_epi32(_mm_set_epi64x(b[j] as i64, a[j] as i64));
-                                    let q = if upper {
-                                        _mm512_srli_epi32::<4>(bytes)
-                                    } else {
-                                        _mm512_and_si512(bytes, nibble)
-                                    };
+                            for (k, &word) in words.iter().enumerate() {
+                                let q = if upper {
+                                    [nibble!(word, 4), nibble!(word, 12), nibble!(word, 20), nibble!(word, 28)]
+                                } else {
+                                    [nibble!(word, 0), nibble!(word, 8), nibble!(word, 16), nibble!(word, 24)]
+                                };
+                                for (t, q) in q.into_iter().enumerate() {
                                     let q = _mm512_cvtepi32_ps(q);
                                     let v = if format == BlockFormat::Q4_1 {
                                         _mm512_add_ps(_mm512_mul_ps(d, q), m)
                                     } else {
                                         _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
                                     };
-                                    add!(16 * usize::from(upper) + 8 * k + j, v);
+                                    add!(16 * usize::from(upper) + 4 * k + t, v);
                                 }
                             }
                         }
