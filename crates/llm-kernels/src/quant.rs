@@ -12,17 +12,17 @@
 //! `f64` weights take for one token): within each block of 64 inputs `s = 0; s += x·w` in input
 //! order, then the blocks' sums added in block order. So a model decoding from its quantized
 //! blocks produces the same bits as the same model decoding from `f64` weights — while reading
-//! 0.56 bytes per weight (`Q4_1`) instead of 8. The order fixes the arrangement: each output's
+//! 0.625 bytes per weight (`Q4_1`: 20 bytes for 32) instead of 8. The order fixes the arrangement: each output's
 //! sum is a chain in input order, so the vector lanes hold different outputs — eight (AVX2,
 //! portable) or sixteen (AVX-512) stored rows at once, their values for one input side by side.
 //! The portable kernel reads eight bytes of each row and transposes them as words; the x86 ones
 //! fetch the same four bytes of every row with one gather.
 //!
 //! What bounds it: per weight, a multiply and an add in `f64` that cannot fuse (the one-row
-//! path rounds twice), its widening from `f32`, and the dequantization — about 1.3 vector
-//! instructions per 8 weights more than a fused product would need; 4.3 G weights/s on one
-//! AVX-512 core (2.5 with AVX2), against about 20 G weights/s that memory delivers at 0.56
-//! bytes each. The kernel is bound by arithmetic, not by reading the weights.
+//! path rounds twice), the widening from `f32`, and the dequantization itself (integer to
+//! `f32`, scale, minimum): 4.3 G weights/s on one AVX-512 core (2.5 with AVX2), where memory
+//! would deliver 30–50 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not
+//! by reading the weights.
 
 use std::ops::Range;
 
