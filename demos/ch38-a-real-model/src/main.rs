@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ch38_a_real_model::{
-    CONTINUATION, evidence_from, load, model_path, render_prompt, render_report, render_svg, render_thumbnail,
-    run_prompt,
+    CONTINUATION, evidence_from, load_quantized, model_path, render_prompt, render_report, render_svg,
+    render_thumbnail, run_prompt,
 };
 use demo_support::cli::{self, ChapterArgs};
 
@@ -48,7 +48,7 @@ fn main() -> ExitCode {
         args.chapter.run.apply()?;
         let path = model_path(args.model.as_deref())?;
         if let Some(text) = args.prompt {
-            let (tokenizer, model) = load(&path)?;
+            let (tokenizer, model) = load_quantized(&path)?;
             let run = run_prompt(&model, &tokenizer, "user", text, args.tokens)?;
             return cli::print(&render_prompt(&run));
         }
