@@ -48,8 +48,8 @@ use std::collections::BTreeSet;
 
 use demo_support::report::{fmt_f64, fmt_values};
 use llm_from_scratch::model::{
-    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, Overflow, Recipe, Sampling, StepReport,
-    TokenBatch, Trainer, parameter_shapes,
+    AdamWConfig, Decoder, DecoderConfig, Decoding, Evaluation, Generation, Generator, Overflow, Recipe, Sampling,
+    StepReport, TokenBatch, Trainer, parameter_shapes,
 };
 use llm_from_scratch::nn::SplitMix64;
 use llm_from_scratch::{Tensor, TensorValue, fmt_shape};

@@ -75,12 +75,12 @@ impl Decoder {
     /// past `max_positions` the context slides ([`Overflow::Slide`]).
     ///
     /// The tokens and logits are collected as they come (nothing is reserved from `steps`). For a
-    /// long or open-ended generation use [`Decoder::generate_streaming`], which keeps nothing.
+    /// long or open-ended generation use [`Generator::generate_streaming`], which keeps nothing.
     ///
     /// # Errors
     /// [`ModelError::InvalidSetting`] when the logits of `steps` tokens would hold more values than
     /// one tensor may ([`crate::tensor::MAX_ELEMENTS`]), before anything runs; otherwise as
-    /// [`Decoder::generate_streaming`].
+    /// [`Generator::generate_streaming`].
     pub fn generate(
         &self,
         prompt: &[usize],
@@ -104,33 +104,6 @@ impl Decoder {
             ControlFlow::Continue(())
         })?;
         Ok(generation)
-    }
-
-    /// Generates up to `steps` tokens after `prompt`, handing each to `emit` with the logits `[V]`
-    /// it was chosen from as soon as it is chosen; `emit` returns [`ControlFlow::Break`] to stop
-    /// early. Returns the number of tokens generated. Nothing is stored, so `steps` may be
-    /// `usize::MAX`. (The loop is [`Generator::generate_streaming`], which a model kept in its
-    /// file's blocks, [`crate::gguf::QuantizedLlama`], runs too.)
-    ///
-    /// With [`Overflow::Refuse`], the last generated token is never fed back, so the text needs
-    /// `prompt + steps − 1` positions; more than `max_positions` is refused before anything runs.
-    ///
-    /// # Errors
-    /// [`ModelError::EmptyPrompt`], [`ModelError::TokenOutOfRange`], [`ModelError::ContextOverflow`]
-    /// (only with [`Overflow::Refuse`]), the setting errors of [`Sampling::validate`]; errors of
-    /// the forward passes.
-    #[allow(clippy::too_many_arguments)]
-    pub fn generate_streaming(
-        &self,
-        prompt: &[usize],
-        steps: usize,
-        sampling: Sampling,
-        decoding: Decoding,
-        overflow: Overflow,
-        rng: &mut SplitMix64,
-        emit: impl FnMut(usize, &[f64]) -> ControlFlow<()>,
-    ) -> Result<usize, ModelError> {
-        Generator::generate_streaming(self, prompt, steps, sampling, decoding, overflow, rng, emit)
     }
 }
 
@@ -164,10 +137,18 @@ pub trait Generator {
     /// The model's own.
     fn forward_window(&self, window: &[usize]) -> Result<Tensor, Self::Error>;
 
-    /// Generates up to `steps` tokens after `prompt`: see [`Decoder::generate_streaming`].
+    /// Generates up to `steps` tokens after `prompt`, handing each to `emit` with the logits `[V]`
+    /// it was chosen from as soon as it is chosen; `emit` returns [`ControlFlow::Break`] to stop
+    /// early. Returns the number of tokens generated. Nothing is stored, so `steps` may be
+    /// `usize::MAX`.
+    ///
+    /// With [`Overflow::Refuse`], the last generated token is never fed back, so the text needs
+    /// `prompt + steps − 1` positions; more than `max_positions` is refused before anything runs.
     ///
     /// # Errors
-    /// As [`Decoder::generate_streaming`].
+    /// [`ModelError::EmptyPrompt`], [`ModelError::TokenOutOfRange`], [`ModelError::ContextOverflow`]
+    /// (only with [`Overflow::Refuse`]), the setting errors of [`Sampling::validate`]; errors of
+    /// the forward passes.
     #[allow(clippy::too_many_arguments)]
     fn generate_streaming(
         &self,
