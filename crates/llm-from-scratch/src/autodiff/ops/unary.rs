@@ -58,10 +58,12 @@ impl TensorValue {
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
     pub fn scale(&self, factor: f64) -> Result<TensorValue> {
-        let out = self.read("scale")?.map(|v| v * factor);
+        let x = self.read("scale")?;
+        let out = Tensor::from_parts(x.shape().to_vec(), map_values(x.as_slice(), |v| v * factor));
         Ok(TensorValue::record("scale", vec![self.clone()], out, move |ctx| {
             // forward: out = c · x  =>  dx = c · dout
-            Ok(vec![Some(ctx.grad().map(|g| g * factor))])
+            let g = ctx.grad();
+            Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), map_values(g.as_slice(), |g| g * factor)))])
         }))
     }
 
