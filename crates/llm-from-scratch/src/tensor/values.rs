@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 /// From this many values on, a pass runs on every thread (the SwiGLU hidden layer of chapter 37's
 /// model, `1,024 × 176` values, does; a row of a few hundred does not).
-const PARALLEL_VALUES: usize = 1 << 14;
+pub(crate) const PARALLEL_VALUES: usize = 1 << 14;
 
 /// Values per task of a parallel pass: long runs, so that splitting costs little.
 const VALUES_PER_TASK: usize = 1 << 12;
