@@ -24,6 +24,16 @@ pub(crate) fn map_values(x: &[f64], f: impl Fn(f64) -> f64 + Sync) -> Vec<f64> {
     out
 }
 
+/// `f(x[i])` for every value, when `f` gives two results: the firsts and the seconds.
+pub(crate) fn map_values_pair(x: &[f64], f: impl Fn(f64) -> (f64, f64) + Sync) -> (Vec<f64>, Vec<f64>) {
+    if x.len() < PARALLEL_VALUES {
+        return x.iter().map(|&v| f(v)).unzip();
+    }
+    let (mut firsts, mut seconds) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
+    x.par_iter().with_min_len(VALUES_PER_TASK).map(|&v| f(v)).unzip_into_vecs(&mut firsts, &mut seconds);
+    (firsts, seconds)
+}
+
 /// `f(a[i], b[i])` for every pair of values of two slices of the same length.
 pub(crate) fn zip_values(a: &[f64], b: &[f64], f: impl Fn(f64, f64) -> f64 + Sync) -> Vec<f64> {
     debug_assert_eq!(a.len(), b.len());
@@ -55,7 +65,10 @@ mod tests {
             let plain_zip: Vec<u64> = a.iter().zip(&b).map(|(&x, &y)| g(x, y).to_bits()).collect();
             for threads in [1, 2, 3] {
                 let (mapped, zipped) = pool(threads).install(|| (map_values(&a, f), zip_values(&a, &b, g)));
+                let (firsts, seconds) = pool(threads).install(|| map_values_pair(&a, |x| (f(x), -x)));
                 assert_eq!(mapped.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_map);
+                assert_eq!(firsts.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_map);
+                assert!(seconds.iter().zip(&a).all(|(s, x)| s.to_bits() == (-x).to_bits()));
                 assert_eq!(zipped.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_zip);
             }
         }

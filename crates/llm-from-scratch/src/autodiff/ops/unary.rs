@@ -3,7 +3,7 @@
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::values::{map_values, zip_values};
+use crate::tensor::values::{map_values, map_values_pair, zip_values};
 
 /// Which value a derivative is written in terms of: the backward reads only that one, so the other
 /// may be released.
@@ -142,9 +142,16 @@ impl TensorValue {
         let (shape, xs) = (x.shape().to_vec(), x.as_slice());
         // σ(x) once per value: the output and, when a gradient is wanted, the local derivative
         // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no second e^{−x} there)
-        let s = map_values(xs, sigmoid);
-        let out = Tensor::from_parts(shape, zip_values(xs, &s, |x, s| x * s));
-        let slope = self.requires_grad().then(|| zip_values(xs, &s, |x, s| s + x * s * (1.0 - s)));
+        let (out, slope) = if self.requires_grad() {
+            let (out, slope) = map_values_pair(xs, |x| {
+                let s = sigmoid(x);
+                (x * s, s + x * s * (1.0 - s))
+            });
+            (out, Some(slope))
+        } else {
+            (map_values(xs, |x| x * sigmoid(x)), None)
+        };
+        let out = Tensor::from_parts(shape, out);
         Ok(TensorValue::record("silu", vec![self.clone()], out, move |ctx| {
             // forward: out[i] = x[i]·σ(x[i])  =>  dx[i] = (σ + x·σ·(1 − σ))(x[i]) · dout[i]
             let x = ctx.input(0)?; // the derivative was taken from it: it must still be there
@@ -155,14 +162,13 @@ impl TensorValue {
     }
 }
 
-/// The logistic function, written so that neither branch overflows.
+/// The logistic function, written so that it never overflows: with `e = e^{−|x|} ≤ 1`,
+/// `σ(x) = 1 / (1 + e)` for `x ≥ 0` and `e / (1 + e)` below. Only the numerator depends on the
+/// sign (a select, not a branch the processor would mispredict on half of a layer's values).
 pub(crate) fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
+    let e = (-x.abs()).exp();
+    let numerator = if x >= 0.0 { 1.0 } else { e };
+    numerator / (1.0 + e)
 }
 
 #[cfg(test)]
@@ -210,7 +216,9 @@ mod tests {
         let grads = y.backward_with(&upstream).unwrap();
         let (out, dx) = (y.value().unwrap(), grads.get(&x).unwrap().clone());
         for (i, &v) in xs.iter().enumerate() {
-            let s = super::sigmoid(v);
+            // σ as two branches, each with its own exponential
+            let s = if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) };
+            assert_eq!(super::sigmoid(v).to_bits(), s.to_bits());
             assert_eq!(out.as_slice()[i].to_bits(), (v * s).to_bits());
             let want = (s + v * s * (1.0 - s)) * upstream.as_slice()[i];
             assert_eq!(dx.as_slice()[i].to_bits(), want.to_bits());
