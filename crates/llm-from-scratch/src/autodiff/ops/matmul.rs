@@ -215,9 +215,11 @@ impl TensorValue {
             // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
             let rhs_grad = || -> Result<Tensor> { Ok(Tensor::from_parts(rhs_shape.to_vec(), plan.rhs_adjoint(a, g)?)) };
             // the two adjoints are independent products: side by side, neither waits for the other
-            // to hand its threads back (each is computed as it would be alone, so the same bits)
+            // to hand its threads back (each is computed as it would be alone, so the same bits);
+            // a worker that takes one runs the kernels on the target read here
             if ctx.wants(0) && ctx.wants(1) {
-                let (da, db) = rayon::join(lhs_grad, rhs_grad);
+                let target = llm_kernels::active();
+                let (da, db) = rayon::join(|| target.within(lhs_grad), || target.within(rhs_grad));
                 return Ok(vec![Some(da?), Some(db?)]);
             }
             Ok(vec![ctx.wants(0).then(lhs_grad).transpose()?, ctx.wants(1).then(rhs_grad).transpose()?])
