@@ -12,6 +12,7 @@ pub mod exp;
 mod mask;
 pub mod matmul;
 mod rng;
+pub(crate) mod values;
 
 pub use broadcast::{broadcast_shapes, sum_to_shape};
 pub use dense::{MAX_ELEMENTS, Tensor};

@@ -7,13 +7,14 @@
 use crate::autodiff::TensorValue;
 use crate::error::Result;
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
+use crate::tensor::values::zip_values;
 use crate::tensor::{Tensor, broadcast_shapes, sum_to_shape};
 
 /// `out[i] = f(a[i'], b[i''])` over the broadcast shape.
-fn zip_broadcast(op: &'static str, a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64) -> Result<Tensor> {
+/// Operands of one shape are zipped on every thread once they are long (`tensor::values`).
+fn zip_broadcast(op: &'static str, a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64 + Sync) -> Result<Tensor> {
     if a.shape() == b.shape() {
-        let values = a.as_slice().iter().zip(b.as_slice()).map(|(&x, &y)| f(x, y)).collect();
-        return Ok(Tensor::from_parts(a.shape().to_vec(), values));
+        return Ok(Tensor::from_parts(a.shape().to_vec(), zip_values(a.as_slice(), b.as_slice(), f)));
     }
     let out_shape = broadcast_shapes(op, a.shape(), b.shape())?;
     let total = crate::tensor::dense::element_count(op, &out_shape)?; // [n,1] + [n] asks for n² values

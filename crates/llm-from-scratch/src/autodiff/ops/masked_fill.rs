@@ -23,9 +23,22 @@ pub(crate) fn check_mask(op: &'static str, mask: &Mask, shape: &[usize]) -> Resu
 pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
     check_mask(op, mask, shape)?;
     let mut covered = vec![false; shape.iter().product()];
-    let strides = broadcast_strides(mask.shape(), shape);
+    let (ms, flags) = (mask.shape(), mask.as_slice());
     let zeros = vec![0; shape.len()];
-    for_each_broadcast(shape, &strides, &zeros, |o, m, _| covered[o] = mask.as_slice()[m]);
+    match (ms.split_last(), shape.split_last()) {
+        (Some((&w, mask_rows)), Some((&width, rows))) if w == width && w > 0 => {
+            // the mask's rows are whole rows of the output (a causal [T, T] under [B, H, T, T]):
+            // copy row by row, broadcasting only the row index
+            let strides = broadcast_strides(mask_rows, rows);
+            for_each_broadcast(rows, &strides, &zeros, |o, m, _| {
+                covered[o * w..(o + 1) * w].copy_from_slice(&flags[m * w..(m + 1) * w]);
+            });
+        }
+        _ => {
+            let strides = broadcast_strides(ms, shape);
+            for_each_broadcast(shape, &strides, &zeros, |o, m, _| covered[o] = flags[m]);
+        }
+    }
     Ok(covered)
 }
 
@@ -76,6 +89,21 @@ mod tests {
         let err = x.masked_fill(&Mask::causal(3, 3, 0).unwrap(), 0.0).unwrap_err();
         assert!(err.to_string().starts_with("masked_fill: shapes [2,2] and [3,3]"), "{err}");
         assert!(Mask::new(&[2], vec![true]).is_err());
+    }
+
+    #[test]
+    fn expanding_row_by_row_equals_value_by_value() {
+        // every mask shape that broadcasts to [2, 3, 4, 5]: whole rows copied, or one flag at a time
+        let shape = [2, 3, 4, 5];
+        let masks: [&[usize]; 6] = [&[4, 5], &[1, 4, 5], &[3, 1, 5], &[2, 3, 4, 5], &[4, 1], &[1]];
+        for mask_shape in masks {
+            let len: usize = mask_shape.iter().product();
+            let mask = Mask::new(mask_shape, (0..len).map(|i| (i * 7) % 3 == 0).collect()).unwrap();
+            let strides = super::broadcast_strides(mask_shape, &shape);
+            let mut want = vec![false; shape.iter().product()];
+            super::for_each_broadcast(&shape, &strides, &[0; 4], |o, m, _| want[o] = mask.as_slice()[m]);
+            assert_eq!(super::expand("t", &mask, &shape).unwrap(), want, "mask {mask_shape:?}");
+        }
     }
 
     #[test]

@@ -196,27 +196,33 @@ impl TensorValue {
         Ok(TensorValue::record("matmul", vec![self.clone(), rhs.clone()], out, move |ctx| {
             let (a, b, g) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
             let (a, b, g) = (a.as_slice(), b.as_slice(), g.as_slice());
-            let mut grads = vec![None, None];
-            if ctx.wants(0) {
+            let (lhs_shape, rhs_shape) = (ctx.input_shape(0), ctx.input_shape(1));
+            // A feeds other products too (x into its Q, K and V projections): with the rows
+            // folded, the kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
+            let sum = if ctx.wants(0) && plan.folds_into_rows() { ctx.take_lhs_sum() } else { None };
+            let lhs_grad = || -> Result<Tensor> {
                 // forward: C[t] = A[l]·B[r]  =>  dA[l] += dC[t]·B[r]ᵀ (broadcast lanes accumulate)
-                // A feeds other products too (x into its Q, K and V projections): with the rows
-                // folded, the kernel adds dC·Bᵀ onto their sum, with no new tensor and no extra pass
-                let sum = if plan.folds_into_rows() { ctx.take_lhs_sum() } else { None };
-                grads[0] = Some(match sum {
+                Ok(match sum {
                     Some(mut sum) => {
                         let (rows, k, n) = (plan.pairs.len() * plan.m, plan.k, plan.n);
                         let b_t = MatRef::row_major(b, k, n)?.t();
                         kernel(sum.as_mut_slice(), MatRef::row_major(g, rows, n)?, b_t, true, true)?;
                         sum
                     }
-                    None => Tensor::from_parts(ctx.input_shape(0).to_vec(), plan.lhs_adjoint(g, b)?),
-                });
+                    None => Tensor::from_parts(lhs_shape.to_vec(), plan.lhs_adjoint(g, b)?),
+                })
+            };
+            // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
+            let rhs_grad = || -> Result<Tensor> { Ok(Tensor::from_parts(rhs_shape.to_vec(), plan.rhs_adjoint(a, g)?)) };
+            // the two adjoints are independent products: side by side, neither waits for the other
+            // to hand its threads back (each is computed as it would be alone, so the same bits);
+            // a worker that takes one runs the kernels on the target read here
+            if ctx.wants(0) && ctx.wants(1) {
+                let target = llm_kernels::active();
+                let (da, db) = rayon::join(|| target.within(lhs_grad), || target.within(rhs_grad));
+                return Ok(vec![Some(da?), Some(db?)]);
             }
-            if ctx.wants(1) {
-                // forward: C[t] = A[l]·B[r]  =>  dB[r] += A[l]ᵀ·dC[t]
-                grads[1] = Some(Tensor::from_parts(ctx.input_shape(1).to_vec(), plan.rhs_adjoint(a, g)?));
-            }
-            Ok(grads)
+            Ok(vec![ctx.wants(0).then(lhs_grad).transpose()?, ctx.wants(1).then(rhs_grad).transpose()?])
         }))
     }
 }

@@ -1,8 +1,11 @@
 //! RMS normalisation over the last axis: `y = x / sqrt(mean(x²) + ε) ⊙ g`.
 
+use rayon::prelude::*;
+
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
+use crate::tensor::values::PARALLEL_VALUES;
 
 impl TensorValue {
     /// RMS-normalises every row (last axis) and multiplies by the gain `g` of shape `[d]`.
@@ -47,12 +50,13 @@ impl TensorValue {
         let (x, g) = (self.read("rms_norm")?, gain.read("rms_norm")?);
         let mut out = vec![0.0; x.len()];
         if d > 0 {
-            for (orow, xrow) in out.chunks_mut(d).zip(x.as_slice().chunks(d)) {
+            // rows are independent: in row blocks on every thread when there are many
+            for_row_blocks(&mut out, x.as_slice(), d, |orow, xrow| {
                 let r = inverse_rms(xrow, eps);
                 for ((o, &xi), &gi) in orow.iter_mut().zip(xrow).zip(g.as_slice()) {
                     *o = xi * r * gi;
                 }
-            }
+            });
         }
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record("rms_norm", vec![self.clone(), gain.clone()], out, move |ctx| {
@@ -68,17 +72,50 @@ impl TensorValue {
                     Some(Tensor::from_parts(vec![0], dg)),
                 ]);
             }
-            for ((dxrow, xrow), dyrow) in dx.chunks_mut(d).zip(x.as_slice().chunks(d)).zip(dy.as_slice().chunks(d)) {
+            // dx row by row (independent rows, on every thread when there are many); the gain's
+            // adjoint sums over the rows, in row order on this thread
+            let rows = x.len() / d;
+            let mut r_of = vec![0.0; rows];
+            let (xs, dys, gs) = (x.as_slice(), dy.as_slice(), g.as_slice());
+            let dx_rows = |row: usize, dxrow: &mut [f64], r_slot: &mut f64| {
+                let (xrow, dyrow) = (&xs[row * d..(row + 1) * d], &dys[row * d..(row + 1) * d]);
                 let r = inverse_rms(xrow, eps);
-                let dot: f64 = xrow.iter().zip(dyrow).zip(g.as_slice()).map(|((x, dy), g)| x * dy * g).sum();
+                let dot: f64 = xrow.iter().zip(dyrow).zip(gs).map(|((x, dy), g)| x * dy * g).sum();
                 let coef = r * r * r / d as f64 * dot;
                 for i in 0..d {
-                    dxrow[i] = r * g.as_slice()[i] * dyrow[i] - coef * xrow[i];
+                    dxrow[i] = r * gs[i] * dyrow[i] - coef * xrow[i];
+                }
+                *r_slot = r;
+            };
+            if x.len() < PARALLEL_VALUES {
+                dx.chunks_mut(d).zip(&mut r_of).enumerate().for_each(|(row, (dxrow, r))| dx_rows(row, dxrow, r));
+            } else {
+                dx.par_chunks_mut(d)
+                    .zip(&mut r_of)
+                    .enumerate()
+                    .with_min_len(ROWS_PER_TASK)
+                    .for_each(|(row, (dxrow, r))| dx_rows(row, dxrow, r));
+            }
+            for ((xrow, dyrow), &r) in xs.chunks(d).zip(dys.chunks(d)).zip(&r_of) {
+                for i in 0..d {
                     dg[i] += dyrow[i] * xrow[i] * r;
                 }
             }
             Ok(vec![Some(Tensor::from_parts(x.shape().to_vec(), dx)), Some(Tensor::from_parts(vec![d], dg))])
         }))
+    }
+}
+
+/// Rows per task of a parallel pass over the rows.
+const ROWS_PER_TASK: usize = 64;
+
+/// `f(out_row, x_row)` for every row of `d` values; in blocks of [`ROWS_PER_TASK`] rows on every
+/// thread from [`PARALLEL_VALUES`] values on (each row is computed alone: the same bits either way).
+fn for_row_blocks(out: &mut [f64], x: &[f64], d: usize, f: impl Fn(&mut [f64], &[f64]) + Sync) {
+    if x.len() < PARALLEL_VALUES {
+        out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, x)| f(o, x));
+    } else {
+        out.par_chunks_mut(d).zip(x.par_chunks(d)).with_min_len(ROWS_PER_TASK).for_each(|(o, x)| f(o, x));
     }
 }
 
@@ -91,7 +128,7 @@ fn inverse_rms(row: &[f64], eps: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+    use crate::autodiff::{GradcheckConfig, constant, gradcheck, parameter};
     use crate::tensor::Tensor;
 
     #[test]
@@ -107,6 +144,39 @@ mod tests {
         assert_eq!(z.value().unwrap().as_slice(), &[0.0, 0.0]);
         assert!(x.rms_norm(&constant(&[3], &[1.0; 3]).unwrap(), 1e-6).is_err());
         assert!(x.rms_norm(&g, -1.0).unwrap_err().to_string().contains("rms_norm: eps = -1"));
+    }
+
+    #[test]
+    fn many_rows_on_any_thread_count_equal_each_row_alone() {
+        // 400 rows of 48: the row-parallel passes; each row normalised alone (the serial path)
+        // must give the same bits, and the gain's adjoint the row-order sum of the rows' own
+        let (rows, d) = (400, 48);
+        let xs: Vec<f64> = (0..rows * d).map(|i| (i as f64 * 0.37).sin() + 0.05).collect();
+        let dys: Vec<f64> = (0..rows * d).map(|i| (i as f64 * 0.11).cos()).collect();
+        let gain: Vec<f64> = (0..d).map(|i| 0.5 + i as f64 / d as f64).collect();
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let (x, g) = (crate::autodiff::parameter(&[rows, d], &xs).unwrap(), parameter(&[d], &gain).unwrap());
+                let y = x.rms_norm(&g, 1e-5).unwrap();
+                let grads = y.backward_with(&Tensor::new(&[rows, d], dys.clone()).unwrap()).unwrap();
+                let bits = |t: &Tensor| t.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                (bits(&y.value().unwrap()), bits(grads.get(&x).unwrap()), bits(grads.get(&g).unwrap()))
+            })
+        };
+        let (mut y_rows, mut dx_rows, mut dg) = (Vec::new(), Vec::new(), vec![0.0; d]);
+        for row in 0..rows {
+            let (x, g) = (parameter(&[1, d], &xs[row * d..(row + 1) * d]).unwrap(), parameter(&[d], &gain).unwrap());
+            let y = x.rms_norm(&g, 1e-5).unwrap();
+            let grads = y.backward_with(&Tensor::new(&[1, d], dys[row * d..(row + 1) * d].to_vec()).unwrap()).unwrap();
+            y_rows.extend(y.value().unwrap().as_slice().iter().map(|v| v.to_bits()));
+            dx_rows.extend(grads.get(&x).unwrap().as_slice().iter().map(|v| v.to_bits()));
+            dg.iter_mut().zip(grads.get(&g).unwrap().as_slice()).for_each(|(s, v)| *s += v);
+        }
+        let dg: Vec<u64> = dg.iter().map(|v| v.to_bits()).collect();
+        for threads in [1, 2, 3] {
+            assert!(run(threads) == (y_rows.clone(), dx_rows.clone(), dg.clone()), "{threads} threads");
+        }
     }
 
     #[test]

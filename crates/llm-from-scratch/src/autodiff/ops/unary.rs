@@ -3,6 +3,7 @@
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
 use crate::tensor::Tensor;
+use crate::tensor::values::{map_values, map_values_pair, zip_values};
 
 /// Which value a derivative is written in terms of: the backward reads only that one, so the other
 /// may be released.
@@ -15,21 +16,23 @@ enum Reads {
 }
 
 /// `out[i] = f(x[i])`, with `dfdx` as the local derivative, in terms of the value `reads` names.
+/// Long tensors are mapped on every thread (`tensor::values`: the same bits as one thread).
 fn unary(
     x: &TensorValue,
     op: &'static str,
-    f: impl Fn(f64) -> f64,
+    f: impl Fn(f64) -> f64 + Sync,
     reads: Reads,
-    dfdx: impl Fn(f64) -> f64 + 'static,
+    dfdx: impl Fn(f64) -> f64 + Sync + 'static,
 ) -> Result<TensorValue> {
-    let out = x.read(op)?.map(f);
+    let input = x.read(op)?;
+    let out = Tensor::from_parts(input.shape().to_vec(), map_values(input.as_slice(), f));
     Ok(TensorValue::record(op, vec![x.clone()], out, move |ctx| {
         // forward: out[i] = f(x[i])  =>  dx[i] = f'(x[i]) · dout[i]
         let known = match reads {
             Reads::Input => ctx.input(0)?,
             Reads::Output => ctx.output()?,
         };
-        let values = known.as_slice().iter().zip(ctx.grad().as_slice()).map(|(&v, &g)| dfdx(v) * g).collect();
+        let values = zip_values(known.as_slice(), ctx.grad().as_slice(), |v, g| dfdx(v) * g);
         Ok(vec![Some(Tensor::from_parts(known.shape().to_vec(), values))])
     }))
 }
@@ -55,10 +58,12 @@ impl TensorValue {
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
     pub fn scale(&self, factor: f64) -> Result<TensorValue> {
-        let out = self.read("scale")?.map(|v| v * factor);
+        let x = self.read("scale")?;
+        let out = Tensor::from_parts(x.shape().to_vec(), map_values(x.as_slice(), |v| v * factor));
         Ok(TensorValue::record("scale", vec![self.clone()], out, move |ctx| {
             // forward: out = c · x  =>  dx = c · dout
-            Ok(vec![Some(ctx.grad().map(|g| g * factor))])
+            let g = ctx.grad();
+            Ok(vec![Some(Tensor::from_parts(g.shape().to_vec(), map_values(g.as_slice(), |g| g * factor)))])
         }))
     }
 
@@ -133,28 +138,37 @@ impl TensorValue {
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
     pub fn silu(&self) -> Result<TensorValue> {
-        // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x))
-        unary(
-            self,
-            "silu",
-            |x| x * sigmoid(x),
-            Reads::Input,
-            |x| {
+        let x = self.read("silu")?;
+        let (shape, xs) = (x.shape().to_vec(), x.as_slice());
+        // σ(x) once per value: the output and, when a gradient is wanted, the local derivative
+        // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no second e^{−x} there)
+        let (out, slope) = if self.requires_grad() {
+            let (out, slope) = map_values_pair(xs, |x| {
                 let s = sigmoid(x);
-                s + x * s * (1.0 - s)
-            },
-        )
+                (x * s, s + x * s * (1.0 - s))
+            });
+            (out, Some(slope))
+        } else {
+            (map_values(xs, |x| x * sigmoid(x)), None)
+        };
+        let out = Tensor::from_parts(shape, out);
+        Ok(TensorValue::record("silu", vec![self.clone()], out, move |ctx| {
+            // forward: out[i] = x[i]·σ(x[i])  =>  dx[i] = (σ + x·σ·(1 − σ))(x[i]) · dout[i]
+            let x = ctx.input(0)?; // the derivative was taken from it: it must still be there
+            let slope = slope.as_deref().unwrap_or_default();
+            let values = zip_values(slope, ctx.grad().as_slice(), |d, g| d * g);
+            Ok(vec![Some(Tensor::from_parts(x.shape().to_vec(), values))])
+        }))
     }
 }
 
-/// The logistic function, written so that neither branch overflows.
+/// The logistic function, written so that it never overflows: with `e = e^{−|x|} ≤ 1`,
+/// `σ(x) = 1 / (1 + e)` for `x ≥ 0` and `e / (1 + e)` below. Only the numerator depends on the
+/// sign (a select, not a branch the processor would mispredict on half of a layer's values).
 pub(crate) fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
+    let e = (-x.abs()).exp();
+    let numerator = if x >= 0.0 { 1.0 } else { e };
+    numerator / (1.0 + e)
 }
 
 #[cfg(test)]
@@ -188,6 +202,27 @@ mod tests {
         let s = y.sum().unwrap();
         y.release();
         assert_eq!(s.backward().unwrap().get(&x).unwrap().as_slice(), &[0.25]);
+    }
+
+    #[test]
+    fn silu_keeps_the_bits_of_its_formula_on_a_long_tensor() {
+        // long enough for the parallel passes; the derivative kept from the forward must be the
+        // one the formula gives, bit for bit
+        let n = 40_000;
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.013).sin() * 12.0).collect();
+        let x = crate::autodiff::parameter(&[n], &xs).unwrap();
+        let y = x.silu().unwrap();
+        let upstream = Tensor::new(&[n], (0..n).map(|i| (i as f64 * 0.7).cos()).collect()).unwrap();
+        let grads = y.backward_with(&upstream).unwrap();
+        let (out, dx) = (y.value().unwrap(), grads.get(&x).unwrap().clone());
+        for (i, &v) in xs.iter().enumerate() {
+            // σ as two branches, each with its own exponential
+            let s = if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) };
+            assert_eq!(super::sigmoid(v).to_bits(), s.to_bits());
+            assert_eq!(out.as_slice()[i].to_bits(), (v * s).to_bits());
+            let want = (s + v * s * (1.0 - s)) * upstream.as_slice()[i];
+            assert_eq!(dx.as_slice()[i].to_bits(), want.to_bits());
+        }
     }
 
     #[test]
