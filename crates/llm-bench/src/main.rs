@@ -17,9 +17,9 @@
 //!
 //! At start-up the binary calls [`llm_from_scratch::kernels::allocator::keep_freed_memory`], so that
 //! glibc reuses freed buffers instead of returning them to the system between runs; set
-//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults. `real-prefill` and
-//! `real-decode` instead call `return_freed_memory` (the same module): the latter reports the
-//! resident memory of a generating process.
+//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults. `real-decode` instead
+//! calls `return_freed_memory` (the same module): it reports the resident memory of a generating
+//! process.
 //!
 //! Exit codes: 0 on success, 1 when a workload fails (a library error or
 //! a wrong result) or standard output cannot be written, 2 for a usage error (with what was wrong
@@ -110,11 +110,10 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
     let target = RunArgs { threads: None, ..run }.apply()?;
     // glibc would otherwise return the buffers of each step to the system and fault them in again
     // in the next (see `llm_kernels::allocator`); LLM_BENCH_MALLOC=default measures without
-    // (the real model's workloads do the opposite: real-decode reports the resident memory of a
-    // generating process, and a prefill's large panels are returned when freed)
-    let real = matches!(workload, Workload::RealPrefill | Workload::RealDecode);
+    // (real-decode does the opposite: it reports the resident memory of a generating process,
+    // so the prefill's large panels are returned when freed)
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
-        if real {
+        if workload == Workload::RealDecode {
             llm_from_scratch::kernels::allocator::return_freed_memory();
         } else {
             llm_from_scratch::kernels::allocator::keep_freed_memory();

@@ -180,7 +180,7 @@ fn real_model_quantized_decoding_is_bitwise_the_f64_decoding() {
         for &next in &[28, 3_000, 17] {
             expected.push(dense.forward_cached(&[next], [1, 1], &mut caches).unwrap());
         }
-        // the prefill's head multiplies panels of the table (4 MiB at a time), which the matrix
+        // the prefill's head multiplies panels of the table (16 MiB at a time), which the matrix
         // product blocks differently from the whole table: equal within rounding; every block, the
         // caches and each decoded token are the same bits
         let scale = expected[0].as_slice().iter().fold(0.0f64, |m, x| m.max(x.abs()));

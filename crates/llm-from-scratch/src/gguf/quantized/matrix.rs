@@ -51,8 +51,8 @@ fn block_format(t: TensorType) -> Option<BlockFormat> {
 /// every weight of a block of SmolLM2-135M; larger ones (its embedding table, 28 M values) in
 /// panels of [`PANEL_VALUES`].
 const WHOLE_VALUES: usize = 1 << 21;
-/// Values dequantized at once for a prefill's panel of a larger matrix (4 MiB of `f64`).
-const PANEL_VALUES: usize = 1 << 19;
+/// Values dequantized at once for a prefill's panel of a larger matrix (16 MiB of `f64`).
+const PANEL_VALUES: usize = 1 << 21;
 
 impl QuantizedMatrix {
     /// `rows` stored rows of `cols` values of type `t` in `bytes`, as a GGUF file stores a
@@ -271,7 +271,7 @@ impl QuantizedMatrix {
     /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: the matrix is dequantized into `f64`
     /// and multiplied by the matrix product — whole up to 2²¹ values, with the layout of the
     /// decoder's `f64` weight, so bitwise its product; a larger one (an embedding table used as
-    /// the head) in panels of 2¹⁹ values, which the product blocks differently from the whole:
+    /// the head) in panels of 2²¹ values, which the product blocks differently from the whole:
     /// equal within rounding. One row takes [`QuantizedMatrix::row_times`].
     ///
     /// # Errors
