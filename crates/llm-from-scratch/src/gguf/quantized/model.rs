@@ -34,7 +34,7 @@ struct Block {
 /// Every step is the decoder's own — the same RMSNorm, RoPE, attention over a [`KvCache`],
 /// SwiGLU and residual sums — and each product gives the bits of the `f64` one (see
 /// [`QuantizedMatrix`]), so [`QuantizedLlama::forward_cached`] returns exactly the logits of
-/// [`crate::model::Decoder::forward_cached`] on the weights [`super::load_gguf_llama`] loads —
+/// [`crate::model::Decoder::forward_cached`] on the weights [`crate::gguf::load_gguf_llama`] loads —
 /// but for a prefill's head over a vocabulary of more than 2²¹ weights, which runs in panels and
 /// agrees within rounding (the caches, and so every later token, stay the same bits). It has no
 /// tape and cannot be trained; it generates through [`Generator::generate_streaming`].
@@ -75,13 +75,13 @@ impl QuantizedLlama {
     }
 
     /// The model of the GGUF LLaMA whose file is `bytes`: the checks of
-    /// [`super::llama_from_gguf`], then the matrices kept where they are in `bytes`, which the
+    /// [`crate::gguf::llama_from_gguf`], then the matrices kept where they are in `bytes`, which the
     /// model keeps (with [`GgufRope::HuggingFace`] the rows of W_Q and W_K are first put in that
     /// order, in place). Types the product kernels do not read — F32, F16, BF16, Q4_K, Q6_K — are
     /// dequantized once, and so are the gains.
     ///
     /// # Errors
-    /// As [`super::llama_from_gguf`].
+    /// As [`crate::gguf::llama_from_gguf`].
     pub fn from_bytes(mut bytes: Vec<u8>, rope: GgufRope) -> Result<Self, GgufError> {
         /// A matrix of the plan: where its bytes are and how it is laid out.
         struct Item {
