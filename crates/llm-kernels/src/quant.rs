@@ -30,7 +30,9 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::isa::{self, Isa, Kernel};
-use crate::target::{Target, active, note};
+use crate::target::active;
+#[cfg(target_arch = "x86_64")]
+use crate::target::{Target, note};
 
 /// The block formats the products here read, as ggml stores them.
 ///
