@@ -264,18 +264,24 @@ pub fn draw_colour_scale_with_text(
     svg.text(x, y - 10.0, TextStyle::label().size(size), label);
 }
 
+/// The shaded strip of a horizontal key: `steps` cells from `shading`'s low end to its high end,
+/// `width` pixels long and 12 tall at `(x, y)`, outlined.
+fn draw_strip(svg: &mut Svg, (x, y): (f64, f64), width: f64, shading: Shading, steps: usize) {
+    let (low, high) = shading.range();
+    let step = width / steps as f64;
+    for s in 0..steps {
+        let value = low + (high - low) * (s as f64 + 0.5) / steps as f64;
+        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
+    }
+    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+}
+
 /// A horizontal colour key `width` pixels long at `(x, y)`, 12 steps, its two ends labelled on
 /// the same line (`0.00 ▭ 1.00 weight`): the key of a thumbnail, where the vertical scale's labels
 /// would be too small at 300 px.
 pub fn draw_inline_key(svg: &mut Svg, (x, y): (f64, f64), width: f64, shading: Shading, decimals: usize, label: &str) {
-    const STEPS: usize = 12;
     let (low, high) = shading.range();
-    let step = width / STEPS as f64;
-    for s in 0..STEPS {
-        let value = low + (high - low) * (s as f64 + 0.5) / STEPS as f64;
-        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
-    }
-    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    draw_strip(svg, (x, y), width, shading, 12);
     svg.text(x - 6.0, y + 11.0, TextStyle::right(), &fixed(low, decimals));
     svg.text(x + width + 6.0, y + 11.0, TextStyle::label(), &format!("{} {label}", fixed(high, decimals)));
 }
@@ -295,12 +301,7 @@ pub fn draw_colour_bar(
     size: f64,
 ) {
     let (low, high) = shading.range();
-    let step = width / SCALE_STEPS as f64;
-    for s in 0..SCALE_STEPS {
-        let value = low + (high - low) * (s as f64 + 0.5) / SCALE_STEPS as f64;
-        svg.rect(x + s as f64 * step, y, step + 0.5, 12.0, &shading.fill(value), None);
-    }
-    svg.rect(x, y, width, 12.0, "none", Some(Stroke::solid("#777777", 1.0)));
+    draw_strip(svg, (x, y), width, shading, SCALE_STEPS);
     let below = y + 12.0 + size + 2.0;
     svg.text(x, below, TextStyle::centered().size(size), &fixed(low, decimals));
     svg.text(x + width / 2.0, below, TextStyle::centered().size(size), &fixed((low + high) / 2.0, decimals));

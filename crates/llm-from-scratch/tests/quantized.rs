@@ -2,7 +2,10 @@
 //! target this processor runs, and the quantized model against the `f64` decoder — the same bits.
 
 use llm_from_scratch::gguf::{GgufError, GgufRope, QuantizedLlama, QuantizedMatrix, TensorType, load_gguf_llama};
+use std::ops::ControlFlow;
+
 use llm_from_scratch::kernels::{Target, with_target};
+use llm_from_scratch::model::{Decoding, Generator, Overflow, Sampling};
 use llm_from_scratch::nn::SplitMix64;
 
 /// `rows` random rows of `cols` values of type `t`: random quants, scales of either sign between
@@ -82,6 +85,12 @@ fn bad_matrices_and_rows_are_typed_errors() {
     assert!(data(&w.row_times(&[0.0; 31]).unwrap_err()));
     assert!(data(&w.rows_times(&[0.0; 33]).unwrap_err()));
     assert!(data(&w.row(2).unwrap_err()));
+    // 32 769 rows times 65 536 outputs would pass 2³¹ values: refused before the output exists
+    let (rows, cols) = (1 << 16, 32);
+    let block: Vec<u8> = [0x00, 0x3c].into_iter().chain([1u8; 32]).collect();
+    let tall = QuantizedMatrix::from_stored("tall", TensorType::Q8_0, &block.repeat(rows), [rows, cols]).unwrap();
+    let err = tall.rows_times(&vec![0.5; 32_769 * cols]).unwrap_err();
+    assert!(data(&err), "{err}");
 }
 
 const TINY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-llama.gguf");
@@ -137,36 +146,25 @@ fn bad_calls_are_typed_errors_and_leave_the_caches_unchanged() {
     assert!(matches!(err, GgufError::Io { .. }), "{err}");
 }
 
+/// The tokens `model` generates after `[1, 2, 3]` with a seeded top-5 sampling.
+fn tokens_of<M: Generator<Error: std::fmt::Debug>>(model: &M, decoding: Decoding) -> Vec<usize> {
+    let (mut tokens, mut rng) = (Vec::new(), SplitMix64::new(3));
+    let sampling = Sampling::TopK { temperature: 0.8, k: 5 };
+    let emit = |t, _: &[f64]| {
+        tokens.push(t);
+        ControlFlow::Continue(())
+    };
+    model.generate_streaming(&[1, 2, 3], 12, sampling, decoding, Overflow::Slide, &mut rng, emit).unwrap();
+    tokens
+}
+
 #[test]
 fn the_quantized_model_generates_the_decoders_tokens() {
-    use llm_from_scratch::model::{Decoding, Generator, Overflow, Sampling};
-    use std::ops::ControlFlow;
     let quantized = QuantizedLlama::load(TINY, GgufRope::AsStored).unwrap();
     let dense = load_gguf_llama(TINY, GgufRope::AsStored).unwrap();
-    let sampling = Sampling::TopK { temperature: 0.8, k: 5 };
     for decoding in [Decoding::KvCache, Decoding::Recompute] {
-        let run = |model: &dyn Fn(&mut Vec<usize>)| {
-            let mut tokens = Vec::new();
-            model(&mut tokens);
-            tokens
-        };
-        let ours = run(&|out| {
-            let mut rng = SplitMix64::new(3);
-            let emit = |t, _: &[f64]| {
-                out.push(t);
-                ControlFlow::Continue(())
-            };
-            quantized.generate_streaming(&[1, 2, 3], 12, sampling, decoding, Overflow::Slide, &mut rng, emit).unwrap();
-        });
-        let theirs = run(&|out| {
-            let mut rng = SplitMix64::new(3);
-            let emit = |t, _: &[f64]| {
-                out.push(t);
-                ControlFlow::Continue(())
-            };
-            dense.generate_streaming(&[1, 2, 3], 12, sampling, decoding, Overflow::Slide, &mut rng, emit).unwrap();
-        });
-        assert_eq!(ours, theirs, "{decoding:?}");
+        let ours = tokens_of(&quantized, decoding);
+        assert_eq!(ours, tokens_of(&dense, decoding), "{decoding:?}");
         assert_eq!(ours.len(), 12);
     }
     let err = quantized.generate_streaming(

@@ -275,7 +275,8 @@ impl QuantizedMatrix {
     /// equal within rounding. One row takes [`QuantizedMatrix::row_times`].
     ///
     /// # Errors
-    /// [`GgufError::TensorData`] if `x` is not whole rows of `cols`.
+    /// [`GgufError::TensorData`] if `x` is not whole rows of `cols`, or if the output `[t, rows]`
+    /// would pass [`crate::tensor::MAX_ELEMENTS`] (checked before it is allocated).
     pub fn rows_times(&self, x: &[f64]) -> Result<Vec<f64>, GgufError> {
         let t = x.len().checked_div(self.cols).unwrap_or(0);
         if t * self.cols != x.len() || t == 0 {
@@ -284,6 +285,9 @@ impl QuantizedMatrix {
         if t == 1 {
             return self.row_times(x);
         }
+        // the output's size comes from the caller's rows: held to the tensor ceiling first
+        crate::tensor::dense::element_count("quantized rows times", &[t, self.rows])
+            .map_err(|e| self.error(e.to_string()))?;
         let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
         let mut out = vec![0.0; t * self.rows];
         let whole = self.rows.saturating_mul(self.cols) <= WHOLE_VALUES;

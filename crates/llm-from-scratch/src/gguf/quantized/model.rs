@@ -168,7 +168,8 @@ impl QuantizedLlama {
     /// [`GgufError::Model`] with [`ModelError::CacheCount`]; [`ModelError::Attention`] for caches
     /// of another model or batch, or tokens past `max_positions` (checked before any cache
     /// changes); [`ModelError::TokenOutOfRange`]; [`ModelError::InvalidSetting`] for a shape that
-    /// does not hold the tokens or caches at different positions.
+    /// does not hold the tokens or caches at different positions; [`ModelError::Tensor`] when the
+    /// logits `[B, T, V]` would pass [`crate::tensor::MAX_ELEMENTS`] (before anything is allocated).
     pub fn forward_cached(
         &self,
         tokens: &[usize],
@@ -187,6 +188,8 @@ impl QuantizedLlama {
             let reason = "B·T must equal the number of tokens, and be at least 1";
             return Err(ModelError::setting("quantized llama", "shape", format!("{:?}", [b, t]), reason).into());
         }
+        // the embedded rows and the logits are B·T·d and B·T·V values: within the tensor ceiling
+        crate::tensor::dense::element_count("quantized llama logits", &[b, t, v.max(d)])?;
         if let Some((index, &id)) = tokens.iter().enumerate().find(|&(_, &id)| id >= v) {
             return Err(ModelError::TokenOutOfRange { what: "input token", index, id, vocab: v }.into());
         }
