@@ -221,6 +221,50 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
     Ok(())
 }
 
+/// Stored rows `rows` of `w`, dequantized and transposed into `out` (`cols × rows.len()`,
+/// row-major: each input's weights for every output in turn) — the `[in, out]` layout of a
+/// decoder's `f64` weight, for a prefill's product. One task per block of 32 inputs writes those
+/// 32 rows of `out`, eight outputs at a time (whole cache lines), so each weight is read from
+/// its blocks once and written once.
+///
+/// # Errors
+/// As [`dequantize_rows`].
+pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -> Result<(), QuantError> {
+    const SIDE: usize = 8;
+    if rows.end > w.rows || rows.start > rows.end {
+        return Err(QuantError::Length { what: "rows to dequantize", actual: rows.end, expected: w.rows });
+    }
+    let (n, expected) = (rows.len(), rows.len() * w.cols);
+    if out.len() != expected {
+        return Err(QuantError::Length { what: "dequantized panel", actual: out.len(), expected });
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let block_bytes = w.format.block_bytes();
+    out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
+        let block_of = |r: usize| &w.row(r)[b * block_bytes..][..block_bytes];
+        let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
+        let whole = n / SIDE * SIDE;
+        for i0 in (0..whole).step_by(SIDE) {
+            for (i, values) in square.iter_mut().enumerate() {
+                block_values(w.format, block_of(rows.start + i0 + i), values);
+            }
+            for (c, line) in lines.chunks_exact_mut(n).enumerate() {
+                let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
+                line[i0..i0 + SIDE].copy_from_slice(&run);
+            }
+        }
+        for i in whole..n {
+            block_values(w.format, block_of(rows.start + i), &mut square[0]);
+            for (c, line) in lines.chunks_exact_mut(n).enumerate() {
+                line[i] = square[0][c];
+            }
+        }
+    });
+    Ok(())
+}
+
 /// Inputs per partial sum: the block of the one-row path in [`crate::gemm`], whose order the
 /// product here repeats.
 const INPUTS_PER_SUM: usize = 64;
@@ -823,5 +867,32 @@ mod tests {
         assert!(row_times_quantized(&[0.0; 32], &w, &mut [0.0; 3], false).is_err());
         assert!(dequantize_rows(&w, 1..3, &mut [0.0; 64]).is_err());
         assert!(dequantize_rows(&w, 0..1, &mut [0.0; 33]).is_err());
+        assert!(dequantize_rows_transposed(&w, 1..3, &mut [0.0; 64]).is_err());
+        assert!(dequantize_rows_transposed(&w, 0..1, &mut [0.0; 33]).is_err());
+    }
+
+    #[test]
+    fn the_transposed_panel_is_the_rows_transposed() {
+        // 19 rows (two squares of eight and three alone) of 64 values, from the second row on
+        let (rows, cols) = (20, 64);
+        for format in [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4_1] {
+            let row_bytes = cols / BLOCK * format.block_bytes();
+            let mut bytes: Vec<u8> = (0..rows * row_bytes).map(|i| (i * 37 % 251) as u8).collect();
+            for block in bytes.chunks_exact_mut(format.block_bytes()) {
+                block[1] &= 0x3b; // finite scales
+                block[3] &= 0x3b;
+            }
+            let w = QuantRows::new(format, &bytes, rows, cols).unwrap();
+            let mut plain = vec![0.0; 19 * cols];
+            dequantize_rows(&w, 1..rows, &mut plain).unwrap();
+            let mut transposed = vec![0.0; 19 * cols];
+            dequantize_rows_transposed(&w, 1..rows, &mut transposed).unwrap();
+            for (r, row) in plain.chunks_exact(cols).enumerate() {
+                for (k, v) in row.iter().enumerate() {
+                    assert_eq!(transposed[k * 19 + r].to_bits(), v.to_bits(), "{format:?} row {r} input {k}");
+                }
+            }
+            assert!(dequantize_rows_transposed(&w, 3..3, &mut []).is_ok());
+        }
     }
 }

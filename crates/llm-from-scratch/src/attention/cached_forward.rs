@@ -11,7 +11,9 @@ use rayon::prelude::*;
 use crate::attention::decode::{RowQuery, Run, attend_row};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::check_sequence;
-use crate::attention::{AttentionError, GroupedQueryAttention, KvCache, SlidingWindow, Stage};
+use crate::attention::{
+    AttentionError, GroupedQueryAttention, KvCache, SlidingWindow, Stage, Visibility, tiled_attention,
+};
 use crate::autodiff::{TensorValue, constant};
 use crate::tensor::Tensor;
 
@@ -79,21 +81,38 @@ impl GroupedQueryAttention {
         first: usize,
     ) -> Result<Vec<f64>, AttentionError> {
         let sinks = self.sink_logits().map(|s| s.value().at(Stage::Softmax)).transpose()?;
-        Ok(attend_cached(self.config(), sinks.as_ref(), cache, qkv, first))
+        attend_cached(self.config(), sinks.as_ref(), cache, qkv, first)
     }
 }
 
 /// The new tokens' rotated queries `[B,H,T,d_h]` (keys and values `[B,G,T,d_h]`, first position
-/// `first`) attended over what `cache` holds and the new keys before each: one task per (batch,
-/// query head) lane. The attention of a layer with configuration `c` and sink logits `sinks`
-/// (`[H]`), for any holder of its projections (the layer's own weights, or a file's quantized ones).
+/// `first`) attended over what `cache` holds and the new keys before each. The attention of a
+/// layer with configuration `c` and sink logits `sinks` (`[H]`), for any holder of its projections
+/// (the layer's own weights, or a file's quantized ones).
+///
+/// - A prefill (an empty cache, more than one token) is the full causal pass over the new tokens:
+///   it runs [`crate::attention::tiled_attention`], which scores only the key blocks each query
+///   block can see, with products in registers.
+/// - Otherwise each query row attends over the cached keys and the new ones (`decode.rs`), one
+///   task per (batch, query head) lane.
+///
+/// # Errors
+/// [`AttentionError`] from the tiled pass (shapes the caller has already checked).
 pub(crate) fn attend_cached(
     c: &crate::attention::AttentionConfig,
     sinks: Option<&Tensor>,
     cache: &KvCache,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     first: usize,
-) -> Vec<f64> {
+) -> Result<Vec<f64>, AttentionError> {
+    if cache.is_empty() && q.shape()[2] > 1 {
+        // positions first.. for queries and keys alike: only their differences decide what is seen
+        let visibility = Visibility { window: c.window, ..Visibility::default() };
+        let leaf = |x: &Tensor| TensorValue::leaf(x.clone(), false);
+        let sinks = sinks.map(leaf);
+        let out = tiled_attention(&leaf(q), &leaf(k), &leaf(v), sinks.as_ref(), &visibility)?;
+        return Ok(out.value().at(Stage::WeightedValues)?.into_vec());
+    }
     let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
     let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());
     let mut heads = vec![0.0; q.len()];
@@ -115,7 +134,7 @@ pub(crate) fn attend_cached(
             attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
         }
     });
-    heads
+    Ok(heads)
 }
 
 /// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times

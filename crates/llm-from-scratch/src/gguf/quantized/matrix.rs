@@ -1,8 +1,11 @@
 //! [`QuantizedMatrix`]: a weight kept as the file stores it — `out` rows of `in` values, in
 //! blocks — and multiplied by rows without ever being written out in `f64`.
 
+use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
+
+use rayon::prelude::*;
 
 use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul};
 use llm_kernels::quant::{self, BlockFormat, QuantRows};
@@ -292,28 +295,22 @@ impl QuantizedMatrix {
         let mut out = vec![0.0; t * self.rows];
         let whole = self.rows.saturating_mul(self.cols) <= WHOLE_VALUES;
         let step = if whole { self.rows } else { (PANEL_VALUES / self.cols.max(1)).max(1) };
-        let (mut part, mut panel, mut tile) = (Vec::new(), Vec::new(), Vec::new());
+        // the panels of the last prefill, reused: 16 MiB each at most, written before every read
+        let (mut stored, mut panel) = PANELS.with(RefCell::take);
+        let mut part = Vec::new();
         for first in (0..self.rows).step_by(step.max(1)) {
             let rows = first..(first + step).min(self.rows);
             let n = rows.len();
             // the layout the decoder's `f64` weight has, so that the product runs the same sums:
             // a table read transposed as stored, a weight as its `[in, out]` matrix
             let rhs = if self.table {
-                panel = self.dequantized(rows.clone())?; // [n, cols]
-                MatRef::row_major(&panel, n, self.cols).map(MatRef::t)
+                let stored = grown(&mut stored, n * self.cols);
+                self.dequantize_panel(rows.clone(), stored)?; // [n, cols]
+                MatRef::row_major(stored, n, self.cols).map(MatRef::t)
             } else {
-                panel.resize(n * self.cols, 0.0);
-                // sixteen stored rows at a time, so that each input writes a run of sixteen
-                for at in rows.clone().step_by(16) {
-                    let (r0, count) = (at - first, 16.min(rows.end - at));
-                    tile.clear();
-                    tile.extend(self.dequantized(at..at + count)?);
-                    for k in 0..self.cols {
-                        let line = &mut panel[k * n + r0..][..count];
-                        line.iter_mut().zip(tile.chunks_exact(self.cols)).for_each(|(p, row)| *p = row[k]);
-                    }
-                }
-                MatRef::row_major(&panel, self.cols, n)
+                let panel = grown(&mut panel, n * self.cols);
+                self.dequantize_transposed(rows.clone(), panel, &mut stored)?; // [cols, n]
+                MatRef::row_major(panel, self.cols, n)
             };
             let rhs = rhs.map_err(|e| self.error(e.to_string()))?;
             if n == self.rows {
@@ -326,7 +323,47 @@ impl QuantizedMatrix {
                 dst[rows.clone()].copy_from_slice(src);
             }
         }
+        PANELS.with(|p| p.replace((stored, panel)));
         Ok(out)
+    }
+
+    /// Stored rows `rows` dequantized into `out` (row-major), sixteen rows to a parallel task.
+    fn dequantize_panel(&self, rows: Range<usize>, out: &mut [f64]) -> Result<(), GgufError> {
+        let cols = self.cols.max(1);
+        match (&self.storage, self.blocks()) {
+            (_, Some(blocks)) => out.par_chunks_mut(PANEL_TASK_ROWS * cols).enumerate().try_for_each(|(i, chunk)| {
+                let at = rows.start + i * PANEL_TASK_ROWS;
+                quant::dequantize_rows(&blocks, at..at + chunk.len() / cols, chunk)
+            }),
+            (Storage::Dense(values), None) => {
+                out.copy_from_slice(&values[rows.start * self.cols..rows.end * self.cols]);
+                Ok(())
+            }
+            (Storage::Blocks(..), None) => return Err(self.error("blocks that do not fit".to_string())),
+        }
+        .map_err(|e| self.error(e.to_string()))
+    }
+
+    /// Stored rows `rows` dequantized into `panel` transposed (`[cols, rows.len()]`), through
+    /// `scratch` when the values are not blocks.
+    fn dequantize_transposed(
+        &self,
+        rows: Range<usize>,
+        panel: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) -> Result<(), GgufError> {
+        if let Some(blocks) = self.blocks() {
+            return quant::dequantize_rows_transposed(&blocks, rows, panel).map_err(|e| self.error(e.to_string()));
+        }
+        let n = rows.len();
+        let stored = grown(scratch, n * self.cols);
+        self.dequantize_panel(rows, stored)?;
+        for (r, row) in stored.chunks_exact(self.cols.max(1)).enumerate() {
+            for (k, &value) in row.iter().enumerate() {
+                panel[k * n + r] = value;
+            }
+        }
+        Ok(())
     }
 
     /// The plain twin of [`QuantizedMatrix::row_times`] (for a product of at least
@@ -362,4 +399,22 @@ impl QuantizedMatrix {
             })
             .collect()
     }
+}
+
+thread_local! {
+    /// The dequantized rows and their transpose from a thread's last prefill product, kept so
+    /// that the next product writes into memory already mapped (a fresh 7 MB buffer per matrix
+    /// cost a page fault per 4 KiB, about a tenth of a prefill).
+    static PANELS: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Stored rows dequantized by one parallel task of a prefill's panel.
+const PANEL_TASK_ROWS: usize = 16;
+
+/// The first `len` values of `buffer`, grown (never shrunk) to hold them.
+fn grown(buffer: &mut Vec<f64>, len: usize) -> &mut [f64] {
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
+    }
+    &mut buffer[..len]
 }

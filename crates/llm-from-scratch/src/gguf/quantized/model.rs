@@ -232,7 +232,7 @@ impl QuantizedLlama {
         let q = rotate(heads(q, c.query_heads, Branch::Query)?, Branch::Query)?.value()?;
         let k = rotate(heads(k, c.kv_heads, Branch::Key)?, Branch::Key)?.value()?;
         let v = heads(v, c.kv_heads, Branch::Value)?.value()?;
-        let attended = attend_cached(c, None, cache, (&q, &k, &v), first); // [B,H,T,d_h]
+        let attended = attend_cached(c, None, cache, (&q, &k, &v), first)?; // [B,H,T,d_h]
         cache.append(&k, &v, first);
         let merged = merge_heads(&constant(&[b, c.query_heads, t, c.head_width], &attended)?)?.value()?;
         let out = w.output.rows_times(merged.as_slice())?;
