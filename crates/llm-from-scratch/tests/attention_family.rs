@@ -2,8 +2,8 @@
 //! cached decoding = the full masked pass, windows and padding from absolute positions.
 
 use llm_from_scratch::attention::{
-    AttentionConfig, AttentionError, AttentionOptions, GroupedQueryAttention, LatentAttention, LatentConfig,
-    MultiHeadAttention, SlidingWindow, generate_with_cache, scaled_dot_product_attention,
+    AttentionConfig, AttentionError, AttentionOptions, AttentionPath, GroupedQueryAttention, LatentAttention,
+    LatentConfig, MultiHeadAttention, SlidingWindow, generate_with_cache, scaled_dot_product_attention,
 };
 use llm_from_scratch::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
 use llm_from_scratch::{GradcheckConfig, Mask, Tensor, TensorValue, constant, gradcheck};
@@ -51,9 +51,35 @@ fn grouped_with_one_kv_head_is_multi_query_attention_bitwise() {
         Some(&Mask::causal(5, 5, 0).unwrap()),
     )
     .unwrap();
-    assert_eq!(trace.key_heads.shape(), &[2, 1, 5, 6], "one key/value head is stored, not H");
+    assert_eq!(trace.rotated_key_heads.shape(), &[2, 1, 5, 6], "one key/value head is stored, not H");
+    assert_eq!(trace.key_heads.as_ref().map(TensorValue::shape), Some(&[2, 1, 5, 6][..]), "kept on the explicit path");
     assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
     assert!(trace.weights.as_ref().unwrap().value().unwrap().bitwise_eq(&mqa.weights().value().unwrap()));
+}
+
+/// The tiled path splits and rotates queries and keys in one pass: the rotated heads, the output
+/// and the input's gradient are bitwise the explicit path's two steps, and the trace has no
+/// heads before RoPE.
+#[test]
+fn the_tiled_path_rotates_the_same_heads_in_one_pass() {
+    let mut rng = SplitMix64::new(4);
+    let config = AttentionConfig::new(16, 4, 2, 4).with_rope(16, 100.0);
+    let explicit = GroupedQueryAttention::new("a", config.clone(), &mut rng).unwrap();
+    let tiled =
+        GroupedQueryAttention::new("a", config.with_path(AttentionPath::Tiled), &mut SplitMix64::new(4)).unwrap();
+    let x = TensorValue::leaf(random(&[2, 5, 16], &mut rng), true);
+    let (a, b) = (explicit.forward(&x, 3).unwrap(), tiled.forward(&x, 3).unwrap());
+    let bits = |t: &TensorValue| t.value().unwrap();
+    assert!(bits(&a.rotated_query_heads).bitwise_eq(&bits(&b.rotated_query_heads)));
+    assert!(bits(&a.rotated_key_heads).bitwise_eq(&bits(&b.rotated_key_heads)));
+    assert!(a.query_heads.is_some() && a.key_heads.is_some());
+    assert!(b.query_heads.is_none() && b.key_heads.is_none());
+    // the gradient reaching x through the one-pass rotation: the same as through the two steps
+    let rotated = |trace: &llm_from_scratch::attention::AttentionTrace| {
+        trace.rotated_query_heads.mul(&trace.rotated_query_heads)?.sum()?.add(&trace.rotated_key_heads.sum()?)
+    };
+    let (ga, gb) = (rotated(&a).unwrap().backward().unwrap(), rotated(&b).unwrap().backward().unwrap());
+    assert!(ga.get(&x).unwrap().bitwise_eq(gb.get(&x).unwrap()));
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //! new tokens, attends each of their query rows over the cached keys plus the new ones
 //! (`decode.rs`), appends the new keys and values, and mixes the heads with `W_O` — the same
 //! result as the full masked pass of [`GroupedQueryAttention::forward`], without recomputing the
-//! past.
+//! past. A prefill into an empty cache *is* that full pass over the new tokens, so it runs the
+//! tiled kernel ([`crate::attention::tiled_attention`]), which skips the key blocks no query sees.
 
 use rayon::prelude::*;
 

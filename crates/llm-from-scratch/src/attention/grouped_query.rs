@@ -50,10 +50,11 @@ pub struct AttentionOptions<'a> {
 /// `[B, H, T, T]`, `merged` `[B, T, H·d_h]` and `output` `[B, T, d]`.
 #[derive(Clone, Debug)]
 pub struct AttentionTrace {
-    /// `Q` split into heads, before RoPE.
-    pub query_heads: TensorValue,
-    /// `K` split into heads, before RoPE.
-    pub key_heads: TensorValue,
+    /// `Q` split into heads, before RoPE (`None` with the tiled kernel, whose layer splits and
+    /// rotates in one pass: [`crate::nn::RotaryEmbedding::rotate_heads`]).
+    pub query_heads: Option<TensorValue>,
+    /// `K` split into heads, before RoPE (`None` with the tiled kernel, as `query_heads`).
+    pub key_heads: Option<TensorValue>,
     /// `V` split into heads.
     pub value_heads: TensorValue,
     /// Query heads after RoPE.
@@ -287,7 +288,11 @@ impl GroupedQueryAttention {
             Some(p) => p.to_vec(),
             None => (options.position_offset..options.position_offset + t).collect(),
         };
-        let projected = self.project(x, &positions)?;
+        // the explicit path keeps every intermediate for inspection; the tiled path splits and
+        // rotates in one pass (the same rotated heads, bit for bit)
+        let keep = self.config.path == AttentionPath::Explicit;
+        let qkv = self.qkv.forward(x).at(Stage::Projection)?;
+        let projected = self.split_and_rotate(&qkv, &positions, keep)?;
         // causality and windows count stream positions (tokens as they arrived, padding included);
         // keys are the same tokens as the queries, so positions relative to the first suffice
         let visibility = Visibility {
@@ -328,26 +333,50 @@ impl GroupedQueryAttention {
     /// Projects, splits into heads and rotates queries and keys at `positions` (`T` or `B·T`).
     pub(crate) fn project(&self, x: &TensorValue, positions: &[usize]) -> Result<Projected, AttentionError> {
         let qkv = self.qkv.forward(x).at(Stage::Projection)?;
-        self.split_and_rotate(&qkv, positions)
+        self.split_and_rotate(&qkv, positions, false)
     }
 
     /// [`GroupedQueryAttention::project`] for one token outside training (decoding): the three
     /// products share one pass over the weights ([`QkvProjections::forward_token`]).
     pub(crate) fn project_token(&self, x: &Tensor, positions: &[usize]) -> Result<Projected, AttentionError> {
         let qkv = self.qkv.forward_token(x).at(Stage::Projection)?;
-        self.split_and_rotate(&qkv, positions)
+        self.split_and_rotate(&qkv, positions, false)
     }
 
-    /// Splits projected queries, keys and values into heads and rotates queries and keys.
-    fn split_and_rotate(&self, qkv: &QkvOutput, positions: &[usize]) -> Result<Projected, AttentionError> {
+    /// Splits projected queries, keys and values into heads and rotates queries and keys; with
+    /// `keep_unrotated`, as two steps that keep the heads before RoPE, else in one pass
+    /// ([`crate::nn::RotaryEmbedding::rotate_heads`], the same rotated heads bit for bit).
+    fn split_and_rotate(
+        &self,
+        qkv: &QkvOutput,
+        positions: &[usize],
+        keep_unrotated: bool,
+    ) -> Result<Projected, AttentionError> {
         let (h, g) = (self.config.query_heads, self.config.kv_heads);
         let split = crate::attention::heads::split_heads_of;
+        let value_heads = split(qkv.value(), g, Some(Branch::Value))?; // [B,G,T,d_h]
+        if !keep_unrotated {
+            let rotated_query_heads = self.rope.rotate_heads(qkv.query(), h, positions).on(Branch::Query)?;
+            let rotated_key_heads = self.rope.rotate_heads(qkv.key(), g, positions).on(Branch::Key)?;
+            return Ok(Projected {
+                query_heads: None,
+                key_heads: None,
+                value_heads,
+                rotated_query_heads,
+                rotated_key_heads,
+            });
+        }
         let query_heads = split(qkv.query(), h, Some(Branch::Query))?; // [B,H,T,d_h]
         let key_heads = split(qkv.key(), g, Some(Branch::Key))?; // [B,G,T,d_h]
-        let value_heads = split(qkv.value(), g, Some(Branch::Value))?; // [B,G,T,d_h]
         let rotated_query_heads = self.rope.rotate_at(&query_heads, positions).on(Branch::Query)?;
         let rotated_key_heads = self.rope.rotate_at(&key_heads, positions).on(Branch::Key)?;
-        Ok(Projected { query_heads, key_heads, value_heads, rotated_query_heads, rotated_key_heads })
+        Ok(Projected {
+            query_heads: Some(query_heads),
+            key_heads: Some(key_heads),
+            value_heads,
+            rotated_query_heads,
+            rotated_key_heads,
+        })
     }
 
     /// The dotted-name prefix.
@@ -358,8 +387,8 @@ impl GroupedQueryAttention {
 
 /// Projected, split and rotated heads of one call.
 pub(crate) struct Projected {
-    pub(crate) query_heads: TensorValue,
-    pub(crate) key_heads: TensorValue,
+    pub(crate) query_heads: Option<TensorValue>,
+    pub(crate) key_heads: Option<TensorValue>,
     pub(crate) value_heads: TensorValue,
     pub(crate) rotated_query_heads: TensorValue,
     pub(crate) rotated_key_heads: TensorValue,

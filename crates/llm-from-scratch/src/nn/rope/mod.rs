@@ -333,12 +333,19 @@ impl RotaryEmbedding {
     /// [`RopeError::InputShape`] if the count fits neither form; [`RopeError::PositionOutOfRange`]
     /// for a position at or past capacity; [`RopeError::Tensor`] for a released input.
     pub fn rotate_at(&self, x: &TensorValue, positions: &[usize]) -> Result<TensorValue, RopeError> {
-        let tokens = self.check_input(x)?;
-        // one row of positions per index of axis 0 needs an axis besides [T, d_h]
-        let rows = if x.shape().len() >= 3 { x.shape()[0] } else { 1 };
+        self.check_input(x)?;
+        self.check_positions(x.shape(), positions)?;
+        self.rotate_unchecked(x, positions.to_vec())
+    }
+
+    /// Checks `positions` for rows `[..., T, d_h]` of `shape`: `T` of them, or one row of `T` per
+    /// index of axis 0 (which needs an axis besides `[T, d_h]`), each within the tables.
+    fn check_positions(&self, shape: &[usize], positions: &[usize]) -> Result<(), RopeError> {
+        let tokens = shape[shape.len() - 2];
+        let rows = if shape.len() >= 3 { shape[0] } else { 1 };
         if positions.len() != tokens && positions.len() != rows.saturating_mul(tokens) {
             return Err(RopeError::InputShape {
-                shape: Shape::from(x.shape()),
+                shape: Shape::from(shape),
                 reason: format!("{} positions given; need {tokens} or {}", positions.len(), rows * tokens),
             });
         }
@@ -349,7 +356,7 @@ impl RotaryEmbedding {
                 capacity: self.max_positions,
             });
         }
-        self.rotate_unchecked(x, positions.to_vec())
+        Ok(())
     }
 
     /// `T` for an input `[..., T, d_h]`.
@@ -371,8 +378,22 @@ impl RotaryEmbedding {
     /// its input row, into storage that was never filled (no pass of zeros, no copy of the input),
     /// by the kernels crate's row loop ([`RowRotation`]).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
-        let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
         let rows = RowPositions::new(x.shape(), positions);
+        self.apply_rows(x.as_slice(), x.shape().to_vec(), |r| r, |r| rows.position(r), sign)
+    }
+
+    /// A tensor of `shape` (as many values as `x`) whose row `r` is row `source(r)` of `x`,
+    /// rotated by `sign ·` the angles of position `position(r)`: [`RotaryEmbedding::apply`], and
+    /// with a permutation of rows, [`RotaryEmbedding::rotate_heads`].
+    fn apply_rows(
+        &self,
+        x: &[f64],
+        shape: Vec<usize>,
+        source: impl Fn(usize) -> usize + Sync,
+        position: impl Fn(usize) -> usize + Sync,
+        sign: f64,
+    ) -> Tensor {
+        let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
         let tables = self.tables();
         let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
         // the row loop compiled for the target in force (no fused operations: the same bits on
@@ -385,11 +406,11 @@ impl RotaryEmbedding {
         // per task: the angles of a position past the tables, computed when needed
         let far_angles = || (Vec::new(), Vec::new());
         let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
-            let (cos, sin) = self.angles(tables, rows.position(r), far);
-            let input = &x.as_slice()[r * d..(r + 1) * d];
-            rotation.rotate(layout, (cos, sin), input, row, sign)
+            let (cos, sin) = self.angles(tables, position(r), far);
+            let s = source(r);
+            rotation.rotate(layout, (cos, sin), &x[s * d..(s + 1) * d], row, sign)
         });
-        Tensor::from_parts(x.shape().to_vec(), out)
+        Tensor::from_parts(shape, out)
     }
 
     /// `cos(p·θ_i)` and `sin(p·θ_i)` of every pair `i`: looked up in the tables, or computed into
@@ -413,5 +434,6 @@ impl RotaryEmbedding {
     }
 }
 
+mod heads;
 #[cfg(test)]
 mod tests;
