@@ -112,7 +112,9 @@ pub(crate) fn attend_cached(
         let leaf = |x: &Tensor| TensorValue::leaf(x.clone(), false);
         let sinks = sinks.map(leaf);
         let out = tiled_attention(&leaf(q), &leaf(k), &leaf(v), sinks.as_ref(), &visibility)?;
-        return Ok(out.value().at(Stage::WeightedValues)?.into_vec());
+        let heads = out.value().at(Stage::WeightedValues)?;
+        drop(out); // the values' only other holder: `into_vec` then takes them without a copy
+        return Ok(heads.into_vec());
     }
     let (h, g, d, group) = (c.query_heads, c.kv_heads, c.head_width, c.group_size());
     let (t, scale) = (q.shape()[2], 1.0 / (d as f64).sqrt());

@@ -73,6 +73,7 @@ mod tests {
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
     use crate::nn::{RopeError, RopeLayout, RotaryEmbedding, SplitMix64};
     use crate::tensor::Tensor;
+    use llm_kernels::target::{Target, with_target};
 
     fn values(n: usize, seed: u64) -> Vec<f64> {
         let mut rng = SplitMix64::new(seed);
@@ -102,11 +103,14 @@ mod tests {
                     let grads = y.backward_with(&up).unwrap();
                     (y.value().unwrap(), grads.get(&x).unwrap().clone())
                 };
-                let ((y1, g1), (y2, g2)) = (run(true), run(false));
-                assert_eq!(y1.shape(), y2.shape());
                 let bits = |t: &Tensor| t.as_slice().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&y1), bits(&y2), "forward {b} {t} {n} {d}");
-                assert_eq!(bits(&g1), bits(&g2), "backward {b} {t} {n} {d}");
+                // every kernel target, forward and backward (both capture it at entry)
+                for target in Target::available() {
+                    let ((y1, g1), (y2, g2)) = with_target(target, || (run(true), run(false))).unwrap();
+                    assert_eq!(y1.shape(), y2.shape());
+                    assert_eq!(bits(&y1), bits(&y2), "forward {b} {t} {n} {d} on {target:?}");
+                    assert_eq!(bits(&g1), bits(&g2), "backward {b} {t} {n} {d} on {target:?}");
+                }
             }
         }
         // a position past the tables is computed, with the same bits
