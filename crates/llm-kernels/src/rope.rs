@@ -1,11 +1,13 @@
 //! RoPE's row loop: every coordinate pair of a row turned by its angle, compiled per target.
 //!
 //! The teaching crate's `nn::rope` says what a rotation is (`rotate_pair`, the angle tables, the
-//! positions of each row) and calls [`RowRotation::rotate`] for each row it builds with
-//! [`crate::rows::build_rows`]; its tests hold the two to the same bits.
+//! positions of each row). For each block of rows it builds with [`crate::rows::build_rows`], it
+//! calls [`RowRotation::rotate_rows`] once, with a [`RotationRows`] that names each row's input
+//! and angles: the loop over the block's rows, and the pairs of each row in blocks of four, run in
+//! one function compiled for the target. Its tests hold the two to the same bits.
 
 use crate::isa::{Checked, Isa, Kernel};
-use crate::rows::{RowOut, Written};
+use crate::rows::{BlockWritten, RowBlock, RowOut, Written};
 use crate::target::Target;
 
 /// Which coordinates form a rotated pair.
@@ -24,8 +26,16 @@ fn rotate_pair((xa, xb): (f64, f64), c: f64, s: f64) -> (f64, f64) {
     (xa * c - xb * s, xa * s + xb * c)
 }
 
+/// What a block of rotated rows reads: for each output row, its input row and the angles it is
+/// turned by.
+pub trait RotationRows {
+    /// `(cos, sin, input)` of output row `r`: the cosines and sines of its pairs' angles and the
+    /// row they turn. Asked for in increasing `r`, one task's rows at a time.
+    fn row(&mut self, r: usize) -> (&[f64], &[f64], &[f64]);
+}
+
 /// The row loop for one target, checked once: made where a rotation begins, from
-/// [`active`](crate::target::active), and used for every row (on every worker thread).
+/// [`active`](crate::target::active), and used for every block of rows (on every worker thread).
 #[derive(Clone, Copy, Debug)]
 pub struct RowRotation(Checked);
 
@@ -35,65 +45,104 @@ impl RowRotation {
         Self(Checked::new(target))
     }
 
-    /// Writes `input`'s pairs turned by the angles whose cosines are `cos` and sines
-    /// `sign · sin` (sign −1 is the inverse rotation: the backward) into `out`, pair `i` by
-    /// `cos[i]`, `sin[i]`.
+    /// Writes every row of `out`: output row `r` is the input row that `rows` gives for it, its
+    /// pairs turned by the angles whose cosines are `cos` and sines `sign · sin` (sign −1 is the
+    /// inverse rotation: the backward), pair `i` by `cos[i]`, `sin[i]`.
+    ///
+    /// The whole block runs in one call of the loop compiled for the target, `rows` included.
     ///
     /// # Panics
-    /// If the row's width is odd or `cos` and `sin` hold fewer than half its width (callers pass
-    /// the tables of a checked head width).
+    /// If the row's width is odd, or an input row is not as wide as the output's rows, or `cos`
+    /// and `sin` hold fewer than half its width (callers pass the tables of a checked head width).
     #[inline]
-    pub fn rotate<'o>(
+    pub fn rotate_rows<'o>(
         self,
         layout: PairLayout,
-        (cos, sin): (&[f64], &[f64]),
-        input: &[f64],
-        out: RowOut<'o>,
+        rows: &mut impl RotationRows,
+        out: RowBlock<'o>,
         sign: f64,
-    ) -> Written<'o> {
-        self.0.run(RotateRow { layout, cos, sin, input, out, sign })
+    ) -> BlockWritten<'o> {
+        self.0.run(RotateRows { layout, rows, out, sign })
     }
 }
+
+/// Pairs per block of the row loops: four pairs are one AVX-512 register of each half (apart)
+/// or one of interleaved pairs (adjacent).
+const BLOCK: usize = 4;
 
 /// One row of [`PairLayout::Apart`]: pair `(input[i], input[i + d/2])` turned by the angle whose
 /// cosine is `cos[i]` and sine `sign · sin[i]`, written to the same places of `out`.
 ///
-/// A straight pass over four slices (no index arithmetic, no bounds checks), so that it
-/// vectorises for the target it is compiled for.
+/// Whole blocks of [`BLOCK`] pairs first, each a fixed-size loop the compiler turns into a few
+/// vector operations, then the pairs past the last block one at a time, by the same expression.
 #[inline(always)]
 fn rotate_row_apart<'a>(cos: &[f64], sin: &[f64], input: &[f64], out: RowOut<'a>, sign: f64) -> Written<'a> {
     let (lo, hi) = input.split_at(input.len() / 2);
-    let angles = cos.iter().zip(sin).map(|(&c, &s)| (c, sign * s));
-    out.pairs_apart(lo.iter().zip(hi).zip(angles).map(|((&xa, &xb), (c, s))| rotate_pair((xa, xb), c, s)))
+    let (lo_blocks, lo_rest) = lo.as_chunks::<BLOCK>();
+    let (hi_blocks, hi_rest) = hi.as_chunks::<BLOCK>();
+    let (cos_blocks, cos_rest) = cos[..lo.len()].as_chunks::<BLOCK>();
+    let (sin_blocks, sin_rest) = sin[..lo.len()].as_chunks::<BLOCK>();
+    let blocks = lo_blocks.iter().zip(hi_blocks).zip(cos_blocks.iter().zip(sin_blocks)).map(|((xa, xb), (c, s))| {
+        let (mut ya, mut yb) = ([0.0; BLOCK], [0.0; BLOCK]);
+        for i in 0..BLOCK {
+            (ya[i], yb[i]) = rotate_pair((xa[i], xb[i]), c[i], sign * s[i]);
+        }
+        (ya, yb)
+    });
+    let angles = cos_rest.iter().zip(sin_rest).map(|(&c, &s)| (c, sign * s));
+    let rest = lo_rest.iter().zip(hi_rest).zip(angles).map(|((&xa, &xb), (c, s))| rotate_pair((xa, xb), c, s));
+    out.pairs_apart(blocks, rest)
 }
 
 /// One row of [`PairLayout::Adjacent`]: pair `(input[2i], input[2i + 1])` turned as in
-/// [`rotate_row_apart`].
+/// [`rotate_row_apart`], in blocks of [`BLOCK`] pairs too.
 #[inline(always)]
 fn rotate_row_adjacent<'a>(cos: &[f64], sin: &[f64], input: &[f64], out: RowOut<'a>, sign: f64) -> Written<'a> {
     let (pairs, _) = input.as_chunks::<2>(); // an even width: no remainder
-    let angles = cos.iter().zip(sin).map(|(&c, &s)| (c, sign * s));
-    out.pairs_adjacent(pairs.iter().zip(angles).map(|(&[xa, xb], (c, s))| rotate_pair((xa, xb), c, s)))
+    let (pair_blocks, pair_rest) = pairs.as_chunks::<BLOCK>();
+    let (cos_blocks, cos_rest) = cos[..pairs.len()].as_chunks::<BLOCK>();
+    let (sin_blocks, sin_rest) = sin[..pairs.len()].as_chunks::<BLOCK>();
+    // value k of a block is x_k·c + x_{k^1}·(∓s): the first of a pair takes −s, the second +s
+    // (`a·c − b·s` and `b·c + a·s`, the two terms of `rotate_pair` in the other order, the same
+    // bits), so that a block is whole-register products and one swap of neighbours
+    let blocks = pair_blocks.iter().zip(cos_blocks.iter().zip(sin_blocks)).map(|(x, (c, s))| {
+        let x = x.as_flattened();
+        let mut y = [[0.0; 2]; BLOCK];
+        for (k, y) in y.as_flattened_mut().iter_mut().enumerate() {
+            let turn = if k % 2 == 0 { -(sign * s[k / 2]) } else { sign * s[k / 2] };
+            *y = x[k] * c[k / 2] + x[k ^ 1] * turn;
+        }
+        y
+    });
+    let angles = cos_rest.iter().zip(sin_rest).map(|(&c, &s)| (c, sign * s));
+    let rest = pair_rest.iter().zip(angles).map(|(&[xa, xb], (c, s))| rotate_pair((xa, xb), c, s));
+    out.pairs_adjacent(blocks, rest)
 }
 
-/// One row's rotation as a kernel compiled per target.
-struct RotateRow<'r, 'o> {
+/// A block of rows' rotation as a kernel compiled per target.
+struct RotateRows<'r, 'o, R> {
     layout: PairLayout,
-    cos: &'r [f64],
-    sin: &'r [f64],
-    input: &'r [f64],
-    out: RowOut<'o>,
+    rows: &'r mut R,
+    out: RowBlock<'o>,
     sign: f64,
 }
 
-impl<'o> Kernel for RotateRow<'_, 'o> {
-    type Output = Written<'o>;
+impl<'o, R: RotationRows> Kernel for RotateRows<'_, 'o, R> {
+    type Output = BlockWritten<'o>;
     #[inline(always)]
-    fn run<I: Isa>(self, _isa: I) -> Written<'o> {
-        let RotateRow { layout, cos, sin, input, out, sign } = self;
+    fn run<I: Isa>(self, _isa: I) -> BlockWritten<'o> {
+        let RotateRows { layout, rows, out, sign } = self;
         match layout {
-            PairLayout::Apart => rotate_row_apart(cos, sin, input, out, sign),
-            PairLayout::Adjacent => rotate_row_adjacent(cos, sin, input, out, sign),
+            PairLayout::Apart => out.write_rows(|r, row| {
+                let (cos, sin, input) = rows.row(r);
+                assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
+                rotate_row_apart(cos, sin, input, row, sign)
+            }),
+            PairLayout::Adjacent => out.write_rows(|r, row| {
+                let (cos, sin, input) = rows.row(r);
+                assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
+                rotate_row_adjacent(cos, sin, input, row, sign)
+            }),
         }
     }
 }

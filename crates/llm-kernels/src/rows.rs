@@ -4,8 +4,11 @@
 //! RoPE's rotation ([`crate::rope`]) and the teaching crate's row copies of a permutation build
 //! their outputs this way. The one
 //! `unsafe` step — telling the vector its values are there — is here, and the types make it
-//! true: each row reaches the caller as a [`RowOut`], whose only methods write every value of
-//! the row and hand back the [`Written`] receipt that the caller must return for that row.
+//! true: each task's rows reach the caller as a [`RowBlock`], which hands each row on as a
+//! [`RowOut`], whose only methods write every value of the row and hand back the [`Written`]
+//! receipt that the caller must return for that row; only after every row's receipt does the
+//! block give its own ([`BlockWritten`]). A kernel compiled for one instruction set can so take a
+//! whole block in one call.
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -21,23 +24,70 @@ pub struct RowOut<'a>(&'a mut [MaybeUninit<f64>]);
 /// is invariant, so a receipt cannot stand for another row.
 pub struct Written<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
 
+/// The rows of one task of [`build_rows`], not yet written: [`RowBlock::write_rows`] hands each to
+/// a closure as a [`RowOut`], in order.
+pub struct RowBlock<'a> {
+    values: &'a mut [MaybeUninit<f64>],
+    row_len: usize,
+    first: usize,
+}
+
+/// Proof that every row of one [`RowBlock`] was written (made only by [`RowBlock::write_rows`]).
+pub struct BlockWritten<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
+
+impl<'a> RowBlock<'a> {
+    /// Writes the block's rows in order, row `r` (its index in the whole output) by `fill(r, row)`.
+    ///
+    /// Inlined into its caller, so that a kernel compiled for one instruction set can run the
+    /// whole block, and `fill` with it, in one call.
+    #[inline(always)]
+    pub fn write_rows(self, mut fill: impl for<'r> FnMut(usize, RowOut<'r>) -> Written<'r>) -> BlockWritten<'a> {
+        for (k, row) in self.values.chunks_exact_mut(self.row_len).enumerate() {
+            let Written(_) = fill(self.first + k, RowOut(row));
+        }
+        BlockWritten(PhantomData)
+    }
+}
+
 impl<'a> RowOut<'a> {
+    /// The row's width.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the row has no values.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Copies `src`, which must be exactly as wide as the row (else a panic).
     pub fn copy_from(self, src: &[f64]) -> Written<'a> {
         self.0.write_copy_of_slice(src);
         Written(PhantomData)
     }
 
-    /// Writes the pairs `(i, i + w/2)` from `pairs`, the `i`-th item to pair `i`; `pairs` must
-    /// yield at least `w/2` items and the width must be even (else a panic).
+    /// Writes the pairs `(i, i + w/2)` of a row of width `w`: the first items of `blocks` to
+    /// pairs `N·k .. N·k + N` (the row's halves, `N` values each), then `rest` to the pairs past
+    /// the last whole block. Together they must write every pair (else a panic), and the width
+    /// must be even.
     ///
-    /// A zip of slice iterators, not indices: the loop carries no bounds checks and vectorises.
+    /// Blocks of a fixed width let the compiler turn each into a few vector operations.
     #[inline(always)]
-    pub fn pairs_apart(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
+    pub fn pairs_apart<const N: usize>(
+        self,
+        blocks: impl IntoIterator<Item = ([f64; N], [f64; N])>,
+        rest: impl IntoIterator<Item = (f64, f64)>,
+    ) -> Written<'a> {
         assert!(self.0.len().is_multiple_of(2), "a row of pairs has an even width");
         let (lo, hi) = self.0.split_at_mut(self.0.len() / 2);
+        let ((lo_blocks, lo_rest), (hi_blocks, hi_rest)) = (lo.as_chunks_mut::<N>(), hi.as_chunks_mut::<N>());
         let mut written = 0;
-        for ((a, b), (x, y)) in lo.iter_mut().zip(hi.iter_mut()).zip(pairs) {
+        for ((a, b), (x, y)) in lo_blocks.iter_mut().zip(hi_blocks.iter_mut()).zip(blocks) {
+            a.write_copy_of_slice(&x);
+            b.write_copy_of_slice(&y);
+            written += N;
+        }
+        for ((a, b), (x, y)) in lo_rest.iter_mut().zip(hi_rest.iter_mut()).zip(rest) {
             a.write(x);
             b.write(y);
             written += 1;
@@ -46,13 +96,24 @@ impl<'a> RowOut<'a> {
         Written(PhantomData)
     }
 
-    /// Writes the pairs `(2i, 2i + 1)` from `pairs`, as [`RowOut::pairs_apart`] does.
+    /// Writes the pairs `(2i, 2i + 1)`: the first items of `blocks` to values `2N·k .. 2N·k + 2N`
+    /// (`N` pairs each, interleaved), then `rest` to the pairs past the last whole block, as
+    /// [`RowOut::pairs_apart`] does.
     #[inline(always)]
-    pub fn pairs_adjacent(self, pairs: impl IntoIterator<Item = (f64, f64)>) -> Written<'a> {
+    pub fn pairs_adjacent<const N: usize>(
+        self,
+        blocks: impl IntoIterator<Item = [[f64; 2]; N]>,
+        rest: impl IntoIterator<Item = (f64, f64)>,
+    ) -> Written<'a> {
         let (out, odd) = self.0.as_chunks_mut::<2>();
         assert!(odd.is_empty(), "a row of pairs has an even width");
+        let (out_blocks, out_rest) = out.as_chunks_mut::<N>();
         let mut written = 0;
-        for ([a, b], (x, y)) in out.iter_mut().zip(pairs) {
+        for (o, pairs) in out_blocks.iter_mut().zip(blocks) {
+            o.as_flattened_mut().write_copy_of_slice(pairs.as_flattened());
+            written += N;
+        }
+        for ([a, b], (x, y)) in out_rest.iter_mut().zip(rest) {
             a.write(x);
             b.write(y);
             written += 1;
@@ -71,9 +132,10 @@ pub struct RowTasks {
     pub parallel: bool,
 }
 
-/// `len` values as rows of `row_len`, row `r` written by `fill(state, r, row)`; `init` makes the
-/// state of each task (scratch it may reuse across rows). The rows of a task run in order; each
-/// value is computed the same way whatever the thread count.
+/// `len` values as rows of `row_len`, each task's block of rows written by `fill(state, block)`
+/// ([`RowBlock::write_rows`]); `init` makes the state of each task (scratch it may reuse across
+/// rows). The rows of a task run in order; each value is computed the same way whatever the
+/// thread count.
 ///
 /// # Panics
 /// If `row_len` is 0 or does not divide `len` (callers pass whole rows).
@@ -81,14 +143,12 @@ pub fn build_rows<S>(
     (len, row_len): (usize, usize),
     tasks: RowTasks,
     init: impl Fn() -> S + Sync + Send,
-    fill: impl for<'a> Fn(&mut S, usize, RowOut<'a>) -> Written<'a> + Sync + Send,
+    fill: impl for<'a> Fn(&mut S, RowBlock<'a>) -> BlockWritten<'a> + Sync + Send,
 ) -> Vec<f64> {
     assert!(row_len > 0 && len.is_multiple_of(row_len), "{len} values are not whole rows of {row_len}");
     let rows_per_task = tasks.rows_per_task.max(1);
-    let task = |state: &mut S, (index, block): (usize, &mut [MaybeUninit<f64>])| {
-        for (k, row) in block.chunks_exact_mut(row_len).enumerate() {
-            let Written(_) = fill(state, index * rows_per_task + k, RowOut(row));
-        }
+    let task = |state: &mut S, (index, values): (usize, &mut [MaybeUninit<f64>])| {
+        let BlockWritten(_) = fill(state, RowBlock { values, row_len, first: index * rows_per_task });
     };
     let mut out: Vec<f64> = Vec::with_capacity(len);
     let unfilled = &mut out.spare_capacity_mut()[..len];
@@ -102,10 +162,11 @@ pub fn build_rows<S>(
         unfilled.chunks_mut(rows_per_task * row_len).enumerate().for_each(|block| task(&mut state, block));
     }
     // SAFETY: the capacity holds `len` values. The blocks cover `0..len`, and as `len` and the
-    // block size are multiples of `row_len`, each block is whole rows, every one of which went to
-    // `fill` as a `RowOut`. `fill` returned that row's `Written`, which (invariant in its lifetime,
-    // with a private field) only a `RowOut` method makes after writing every value of its row. A
-    // panic in `fill` leaves the length at 0.
+    // block size are multiples of `row_len`, each block is whole rows. `fill` returned each
+    // block's `BlockWritten`, which only `RowBlock::write_rows` makes, after handing every row of
+    // the block to its closure as a `RowOut` and receiving that row's `Written`; a `Written`
+    // (invariant in its lifetime, with a private field) only a `RowOut` method makes, after
+    // writing every value of its row. A panic in `fill` leaves the length at 0.
     #[allow(unsafe_code)]
     unsafe {
         out.set_len(len)
@@ -121,13 +182,39 @@ mod tests {
     fn every_layout_writes_whole_rows_on_one_thread_and_on_many() {
         for parallel in [false, true] {
             let tasks = RowTasks { rows_per_task: 3, parallel };
-            let pairs = |r: usize| (0..2).map(move |i| (r as f64, i as f64));
-            let apart = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_apart(pairs(r)));
-            assert_eq!(&apart[4..8], &[1.0, 1.0, 0.0, 1.0]);
-            let adjacent = build_rows((8 * 4, 4), tasks, || (), |_, r, row| row.pairs_adjacent(pairs(r)));
-            assert_eq!(&adjacent[28..], &[7.0, 0.0, 7.0, 1.0]);
+            // rows of 3 pairs: one block of 2 and one pair past it
+            let pairs = |r: usize| (0..3).map(move |i| (r as f64, i as f64));
+            let blocks = |r: usize| std::iter::once(([r as f64; 2], [0.0, 1.0]));
+            let apart = build_rows(
+                (8 * 6, 6),
+                tasks,
+                || (),
+                |_, b| b.write_rows(|r, row| row.pairs_apart(blocks(r), pairs(r).skip(2))),
+            );
+            assert_eq!(&apart[6..12], &[1.0, 1.0, 1.0, 0.0, 1.0, 2.0]);
+            let adjacent = build_rows(
+                (8 * 6, 6),
+                tasks,
+                || (),
+                |_, b| {
+                    b.write_rows(|r, row| {
+                        row.pairs_adjacent(blocks(r).map(|(a, b)| [[a[0], b[0]], [a[1], b[1]]]), pairs(r).skip(2))
+                    })
+                },
+            );
+            assert_eq!(&adjacent[42..], &[7.0, 0.0, 7.0, 1.0, 7.0, 2.0]);
+            // without blocks: every pair from the rest
+            let no_blocks = std::iter::empty::<[[f64; 2]; 4]>;
+            let plain = build_rows(
+                (8 * 6, 6),
+                tasks,
+                || (),
+                |_, b| b.write_rows(|r, row| row.pairs_adjacent(no_blocks(), pairs(r))),
+            );
+            assert_eq!(plain, adjacent);
             let src: Vec<f64> = (0..10).map(f64::from).collect();
-            let copied = build_rows((10, 2), tasks, || (), |_, r, row| row.copy_from(&src[r * 2..r * 2 + 2]));
+            let copied =
+                build_rows((10, 2), tasks, || (), |_, b| b.write_rows(|r, row| row.copy_from(&src[r * 2..r * 2 + 2])));
             assert_eq!(copied, src);
         }
     }
@@ -141,9 +228,15 @@ mod tests {
                     (4 * 4, 4),
                     tasks,
                     || (),
-                    |_, _, row| {
-                        let one_pair = std::iter::once((1.0, 2.0));
-                        if adjacent { row.pairs_adjacent(one_pair) } else { row.pairs_apart(one_pair) }
+                    |_, block| {
+                        block.write_rows(|_, row| {
+                            let one_pair = std::iter::once((1.0, 2.0));
+                            if adjacent {
+                                row.pairs_adjacent(std::iter::empty::<[[f64; 2]; 1]>(), one_pair)
+                            } else {
+                                row.pairs_apart(std::iter::empty::<([f64; 1], [f64; 1])>(), one_pair)
+                            }
+                        })
                     },
                 )
             });

@@ -101,19 +101,21 @@ fn copy_rows(src: &[f64], outer: &[usize], walk: &[usize], inner: usize) -> Vec<
     let tasks = RowTasks { rows_per_task: ROWS_PER_COPY, parallel: true };
     // per task: the next row's index over the outer axes (last fastest) and its input offset
     let odometer = || RowCursor { row: usize::MAX, index: vec![0; outer.len()], base: 0 };
-    build_rows((len, inner), tasks, odometer, |at, r, row| {
-        if at.row != r {
-            // a task's first row: its index from the row number
-            let mut rest = r;
-            for (i, &extent) in at.index.iter_mut().zip(outer).rev() {
-                (*i, rest) = (rest % extent, rest / extent);
+    build_rows((len, inner), tasks, odometer, |at, block| {
+        block.write_rows(|r, row| {
+            if at.row != r {
+                // a task's first row: its index from the row number
+                let mut rest = r;
+                for (i, &extent) in at.index.iter_mut().zip(outer).rev() {
+                    (*i, rest) = (rest % extent, rest / extent);
+                }
+                at.base = at.index.iter().zip(walk).map(|(i, w)| i * w).sum();
             }
-            at.base = at.index.iter().zip(walk).map(|(i, w)| i * w).sum();
-        }
-        let written = row.copy_from(&src[at.base..at.base + inner]);
-        next_row(&mut at.index, &mut at.base, outer, walk);
-        at.row = r + 1;
-        written
+            let written = row.copy_from(&src[at.base..at.base + inner]);
+            next_row(&mut at.index, &mut at.base, outer, walk);
+            at.row = r + 1;
+            written
+        })
     })
 }
 

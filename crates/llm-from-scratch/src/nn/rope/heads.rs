@@ -8,7 +8,7 @@
 //! becomes row `(b, t, h)` of `dx`. Each value is computed exactly as the two steps compute it,
 //! so the result is bitwise theirs (tests); the tensors are moved once instead of twice.
 
-use super::{RopeError, RotaryEmbedding, RowPositions};
+use super::{RopeError, RotaryEmbedding, RowWalk};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
 
@@ -50,19 +50,16 @@ impl RotaryEmbedding {
         let heads_shape = vec![b, heads, t, d];
         self.check_positions(&heads_shape, positions)?;
         let positions = positions.to_vec();
-        // heads row (b, h, t) ↔ token row (b, t, h)
-        let token_row = move |r: usize| (r / (heads * t) * t + r % t) * heads + r / t % heads;
-        let heads_row = move |r: usize| (r / (t * heads) * heads + r % heads) * t + r / heads % t;
-        let out = {
-            let rows = RowPositions::new(&heads_shape, &positions);
-            self.apply_rows(x.read("rope_heads")?.as_slice(), heads_shape.clone(), token_row, |r| rows.position(r), 1.0)
-        };
+        // heads row (b, h, t) ← token row (b, t, h), at the position of (b, t); the positions
+        // are T shared by the batch, or B·T, a row per batch row
+        let per_row = if positions.len() > t { t } else { 0 };
+        let split = RowWalk { extents: [b, heads, t], source: [t * heads, 1, heads], position: [per_row, 0, 1] };
+        let out = self.apply_rows(x.read("rope_heads")?.as_slice(), heads_shape, split, &positions, 1.0);
         let rope = self.clone();
         Ok(TensorValue::record("rope_heads", vec![x.clone()], out, move |ctx| {
             // dx row (b, t, h) = R(−pθ) · dy row (b, h, t), p the position of token t
-            let rows = RowPositions::new(&heads_shape, &positions);
-            let position = |r: usize| rows.position(heads_row(r));
-            Ok(vec![Some(rope.apply_rows(ctx.grad().as_slice(), vec![b, t, heads * d], heads_row, position, -1.0))])
+            let merge = RowWalk { extents: [b, t, heads], source: [heads * t, 1, t], position: [per_row, 1, 0] };
+            Ok(vec![Some(rope.apply_rows(ctx.grad().as_slice(), vec![b, t, heads * d], merge, &positions, -1.0))])
         }))
     }
 }

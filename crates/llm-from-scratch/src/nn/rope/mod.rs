@@ -27,7 +27,7 @@ use thiserror::Error;
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
-use llm_kernels::rope::{PairLayout, RowRotation};
+use llm_kernels::rope::{PairLayout, RotationRows, RowRotation};
 use llm_kernels::rows::{RowTasks, build_rows};
 
 /// The most values one cosine (or sine) table holds: positions `0..TABLE_VALUES / (d_h/2)` are
@@ -167,35 +167,6 @@ fn angle(p: usize, theta: f64) -> (f64, f64) {
 #[cfg_attr(not(test), expect(dead_code, reason = "the twin the tests hold the row loop to"))]
 fn rotate_pair((xa, xb): (f64, f64), c: f64, s: f64) -> (f64, f64) {
     (xa * c - xb * s, xa * s + xb * c)
-}
-
-/// The absolute position of each row `[..., T, d_h]` of an input: `positions[t]` for token `t`,
-/// or, with one row of `T` positions per index of axis 0 (rank ≥ 3, left padding that shifts each
-/// sequence differently), `positions[b·T + t]`.
-struct RowPositions<'a> {
-    positions: &'a [usize],
-    tokens: usize,
-    /// Rows under one index of axis 0 (the lanes of the axes between it and `[T, d_h]`, times
-    /// `T`), when each index has its own positions.
-    rows_per_index: Option<usize>,
-}
-
-impl<'a> RowPositions<'a> {
-    fn new(shape: &[usize], positions: &'a [usize]) -> Self {
-        let rank = shape.len();
-        let tokens = shape[rank - 2];
-        let lanes: usize = shape[1..rank.saturating_sub(2).max(1)].iter().product::<usize>().max(1);
-        let rows_per_index = (positions.len() > tokens).then_some(lanes * tokens);
-        Self { positions, tokens, rows_per_index }
-    }
-
-    fn position(&self, r: usize) -> usize {
-        let t = r % self.tokens;
-        match self.rows_per_index {
-            Some(rows) => self.positions[(r / rows) * self.tokens + t],
-            None => self.positions[t],
-        }
-    }
 }
 
 impl RotaryEmbedding {
@@ -378,21 +349,24 @@ impl RotaryEmbedding {
     /// its input row, into storage that was never filled (no pass of zeros, no copy of the input),
     /// by the kernels crate's row loop ([`RowRotation`]).
     fn apply(&self, x: &Tensor, positions: &[usize], sign: f64) -> Tensor {
-        let rows = RowPositions::new(x.shape(), positions);
-        self.apply_rows(x.as_slice(), x.shape().to_vec(), |r| r, |r| rows.position(r), sign)
+        // rows [L, M, T] of `x`: L the first axis (whose index picks a row of positions, when
+        // each has its own), M every axis between it and the tokens
+        let shape = x.shape();
+        let rank = shape.len();
+        let tokens = shape[rank - 2];
+        let lanes: usize = shape[1..rank.saturating_sub(2).max(1)].iter().product::<usize>().max(1);
+        let outer = if rank >= 3 { shape[0] } else { 1 };
+        let per_row = if positions.len() > tokens { tokens } else { 0 };
+        let walk =
+            RowWalk { extents: [outer, lanes, tokens], source: [lanes * tokens, tokens, 1], position: [per_row, 0, 1] };
+        self.apply_rows(x.as_slice(), shape.to_vec(), walk, positions, sign)
     }
 
-    /// A tensor of `shape` (as many values as `x`) whose row `r` is row `source(r)` of `x`,
-    /// rotated by `sign ·` the angles of position `position(r)`: [`RotaryEmbedding::apply`], and
-    /// with a permutation of rows, [`RotaryEmbedding::rotate_heads`].
-    fn apply_rows(
-        &self,
-        x: &[f64],
-        shape: Vec<usize>,
-        source: impl Fn(usize) -> usize + Sync,
-        position: impl Fn(usize) -> usize + Sync,
-        sign: f64,
-    ) -> Tensor {
+    /// A tensor of `shape` (as many values as `x`) whose row `r` is the input row that `walk`
+    /// gives it, rotated by `sign ·` the angles of `positions[i]`, `i` the walk's position index
+    /// of the row: [`RotaryEmbedding::apply`], and with the rows permuted,
+    /// [`RotaryEmbedding::rotate_heads`].
+    fn apply_rows(&self, x: &[f64], shape: Vec<usize>, walk: RowWalk, positions: &[usize], sign: f64) -> Tensor {
         let d = self.head_width; // even and ≥ 2 (checked by `new`); callers check the last axis is d
         let tables = self.tables();
         let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: x.len() >= PARALLEL_VALUES };
@@ -403,13 +377,11 @@ impl RotaryEmbedding {
             RopeLayout::AdjacentPairs => PairLayout::Adjacent,
             RopeLayout::SplitHalves => PairLayout::Apart,
         };
-        // per task: the angles of a position past the tables, computed when needed
-        let far_angles = || (Vec::new(), Vec::new());
-        let out = build_rows((x.len(), d), tasks, far_angles, |far, r, row| {
-            let (cos, sin) = self.angles(tables, position(r), far);
-            let s = source(r);
-            rotation.rotate(layout, (cos, sin), &x[s * d..(s + 1) * d], row, sign)
-        });
+        // per task: the rows it reads (where the walk stands, and the angles of a position past
+        // the tables, computed when needed)
+        let task_rows = || Rows { rope: self, tables, x, walk, positions, cursor: None, far: (Vec::new(), Vec::new()) };
+        let out =
+            build_rows((x.len(), d), tasks, task_rows, |rows, block| rotation.rotate_rows(layout, rows, block, sign));
         Tensor::from_parts(shape, out)
     }
 
@@ -437,3 +409,35 @@ impl RotaryEmbedding {
 mod heads;
 #[cfg(test)]
 mod tests;
+mod walk;
+
+use walk::{Cursor, RowWalk};
+
+/// The rows one task of [`RotaryEmbedding::apply_rows`] rotates: for output row `r`, the input row
+/// and the angles of the position that `walk` gives it.
+struct Rows<'a> {
+    rope: &'a RotaryEmbedding,
+    tables: &'a Tables,
+    x: &'a [f64],
+    walk: RowWalk,
+    positions: &'a [usize],
+    /// Where the walk stands: at the task's next row, once its first row is known.
+    cursor: Option<Cursor>,
+    /// The angles of a position past the tables.
+    far: (Vec<f64>, Vec<f64>),
+}
+
+impl RotationRows for Rows<'_> {
+    fn row(&mut self, r: usize) -> (&[f64], &[f64], &[f64]) {
+        let at = match self.cursor {
+            Some(c) if c.row == r => c,
+            _ => self.walk.at(r), // a task's first row
+        };
+        let mut next = at;
+        self.walk.advance(&mut next);
+        self.cursor = Some(next);
+        let d = self.rope.head_width;
+        let (cos, sin) = self.rope.angles(self.tables, self.positions[at.position], &mut self.far);
+        (cos, sin, &self.x[at.source * d..(at.source + 1) * d])
+    }
+}

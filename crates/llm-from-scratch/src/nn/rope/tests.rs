@@ -63,11 +63,14 @@ fn explicit_per_row_positions_match_offsets() {
 
 #[test]
 fn the_row_loop_of_every_target_turns_each_pair_as_rotate_pair_does() {
-    // two positions past the tables' reach are not needed: the row loop reads the angles given
+    // two positions past the tables' reach are not needed: the row loop reads the angles given.
+    // Widths: one pair (no whole block of four), a block and a pair past it, two whole blocks
     let mut rng = SplitMix64::new(5);
-    let (d, positions) = (10, [0, 1, 7, 300]);
-    let x: Vec<f64> = (0..positions.len() * d).map(|_| rng.uniform(-3.0, 3.0)).collect();
-    for layout in [RopeLayout::AdjacentPairs, RopeLayout::SplitHalves] {
+    let positions = [0, 1, 7, 300];
+    for (d, layout) in
+        [2, 10, 16].into_iter().flat_map(|d| [(d, RopeLayout::AdjacentPairs), (d, RopeLayout::SplitHalves)])
+    {
+        let x: Vec<f64> = (0..positions.len() * d).map(|_| rng.uniform(-3.0, 3.0)).collect();
         let rope = RotaryEmbedding::new(d, 512, 10_000.0).unwrap().with_layout(layout);
         let pair = |i: usize| match layout {
             RopeLayout::AdjacentPairs => (2 * i, 2 * i + 1),
@@ -87,7 +90,7 @@ fn the_row_loop_of_every_target_turns_each_pair_as_rotate_pair_does() {
             for target in Target::available() {
                 let got = with_target(target, || rope.apply(&input, &positions, sign)).unwrap();
                 for (g, w) in got.as_slice().iter().zip(&want) {
-                    assert_eq!(g.to_bits(), w.to_bits(), "{target} {layout:?} sign {sign}: {g} vs {w}");
+                    assert_eq!(g.to_bits(), w.to_bits(), "{target} {layout:?} d {d} sign {sign}: {g} vs {w}");
                 }
             }
         }
