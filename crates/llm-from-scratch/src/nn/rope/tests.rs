@@ -182,3 +182,39 @@ proptest! {
         prop_assert!((before - after).abs() <= 1e-12, "{} vs {}", before, after);
     }
 }
+
+/// The row the loop fetches early is the one it reads `AHEAD` rows later, from any first row of a
+/// task, and none is named past the last row.
+#[test]
+fn the_row_fetched_ahead_is_the_row_read_later() {
+    use super::{RowWalk, Rows};
+    use llm_kernels::rope::{AHEAD, RotationRows};
+    let (b, t, heads, d) = (2, 9, 3, 4);
+    let rope = RotaryEmbedding::new(d, 16, 10_000.0).unwrap();
+    let x = vec![0.5; b * t * heads * d];
+    let positions: Vec<usize> = (0..t).collect();
+    // the split of rotate_heads: heads row (b, h, t) from token row (b, t, h)
+    let walk = RowWalk { extents: [b, heads, t], source: [t * heads, 1, heads], position: [0, 0, 1] };
+    let rows = b * heads * t;
+    for first in [0, 5, rows - 3] {
+        let mut task = Rows {
+            rope: &rope,
+            tables: rope.tables(),
+            x: &x,
+            walk,
+            positions: &positions,
+            cursor: None,
+            ahead: None,
+            rows,
+            far: (Vec::new(), Vec::new()),
+        };
+        let (mut early, mut read) = (Vec::new(), Vec::new());
+        for r in first..rows {
+            early.push(task.ahead(r).map(<[f64]>::as_ptr));
+            read.push(task.row(r).2.as_ptr());
+        }
+        for (k, fetched) in early.iter().enumerate() {
+            assert_eq!(*fetched, read.get(k + AHEAD).copied(), "row {} of a task from {first}", first + k);
+        }
+    }
+}
