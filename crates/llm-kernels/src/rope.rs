@@ -7,7 +7,7 @@
 //! one function compiled for the target. Its tests hold the two to the same bits.
 
 use crate::isa::{Checked, Isa, Kernel};
-use crate::rows::{BlockWritten, RowBlock, RowOut, Written, prefetch};
+use crate::rows::{BlockWritten, RowBlock, RowOut, Written};
 use crate::target::Target;
 
 /// Which coordinates form a rotated pair.
@@ -33,19 +33,42 @@ pub trait RotationRows {
     /// row they turn. Asked for in increasing `r`, one task's rows at a time.
     fn row(&mut self, r: usize) -> (&[f64], &[f64], &[f64]);
 
-    /// The input row of output row `r + AHEAD`, if there is one, asked for just before row `r`:
-    /// the loop asks the memory for it early ([`AHEAD`]). `None` asks for nothing.
-    fn ahead(&mut self, _r: usize) -> Option<&[f64]> {
-        None
+    /// Whether the rows' inputs run on at one step, far apart, for more than [`AHEAD`] rows at a
+    /// time (as when a rotation splits heads): then the loop fetches ahead ([`prefetch_ahead`]).
+    /// Rows read in order are fetched by the processor itself, and where the step changes within
+    /// [`AHEAD`] rows a guess would fetch the wrong rows.
+    fn fetch_ahead(&self) -> bool {
+        false
     }
 }
 
-/// How many rows ahead the row loop asks the memory for an input row. A row's input may lie far
-/// from the last one's (2 KiB apart when a rotation splits heads), where the processor's own
-/// prefetching does not follow, and the loop's work per row is short enough that few rows' loads
-/// are in flight at once: fetching eight rows ahead made the rotation of a query tensor just
-/// written by a product about 30 % faster (`docs/performance.md`).
+/// How many rows ahead the row loop asks the memory for its input ([`prefetch_ahead`]): fetching
+/// eight rows ahead made the rotation of a query tensor just written by a product about 30 %
+/// faster (`docs/performance.md`).
 pub const AHEAD: usize = 8;
+
+/// Asks the processor to bring into its caches the row as wide as `row` that lies [`AHEAD`] steps
+/// past `row`, a step being the distance from the address `last` (the previous row's start) to
+/// `row`'s start: a guess that the rows go on as they went, a cache line at a time. A hint, which
+/// reads nothing and changes nothing, whatever the address (on processors other than x86-64,
+/// nothing at all).
+#[inline(always)]
+fn prefetch_ahead(row: &[f64], last: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let step = row.as_ptr().addr().wrapping_sub(last);
+        let ahead = row.as_ptr().cast::<i8>().wrapping_add(step.wrapping_mul(AHEAD));
+        for line in (0..std::mem::size_of_val(row)).step_by(64) {
+            // SAFETY: a prefetch reads no value and faults on no address, valid or not
+            #[allow(unsafe_code)]
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead.wrapping_add(line))
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (row, last);
+}
 
 /// The row loop for one target, checked once: made where a rotation begins, from
 /// [`active`](crate::target::active), and used for every block of rows (on every worker thread).
@@ -146,22 +169,34 @@ impl<'o, R: RotationRows> Kernel for RotateRows<'_, 'o, R> {
     fn run<I: Isa>(self, _isa: I) -> BlockWritten<'o> {
         let RotateRows { layout, rows, out, sign } = self;
         match layout {
-            PairLayout::Apart => out.write_rows(|r, row| {
-                if let Some(later) = rows.ahead(r) {
-                    prefetch(later);
-                }
-                let (cos, sin, input) = rows.row(r);
-                assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
-                rotate_row_apart(cos, sin, input, row, sign)
-            }),
-            PairLayout::Adjacent => out.write_rows(|r, row| {
-                if let Some(later) = rows.ahead(r) {
-                    prefetch(later);
-                }
-                let (cos, sin, input) = rows.row(r);
-                assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
-                rotate_row_adjacent(cos, sin, input, row, sign)
-            }),
+            PairLayout::Apart => rotate_block(rows, out, sign, rotate_row_apart),
+            PairLayout::Adjacent => rotate_block(rows, out, sign, rotate_row_adjacent),
         }
     }
+}
+
+/// Every row of `out` turned by `rotate_row` (a row loop above, passed as itself, so that it is
+/// inlined). Where the rows say so ([`RotationRows::fetch_ahead`]), the loop asks the memory for
+/// the input [`AHEAD`] rows further on before turning a row, guessing that the rows keep the step
+/// between the last two: a rotation that splits heads reads its rows 2 KiB apart, where the
+/// processor's own prefetching does not follow, and a row's work is short, so that few rows'
+/// loads are in flight at once. A wrong guess (where the rows change plane) costs a wasted fetch,
+/// never a different result.
+#[inline(always)]
+fn rotate_block<'o>(
+    rows: &mut impl RotationRows,
+    out: RowBlock<'o>,
+    sign: f64,
+    rotate_row: impl for<'a> Fn(&[f64], &[f64], &[f64], RowOut<'a>, f64) -> Written<'a>,
+) -> BlockWritten<'o> {
+    let (fetch, mut last) = (rows.fetch_ahead(), None);
+    out.write_rows(|r, row| {
+        let (cos, sin, input) = rows.row(r);
+        assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
+        if let (true, Some(last)) = (fetch, last) {
+            prefetch_ahead(input, last);
+        }
+        last = Some(input.as_ptr().addr());
+        rotate_row(cos, sin, input, row, sign)
+    })
 }

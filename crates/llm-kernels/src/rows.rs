@@ -123,23 +123,6 @@ impl<'a> RowOut<'a> {
     }
 }
 
-/// Asks the processor to bring `values` into its caches, a cache line at a time: a hint, which
-/// reads nothing and changes nothing (on processors other than x86-64, nothing at all).
-#[inline(always)]
-pub fn prefetch(values: &[f64]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in values.chunks(8) {
-        // SAFETY: a prefetch reads no value and faults on no address; this one names the start
-        // of a cache line's worth of a live slice
-        #[allow(unsafe_code)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast())
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = values;
-}
-
 /// How [`build_rows`] spreads the rows over threads.
 #[derive(Clone, Copy, Debug)]
 pub struct RowTasks {

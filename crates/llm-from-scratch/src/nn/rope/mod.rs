@@ -379,18 +379,7 @@ impl RotaryEmbedding {
         };
         // per task: the rows it reads (where the walk stands, and the angles of a position past
         // the tables, computed when needed)
-        let rows = x.len() / d;
-        let task_rows = || Rows {
-            rope: self,
-            tables,
-            x,
-            walk,
-            positions,
-            cursor: None,
-            ahead: None,
-            rows,
-            far: (Vec::new(), Vec::new()),
-        };
+        let task_rows = || Rows { rope: self, tables, x, walk, positions, cursor: None, far: (Vec::new(), Vec::new()) };
         let out =
             build_rows((x.len(), d), tasks, task_rows, |rows, block| rotation.rotate_rows(layout, rows, block, sign));
         Tensor::from_parts(shape, out)
@@ -434,39 +423,18 @@ struct Rows<'a> {
     positions: &'a [usize],
     /// Where the walk stands: at the task's next row, once its first row is known.
     cursor: Option<Cursor>,
-    /// The same, [`llm_kernels::rope::AHEAD`] rows further (the row the loop fetches early).
-    ahead: Option<Cursor>,
-    /// Rows of the whole output.
-    rows: usize,
     /// The angles of a position past the tables.
     far: (Vec<f64>, Vec<f64>),
 }
 
 impl RotationRows for Rows<'_> {
-    fn ahead(&mut self, r: usize) -> Option<&[f64]> {
-        let later = r + llm_kernels::rope::AHEAD;
-        if later >= self.rows {
-            return None;
-        }
-        let at = match self.ahead {
-            Some(c) if c.row == later => c,
-            _ => self.walk.at(later), // a task's first row
-        };
-        let mut next = at;
-        self.walk.advance(&mut next);
-        self.ahead = Some(next);
-        let d = self.rope.head_width;
-        Some(&self.x[at.source * d..(at.source + 1) * d])
+    fn fetch_ahead(&self) -> bool {
+        // the inner counter steps over rows apart, and runs longer than the loop looks ahead
+        self.walk.source[2] > 1 && self.walk.extents[2] > llm_kernels::rope::AHEAD
     }
 
     fn row(&mut self, r: usize) -> (&[f64], &[f64], &[f64]) {
-        let at = match self.cursor {
-            Some(c) if c.row == r => c,
-            _ => self.walk.at(r), // a task's first row
-        };
-        let mut next = at;
-        self.walk.advance(&mut next);
-        self.cursor = Some(next);
+        let at = self.walk.step(&mut self.cursor, r);
         let d = self.rope.head_width;
         let (cos, sin) = self.rope.angles(self.tables, self.positions[at.position], &mut self.far);
         (cos, sin, &self.x[at.source * d..(at.source + 1) * d])

@@ -183,38 +183,32 @@ proptest! {
     }
 }
 
-/// The row the loop fetches early is the one it reads `AHEAD` rows later, from any first row of a
-/// task, and none is named past the last row.
+/// The row loop fetches ahead only where a walk's inner counter steps over rows apart for longer
+/// than it looks ahead: splitting heads of a long sequence, not merging them back (its inner
+/// counter is the heads), not rows read in order, not a sequence shorter than the look-ahead.
 #[test]
-fn the_row_fetched_ahead_is_the_row_read_later() {
+fn only_the_split_of_a_long_sequence_fetches_ahead() {
     use super::{RowWalk, Rows};
     use llm_kernels::rope::{AHEAD, RotationRows};
-    let (b, t, heads, d) = (2, 9, 3, 4);
-    let rope = RotaryEmbedding::new(d, 16, 10_000.0).unwrap();
-    let x = vec![0.5; b * t * heads * d];
-    let positions: Vec<usize> = (0..t).collect();
-    // the split of rotate_heads: heads row (b, h, t) from token row (b, t, h)
-    let walk = RowWalk { extents: [b, heads, t], source: [t * heads, 1, heads], position: [0, 0, 1] };
-    let rows = b * heads * t;
-    for first in [0, 5, rows - 3] {
-        let mut task = Rows {
+    let rope = RotaryEmbedding::new(4, 64, 10_000.0).unwrap();
+    let fetches = |walk: RowWalk| {
+        let rows = Rows {
             rope: &rope,
             tables: rope.tables(),
-            x: &x,
+            x: &[],
             walk,
-            positions: &positions,
+            positions: &[],
             cursor: None,
-            ahead: None,
-            rows,
             far: (Vec::new(), Vec::new()),
         };
-        let (mut early, mut read) = (Vec::new(), Vec::new());
-        for r in first..rows {
-            early.push(task.ahead(r).map(<[f64]>::as_ptr));
-            read.push(task.row(r).2.as_ptr());
-        }
-        for (k, fetched) in early.iter().enumerate() {
-            assert_eq!(*fetched, read.get(k + AHEAD).copied(), "row {} of a task from {first}", first + k);
-        }
-    }
+        rows.fetch_ahead()
+    };
+    let (b, heads, long, short) = (2, 8, AHEAD + 1, AHEAD);
+    let split = |t: usize| RowWalk { extents: [b, heads, t], source: [t * heads, 1, heads], position: [0, 0, 1] };
+    let merge = RowWalk { extents: [b, long, heads], source: [heads * long, 1, long], position: [0, 1, 0] };
+    let in_order = RowWalk { extents: [b, heads, long], source: [heads * long, long, 1], position: [0, 0, 1] };
+    assert!(fetches(split(long)));
+    assert!(!fetches(split(short)));
+    assert!(!fetches(merge));
+    assert!(!fetches(in_order));
 }

@@ -44,8 +44,22 @@ impl RowWalk {
         Cursor { row: r, source: dot(self.source), position: dot(self.position), counters }
     }
 
+    /// Where output row `r` stands, from `cursor` when it is at `r` (a task's rows are
+    /// consecutive), else computed ([`RowWalk::at`], a task's first row); `cursor` is left at the
+    /// next row.
+    pub(super) fn step(&self, cursor: &mut Option<Cursor>, r: usize) -> Cursor {
+        let at = match *cursor {
+            Some(c) if c.row == r => c,
+            _ => self.at(r),
+        };
+        let mut next = at;
+        self.advance(&mut next);
+        *cursor = Some(next);
+        at
+    }
+
     /// Moves `cursor` to the next output row: the inner counter steps, carrying outwards.
-    pub(super) fn advance(&self, cursor: &mut Cursor) {
+    fn advance(&self, cursor: &mut Cursor) {
         cursor.row += 1;
         for axis in (0..3).rev() {
             cursor.counters[axis] += 1;
