@@ -34,7 +34,7 @@ pub trait RotationRows {
     fn row(&mut self, r: usize) -> (&[f64], &[f64], &[f64]);
 
     /// Whether the rows' inputs run on at one step, far apart, for more than [`AHEAD`] rows at a
-    /// time (as when a rotation splits heads): then the loop fetches ahead ([`prefetch_ahead`]).
+    /// time (as when a rotation splits heads): then the loop fetches ahead (`prefetch_ahead`).
     /// Rows read in order are fetched by the processor itself, and where the step changes within
     /// [`AHEAD`] rows a guess would fetch the wrong rows.
     fn fetch_ahead(&self) -> bool {
@@ -42,7 +42,7 @@ pub trait RotationRows {
     }
 }
 
-/// How many rows ahead the row loop asks the memory for its input ([`prefetch_ahead`]): fetching
+/// How many rows ahead the row loop asks the memory for its input (`prefetch_ahead`): fetching
 /// eight rows ahead made the rotation of a query tensor just written by a product about 30 %
 /// faster (`docs/performance.md`).
 pub const AHEAD: usize = 8;
