@@ -47,13 +47,13 @@ fn grouped_with_one_kv_head_is_multi_query_attention_bitwise() {
     let mqa = scaled_dot_product_attention(
         &trace.rotated_query_heads,
         &trace.rotated_key_heads,
-        &trace.value_heads,
+        trace.value_heads.as_ref().unwrap(),
         Some(&Mask::causal(5, 5, 0).unwrap()),
     )
     .unwrap();
     assert_eq!(trace.rotated_key_heads.shape(), &[2, 1, 5, 6], "one key/value head is stored, not H");
     assert_eq!(trace.key_heads.as_ref().map(TensorValue::shape), Some(&[2, 1, 5, 6][..]), "kept on the explicit path");
-    assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
+    assert!(trace.head_outputs.as_ref().unwrap().value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
     assert!(trace.weights.as_ref().unwrap().value().unwrap().bitwise_eq(&mqa.weights().value().unwrap()));
 }
 
@@ -88,7 +88,7 @@ fn query_heads_read_kv_heads_in_repeat_interleave_order() {
     let mut rng = SplitMix64::new(3);
     let layer = GroupedQueryAttention::new("a", AttentionConfig::new(8, 4, 2, 2).with_rope(8, 10.0), &mut rng).unwrap();
     let trace = layer.forward(&input(&[1, 4, 8], &mut rng), 0).unwrap();
-    let (q, k, v) = (&trace.rotated_query_heads, &trace.rotated_key_heads, &trace.value_heads);
+    let (q, k, v) = (&trace.rotated_query_heads, &trace.rotated_key_heads, trace.value_heads.as_ref().unwrap());
     let head = |t: &TensorValue, i: usize| t.slice_axis(1, i, i + 1).unwrap();
     for h in 0..4 {
         let kv = h / 2;
@@ -102,7 +102,7 @@ fn query_heads_read_kv_heads_in_repeat_interleave_order() {
         .output()
         .value()
         .unwrap();
-        let got = head(&trace.head_outputs, h).value().unwrap();
+        let got = head(trace.head_outputs.as_ref().unwrap(), h).value().unwrap();
         assert!(got.bitwise_eq(&want), "head {h} must read kv head {kv}");
         let tiled = scaled_dot_product_attention(
             &head(q, h),
@@ -486,10 +486,10 @@ proptest! {
         let mqa = scaled_dot_product_attention(
             &trace.rotated_query_heads,
             &trace.rotated_key_heads,
-            &trace.value_heads,
+            trace.value_heads.as_ref().unwrap(),
             Some(&Mask::causal(t, t, 0).unwrap()),
         )
         .unwrap();
-        prop_assert!(trace.head_outputs.value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
+        prop_assert!(trace.head_outputs.as_ref().unwrap().value().unwrap().bitwise_eq(&mqa.output().value().unwrap()));
     }
 }

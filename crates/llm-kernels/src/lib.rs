@@ -18,6 +18,7 @@
 //! | [`rope`] | rotating rows of pairs | `nn::rope::rotate_pair` |
 //! | [`visibility`] | which keys a query sees, as plain data | `attention::Visibility`, `SlidingWindow` |
 //! | [`rows`] | filling a new buffer row by row, in parallel, without zeroing it first | — |
+//! | [`bands`] | tasks writing side by side in the same rows (heads in a token's row) | — |
 //! | [`parallel`], [`allocator`] | keeping workers awake; keeping freed memory | — |
 //!
 //! One rule for the target: every entry point reads the target once, when it is called, and
@@ -33,8 +34,10 @@
 #![warn(missing_docs)]
 
 pub mod allocator;
+pub mod bands;
 pub mod decode;
 pub mod exp;
+mod fetch;
 pub mod gemm;
 mod isa;
 pub mod parallel;

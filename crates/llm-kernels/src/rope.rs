@@ -54,20 +54,9 @@ pub const AHEAD: usize = 8;
 /// nothing at all).
 #[inline(always)]
 fn prefetch_ahead(row: &[f64], last: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let step = row.as_ptr().addr().wrapping_sub(last);
-        let ahead = row.as_ptr().cast::<i8>().wrapping_add(step.wrapping_mul(AHEAD));
-        for line in (0..std::mem::size_of_val(row)).step_by(64) {
-            // SAFETY: a prefetch reads no value and faults on no address, valid or not
-            #[allow(unsafe_code)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead.wrapping_add(line))
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (row, last);
+    let step = row.as_ptr().addr().wrapping_sub(last);
+    let ahead = row.as_ptr().cast::<i8>().wrapping_add(step.wrapping_mul(AHEAD));
+    crate::fetch::fetch_bytes(ahead.cast(), std::mem::size_of_val(row));
 }
 
 /// The row loop for one target, checked once: made where a rotation begins, from

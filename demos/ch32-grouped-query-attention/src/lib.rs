@@ -200,7 +200,7 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
     let mut observed_mapping = Vec::with_capacity(QUERY_HEADS);
     let mut tiled_wrong_heads = Vec::new();
     for (h, &tiled_kv) in tiled.iter().enumerate() {
-        let got = trace.head_outputs.slice_axis(1, h, h + 1)?.value()?; // [B,1,T,d_h]
+        let got = kept(&trace.head_outputs)?.slice_axis(1, h, h + 1)?.value()?; // [B,1,T,d_h]
         let mut matches = Vec::new();
         for kv in 0..KV_HEADS {
             if explicit_head(&trace, h, kv)?.value()?.bitwise_eq(&got) {
@@ -230,8 +230,8 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
         shapes: vec![
             ("query_heads", trace.rotated_query_heads.shape().to_vec()),
             ("key_heads", trace.rotated_key_heads.shape().to_vec()),
-            ("value_heads", trace.value_heads.shape().to_vec()),
-            ("weights", weights_of(&trace)?.shape().to_vec()),
+            ("value_heads", kept(&trace.value_heads)?.shape().to_vec()),
+            ("weights", kept(&trace.weights)?.shape().to_vec()),
             ("merged", trace.merged.shape().to_vec()),
             ("output", trace.output.shape().to_vec()),
         ],
@@ -252,8 +252,9 @@ pub fn learner_evidence() -> DemoResult<Evidence> {
 }
 
 /// The weights `[B,H,T,T]` of a pass with the explicit kernel (the default).
-fn weights_of(trace: &AttentionTrace) -> DemoResult<&TensorValue> {
-    trace.weights.as_ref().ok_or_else(|| "the explicit kernel returns its weights".into())
+/// An intermediate the explicit kernel keeps in the trace (the tiled one does not form it).
+fn kept(x: &Option<TensorValue>) -> DemoResult<&TensorValue> {
+    x.as_ref().ok_or_else(|| "the explicit kernel keeps every intermediate".into())
 }
 
 /// Query head `h` recomputed on its own from the trace, reading key/value head `kv`:
@@ -264,7 +265,7 @@ fn explicit_head(trace: &AttentionTrace, h: usize, kv: usize) -> DemoResult<Tens
     let attention = scaled_dot_product_attention(
         &pick(&trace.rotated_query_heads, h)?,
         &pick(&trace.rotated_key_heads, kv)?,
-        &pick(&trace.value_heads, kv)?,
+        &pick(kept(&trace.value_heads)?, kv)?,
         Some(&Mask::causal(t, t, 0)?),
     )?;
     Ok(attention.output().clone())
@@ -304,7 +305,7 @@ fn mha_equivalence(x: &TensorValue, rng: &mut SplitMix64) -> DemoResult<bool> {
     let within = |p: &TensorValue, q: &TensorValue| -> DemoResult<bool> {
         Ok(p.value()?.max_abs_diff(&q.value()?).is_some_and(|d| d <= 1e-12))
     };
-    Ok(within(&a.output, &b.output)? && within(&a.weights, weights_of(&b)?)?)
+    Ok(within(&a.output, &b.output)? && within(&a.weights, kept(&b.weights)?)?)
 }
 
 /// `G = 1`: the layer against multi-query attention written as one broadcast product,
@@ -316,12 +317,12 @@ fn mqa_equivalence(x: &TensorValue, rng: &mut SplitMix64) -> DemoResult<MqaCheck
     let broadcast = scaled_dot_product_attention(
         &trace.rotated_query_heads,
         &trace.rotated_key_heads,
-        &trace.value_heads,
+        kept(&trace.value_heads)?,
         Some(&Mask::causal(TOKENS, TOKENS, 0)?),
     )?;
     Ok(MqaCheck {
-        head_outputs_bitwise: broadcast.output().value()?.bitwise_eq(&trace.head_outputs.value()?),
-        weights_bitwise: broadcast.weights().value()?.bitwise_eq(&weights_of(&trace)?.value()?),
+        head_outputs_bitwise: broadcast.output().value()?.bitwise_eq(&kept(&trace.head_outputs)?.value()?),
+        weights_bitwise: broadcast.weights().value()?.bitwise_eq(&kept(&trace.weights)?.value()?),
         query_shape: trace.rotated_query_heads.shape().to_vec(),
         key_shape: trace.rotated_key_heads.shape().to_vec(),
     })

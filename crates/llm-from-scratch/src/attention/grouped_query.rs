@@ -22,7 +22,7 @@ use crate::attention::config::{AttentionConfig, AttentionPath};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::{check_key_padding, check_positions, check_sequence};
 use crate::attention::scaled_dot_product::grouped_attention_with;
-use crate::attention::{AttentionError, Branch, Stage, Visibility, tiled_attention};
+use crate::attention::{AttentionError, Branch, Stage, Visibility, tiled_attention_merged};
 use crate::autodiff::TensorValue;
 use crate::error::Shape;
 use crate::nn::{Linear, NamedParameters, QkvOutput, QkvProjections, RotaryEmbedding, SplitMix64};
@@ -55,8 +55,9 @@ pub struct AttentionTrace {
     pub query_heads: Option<TensorValue>,
     /// `K` split into heads, before RoPE (`None` with the tiled kernel, as `query_heads`).
     pub key_heads: Option<TensorValue>,
-    /// `V` split into heads.
-    pub value_heads: TensorValue,
+    /// `V` split into heads (`None` with the tiled kernel, which reads the values in the
+    /// projection's rows: [`crate::attention::tiled_attention_merged`]).
+    pub value_heads: Option<TensorValue>,
     /// Query heads after RoPE.
     pub rotated_query_heads: TensorValue,
     /// Key heads after RoPE.
@@ -65,8 +66,8 @@ pub struct AttentionTrace {
     pub scores: Option<TensorValue>,
     /// Attention weights, after dropout when training (`None` with the tiled kernel).
     pub weights: Option<TensorValue>,
-    /// Per-head outputs.
-    pub head_outputs: TensorValue,
+    /// Per-head outputs (`None` with the tiled kernel, which writes them merged).
+    pub head_outputs: Option<TensorValue>,
     /// Heads concatenated.
     pub merged: TensorValue,
     /// The layer's output.
@@ -288,11 +289,7 @@ impl GroupedQueryAttention {
             Some(p) => p.to_vec(),
             None => (options.position_offset..options.position_offset + t).collect(),
         };
-        // the explicit path keeps every intermediate for inspection; the tiled path splits and
-        // rotates in one pass (the same rotated heads, bit for bit)
-        let keep = self.config.path == AttentionPath::Explicit;
         let qkv = self.qkv.forward(x).at(Stage::Projection)?;
-        let projected = self.split_and_rotate(&qkv, &positions, keep)?;
         // causality and windows count stream positions (tokens as they arrived, padding included);
         // keys are the same tokens as the queries, so positions relative to the first suffice
         let visibility = Visibility {
@@ -301,33 +298,55 @@ impl GroupedQueryAttention {
             key_padding: options.key_padding.map(|m| m.as_slice().to_vec()),
         };
         let mut rng = options.training;
-        let (q, k, v) = (&projected.rotated_query_heads, &projected.rotated_key_heads, &projected.value_heads);
-        let (scores, weights, head_outputs) = match self.config.path {
+        // the explicit path keeps every intermediate for inspection; the tiled path splits and
+        // rotates queries and keys in one pass (the same rotated heads, bit for bit) and reads
+        // the values and writes the heads' outputs in the projections' rows (the same bits as
+        // splitting and merging)
+        // each arm fills the trace up to the merged heads; the output projection follows
+        let mut trace = match self.config.path {
             AttentionPath::Explicit => {
+                let p = self.split_and_rotate(&qkv, &positions, true)?;
+                let (q, k, v) = (&p.rotated_query_heads, &p.rotated_key_heads, &p.value_heads);
                 let attention_p = if rng.is_some() { self.config.attention_dropout } else { 0.0 };
                 let dropout = rng.as_deref_mut().map(|r| (attention_p, r));
                 let out = grouped_attention_with(q, k, v, self.sinks.as_ref(), &visibility, dropout)?;
-                (Some(out.scores().clone()), Some(out.weights().clone()), out.output().clone())
+                let merged = crate::attention::merge_heads(out.output())?; // [B,T,H·d_h]
+                AttentionTrace {
+                    query_heads: p.query_heads,
+                    key_heads: p.key_heads,
+                    value_heads: Some(p.value_heads),
+                    rotated_query_heads: p.rotated_query_heads,
+                    rotated_key_heads: p.rotated_key_heads,
+                    scores: Some(out.scores().clone()),
+                    weights: Some(out.weights().clone()),
+                    head_outputs: Some(out.output().clone()),
+                    output: merged.clone(),
+                    merged,
+                }
             }
-            AttentionPath::Tiled => (None, None, tiled_attention(q, k, v, self.sinks.as_ref(), &visibility)?),
+            AttentionPath::Tiled => {
+                let (q, k) = self.rotate(&qkv, &positions)?;
+                let merged = tiled_attention_merged(&q, &k, qkv.value(), self.sinks.as_ref(), &visibility)?;
+                AttentionTrace {
+                    query_heads: None,
+                    key_heads: None,
+                    value_heads: None,
+                    rotated_query_heads: q,
+                    rotated_key_heads: k,
+                    scores: None,
+                    weights: None,
+                    head_outputs: None,
+                    output: merged.clone(),
+                    merged,
+                }
+            }
         };
-        let merged = crate::attention::merge_heads(&head_outputs)?; // [B,T,H·d_h]
-        let mut output = self.output.forward(&merged).at(Stage::OutputProjection)?;
+        let mut output = self.output.forward(&trace.merged).at(Stage::OutputProjection)?;
         if let Some(r) = rng {
             output = output.dropout(self.config.output_dropout, r).at(Stage::OutputProjection)?;
         }
-        Ok(AttentionTrace {
-            query_heads: projected.query_heads,
-            key_heads: projected.key_heads,
-            value_heads: projected.value_heads,
-            rotated_query_heads: projected.rotated_query_heads,
-            rotated_key_heads: projected.rotated_key_heads,
-            scores,
-            weights,
-            head_outputs,
-            merged,
-            output,
-        })
+        trace.output = output;
+        Ok(trace)
     }
 
     /// Projects, splits into heads and rotates queries and keys at `positions` (`T` or `B·T`).
@@ -356,8 +375,7 @@ impl GroupedQueryAttention {
         let split = crate::attention::heads::split_heads_of;
         let value_heads = split(qkv.value(), g, Some(Branch::Value))?; // [B,G,T,d_h]
         if !keep_unrotated {
-            let rotated_query_heads = self.rope.rotate_heads(qkv.query(), h, positions).on(Branch::Query)?;
-            let rotated_key_heads = self.rope.rotate_heads(qkv.key(), g, positions).on(Branch::Key)?;
+            let (rotated_query_heads, rotated_key_heads) = self.rotate(qkv, positions)?;
             return Ok(Projected {
                 query_heads: None,
                 key_heads: None,
@@ -377,6 +395,15 @@ impl GroupedQueryAttention {
             rotated_query_heads,
             rotated_key_heads,
         })
+    }
+
+    /// Splits projected queries and keys into heads and rotates them, in one pass each
+    /// ([`crate::nn::RotaryEmbedding::rotate_heads`]).
+    fn rotate(&self, qkv: &QkvOutput, positions: &[usize]) -> Result<(TensorValue, TensorValue), AttentionError> {
+        let (h, g) = (self.config.query_heads, self.config.kv_heads);
+        let rotated_query_heads = self.rope.rotate_heads(qkv.query(), h, positions).on(Branch::Query)?;
+        let rotated_key_heads = self.rope.rotate_heads(qkv.key(), g, positions).on(Branch::Key)?;
+        Ok((rotated_query_heads, rotated_key_heads))
     }
 
     /// The dotted-name prefix.

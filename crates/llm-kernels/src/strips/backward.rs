@@ -25,6 +25,7 @@
 
 use super::shapes::{Dims, Operands};
 use super::{KEYS, Lanes, STRIP};
+use crate::bands::Band;
 use crate::isa::Isa;
 use crate::visibility::Visibility;
 
@@ -50,8 +51,8 @@ pub struct QueryGradients<'a> {
 pub struct KeyValueGradients<'a> {
     /// The block's `[n, d]` rows of `dK`, written whole.
     pub dk: &'a mut [f64],
-    /// The block's `[n, d]` rows of `dV`, written whole.
-    pub dv: &'a mut [f64],
+    /// The block's rows of `dV` (`d` columns), written whole.
+    pub dv: Band<'a>,
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
     /// The shapes of the call.
@@ -72,8 +73,8 @@ pub struct LaneGradients<'a> {
     pub dq: &'a mut [f64],
     /// `dK` of the lane, written whole.
     pub dk: &'a mut [f64],
-    /// `dV` of the lane, written whole.
-    pub dv: &'a mut [f64],
+    /// `dV` of the lane (`T_k` rows of `d` columns), written whole.
+    pub dv: Band<'a>,
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
     /// The shapes of the call.
@@ -104,14 +105,33 @@ pub(super) struct Scratch {
     dweights: Vec<Lanes>,
     /// One pass: the strip's key rows, `d` rounded up to whole vectors, zeros past the last key.
     key_rows: Vec<f64>,
+    /// One pass: the group's `dO` rows side by side (`[H/G, T_q, d]`), where they arrive a stride
+    /// apart.
+    upstream: Vec<f64>,
 }
 
-/// `rows[r·d + p] = scale · lanes[p].0[r]` for the `rows.len() / d` rows.
+/// `rows[r·d + p] = scale · lanes[p].0[r]` for the `rows.len() / d` rows (`d = lanes.len()`).
 fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
     let d = lanes.len();
     for (r, row) in rows.chunks_exact_mut(d).enumerate() {
         for (x, lane) in row.iter_mut().zip(lanes) {
             *x = scale * lane.0[r];
+        }
+    }
+}
+
+/// [`transpose_out`] into rows `first..first + count` of a band, unscaled.
+fn transpose_out_band(band: &mut Band<'_>, first: usize, count: usize, lanes: &[Lanes]) {
+    if band.stride() != band.width() {
+        // rows apart: ask for all of them first, so that the stores' loads overlap
+        for r in 0..count {
+            let row = band.row_mut(first + r);
+            crate::fetch::fetch_bytes(row.as_ptr(), std::mem::size_of_val(row));
+        }
+    }
+    for r in 0..count {
+        for (x, lane) in band.row_mut(first + r).iter_mut().zip(lanes) {
+            *x = lane.0[r];
         }
     }
 }
@@ -131,7 +151,7 @@ fn weights_and_gradients<I: Isa>(isa: I, w: &mut Lanes, dw: &mut Lanes, lse: &La
 #[inline(always)]
 pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut Scratch) {
     let QueryGradients { dq, lane, dims, b, i0, vis } = task;
-    let Operands { q, k, v, g, lse, delta } = lane;
+    let Operands { q, k, v, g, lse, delta, v_stride, g_stride } = lane;
     let Dims { t_k, d, .. } = dims;
     let n = dq.len() / d;
     let strips = n.div_ceil(STRIP);
@@ -146,8 +166,8 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
     s.dweights.resize(KEYS, Lanes::splat(0.0));
     for strip in 0..strips {
         let (first, count) = (i0 + strip * STRIP, STRIP.min(n - strip * STRIP));
-        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], q, first, count, scale);
-        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], g, first, count, 1.0);
+        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], (q, d), first, count, scale);
+        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], (g, g_stride), first, count, 1.0);
         // lanes past the block's rows: lse = −∞ gives them weight 0
         s.lse[strip] = Lanes::splat(f64::NEG_INFINITY);
         s.lse[strip].0[..count].copy_from_slice(&lse[first..first + count]);
@@ -161,16 +181,16 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
             };
             let w = j1 - j0;
             let rows = strip * d..(strip + 1) * d;
-            let (keys, values) = (&k[j0 * d..j1 * d], &v[j0 * d..j1 * d]);
-            super::score_tiles(isa, &mut s.weights[..w], keys, &s.first[rows.clone()]);
+            let (keys, values) = (&k[j0 * d..j1 * d], super::tiles::rows_from(v, j0 * v_stride));
+            super::score_tiles(isa, &mut s.weights[..w], keys, d, &s.first[rows.clone()]);
             if !vis.block_open(a0, a1, j0, j1) {
                 super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), &vis, b, t_k);
             }
-            super::score_tiles(isa, &mut s.dweights[..w], values, &s.second[rows.clone()]);
+            super::score_tiles(isa, &mut s.dweights[..w], values, v_stride, &s.second[rows.clone()]);
             for (p, ds) in s.weights[..w].iter_mut().zip(&mut s.dweights[..w]) {
                 weights_and_gradients(isa, p, ds, &s.lse[strip], &s.delta[strip]);
             }
-            super::weighted_tiles(isa, &mut s.grad_a[rows], keys, &s.dweights[..w]);
+            super::weighted_tiles(isa, &mut s.grad_a[rows], keys, d, &s.dweights[..w]);
         }
     }
     for (strip, rows) in dq.chunks_mut(STRIP * d).enumerate() {
@@ -181,7 +201,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
 /// Pass 2 (see the module docs).
 #[inline(always)]
 pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s: &mut Scratch) {
-    let KeyValueGradients { dk, dv, heads, dims, b, j0, vis } = task;
+    let KeyValueGradients { dk, mut dv, heads, dims, b, j0, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
     let n = dk.len() / d;
     let strips = n.div_ceil(STRIP);
@@ -199,8 +219,8 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
     s.dweights.resize(KEYS, Lanes::splat(0.0));
     for strip in 0..strips {
         let (first, count) = (j0 + strip * STRIP, STRIP.min(n - strip * STRIP));
-        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], lane.k, first, count, scale);
-        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], lane.v, first, count, 1.0);
+        super::transpose_in(&mut s.first[strip * d..(strip + 1) * d], (lane.k, d), first, count, scale);
+        super::transpose_in(&mut s.second[strip * d..(strip + 1) * d], (lane.v, lane.v_stride), first, count, 1.0);
     }
     // the first query row that sees key j0 (causality)
     let start = j0.saturating_sub(vis.query_offset);
@@ -215,30 +235,32 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
                 }
                 let rows = i1 - r0;
                 let lanes = strip * d..(strip + 1) * d;
-                let (queries, upstream) = (&head.q[r0 * d..i1 * d], &head.g[r0 * d..i1 * d]);
-                super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first[lanes.clone()]);
+                let (queries, upstream) =
+                    (&head.q[r0 * d..i1 * d], super::tiles::rows_from(head.g, r0 * head.g_stride));
+                super::score_tiles(isa, &mut s.weights[..rows], queries, d, &s.first[lanes.clone()]);
                 if !vis.block_open(r0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), &vis, b, t_k);
                 }
-                super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second[lanes.clone()]);
+                super::score_tiles(isa, &mut s.dweights[..rows], upstream, head.g_stride, &s.second[lanes.clone()]);
                 for (i, (p, ds)) in (r0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(isa, p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(isa, &mut s.grad_b[lanes.clone()], upstream, &s.weights[..rows]);
-                super::weighted_tiles(isa, &mut s.grad_a[lanes], queries, &s.dweights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_b[lanes.clone()], upstream, head.g_stride, &s.weights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_a[lanes], queries, d, &s.dweights[..rows]);
             }
         }
     }
-    for (strip, (dk_rows, dv_rows)) in dk.chunks_mut(STRIP * d).zip(dv.chunks_mut(STRIP * d)).enumerate() {
+    for (strip, dk_rows) in dk.chunks_mut(STRIP * d).enumerate() {
         transpose_out(dk_rows, &s.grad_a[strip * d..(strip + 1) * d], scale);
-        transpose_out(dv_rows, &s.grad_b[strip * d..(strip + 1) * d], 1.0);
+        let count = STRIP.min(n - strip * STRIP);
+        transpose_out_band(&mut dv, strip * STRIP, count, &s.grad_b[strip * d..(strip + 1) * d]);
     }
 }
 
 /// The one-pass backward of a kv lane (see the module docs).
 #[inline(always)]
 pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Scratch) {
-    let LaneGradients { dq, dk, dv, heads, dims, b, vis } = task;
+    let LaneGradients { dq, dk, mut dv, heads, dims, b, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
     let Some(lane) = heads.first() else {
         return;
@@ -260,10 +282,28 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
         padded.resize(heads.len() * t_q * width, 0.0);
         &mut padded
     };
+    // each row of dO is read once per strip of keys; rows a stride apart (the projections'
+    // layout, 2 KiB for 8 heads of 32) fall into a few sets of the caches and push each other
+    // out, so they are first copied side by side, once per call
+    let side_by_side = heads.iter().any(|head| head.g_stride != d);
+    if side_by_side {
+        s.upstream.clear();
+        for head in heads {
+            crate::fetch::fetch_rows(head.g, (0, t_q.min(AHEAD_ROWS)), d, head.g_stride);
+            for i in 0..t_q {
+                crate::fetch::fetch_rows(head.g, (i + AHEAD_ROWS, 1), d, head.g_stride);
+                s.upstream.extend_from_slice(&head.g[i * head.g_stride..i * head.g_stride + d]);
+            }
+        }
+    }
     for k0 in (0..t_k).step_by(STRIP) {
         let k1 = (k0 + STRIP).min(t_k);
-        super::transpose_in(&mut s.first, lane.k, k0, k1 - k0, scale);
-        super::transpose_in(&mut s.second, lane.v, k0, k1 - k0, 1.0);
+        super::transpose_in(&mut s.first, (lane.k, d), k0, k1 - k0, scale);
+        super::transpose_in(&mut s.second, (lane.v, lane.v_stride), k0, k1 - k0, 1.0);
+        if lane.v_stride != d {
+            // the next strip's value rows, while this strip's queries run
+            crate::fetch::fetch_rows(lane.v, (k1, STRIP.min(t_k - k1)), d, lane.v_stride);
+        }
         s.grad_a.fill(Lanes::splat(0.0));
         s.grad_b.fill(Lanes::splat(0.0));
         s.key_rows.fill(0.0);
@@ -273,29 +313,31 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
         // the first query row that sees key k0 (causality)
         let start = k0.saturating_sub(vis.query_offset);
         for (h, head) in heads.iter().enumerate() {
+            let (g_rows, g_stride) =
+                if side_by_side { (&s.upstream[h * t_q * d..], d) } else { (head.g, head.g_stride) };
             for i0 in (start..t_q).step_by(KEYS) {
                 let i1 = (i0 + KEYS).min(t_q);
                 if vis.block_hidden(i0, i1, k0, k1) {
                     continue;
                 }
                 let rows = i1 - i0;
-                let (queries, upstream) = (&head.q[i0 * d..i1 * d], &head.g[i0 * d..i1 * d]);
-                super::score_tiles(isa, &mut s.weights[..rows], queries, &s.first);
+                let (queries, upstream) = (&head.q[i0 * d..i1 * d], super::tiles::rows_from(g_rows, i0 * g_stride));
+                super::score_tiles(isa, &mut s.weights[..rows], queries, d, &s.first);
                 if !vis.block_open(i0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), &vis, b, t_k);
                 }
-                super::score_tiles(isa, &mut s.dweights[..rows], upstream, &s.second);
+                super::score_tiles(isa, &mut s.dweights[..rows], upstream, g_stride, &s.second);
                 for (i, (p, ds)) in (i0..i1).zip(s.weights[..rows].iter_mut().zip(&mut s.dweights[..rows])) {
                     weights_and_gradients(isa, p, ds, &Lanes::splat(head.lse[i]), &Lanes::splat(head.delta[i]));
                 }
-                super::weighted_tiles(isa, &mut s.grad_b, upstream, &s.weights[..rows]);
-                super::weighted_tiles(isa, &mut s.grad_a, queries, &s.dweights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_b, upstream, g_stride, &s.weights[..rows]);
+                super::weighted_tiles(isa, &mut s.grad_a, queries, d, &s.dweights[..rows]);
                 let dq_rows = &mut sums[(h * t_q + i0) * width..(h * t_q + i1) * width];
                 row_products(isa, dq_rows, &s.dweights[..rows], &s.key_rows, width);
             }
         }
         transpose_out(&mut dk[k0 * d..k1 * d], &s.grad_a, scale);
-        transpose_out(&mut dv[k0 * d..k1 * d], &s.grad_b, 1.0);
+        transpose_out_band(&mut dv, k0, k1 - k0, &s.grad_b);
     }
     if width == d {
         sums.iter_mut().for_each(|x| *x *= scale);
@@ -327,6 +369,9 @@ fn row_products<I: Isa>(isa: I, dq: &mut [f64], ds: &[Lanes], key_rows: &[f64], 
         }
     }
 }
+
+/// How many rows ahead the copy of strided `dO` rows asks for the next.
+const AHEAD_ROWS: usize = 8;
 
 /// Rows per tile of [`row_products`].
 const ROW_TILE: usize = 6;

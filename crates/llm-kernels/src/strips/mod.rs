@@ -42,6 +42,7 @@ mod tiles;
 pub use backward::{KeyValueGradients, LaneGradients, QueryGradients};
 pub use shapes::{Dims, LONG_BLOCK, LONG_SEQUENCE, Operands, SHORT_BLOCK, block_size};
 
+use crate::bands::Band;
 use crate::visibility::Visibility;
 
 use crate::isa::{self, Isa, Kernel};
@@ -177,19 +178,28 @@ struct Scratch {
     sum: Vec<Lanes>,
 }
 
-/// One (batch, head, query rows) task: queries `i0..i0 + out.len() / d` of one lane.
+/// One (batch, head, query rows) task: the queries from `i0` of one lane, as many as `out` holds
+/// rows.
+///
+/// Values are rows of `d` numbers a *stride* apart, and the output a [`Band`] of `d` columns:
+/// rows side by side where a lane stands alone (`[B, G, T_k, d]`, `[B, H, T_q, d]`), or one
+/// head's part of each row in the layout of a layer's projections (`[B, T_k, G·d]`,
+/// `[B, T_q, H·d]`). Reading and writing them in place spares a layer the copies that split
+/// values into heads and merge the outputs back.
 #[derive(Debug)]
 pub struct QueryBlock<'a> {
-    /// `[n, d]` output rows.
-    pub out: &'a mut [f64],
+    /// The block's output rows, `d` values each.
+    pub out: Band<'a>,
     /// `[n]` `log Σ eˢ` per row (−∞ where no key was visible), where a backward needs them.
     pub lse: Option<&'a mut [f64]>,
     /// The lane's `[T_q, d]` queries.
     pub q: &'a [f64],
     /// The lane's `[T_k, d]` keys.
     pub k: &'a [f64],
-    /// The lane's `[T_k, d]` values.
+    /// The lane's `T_k` value rows, `v_stride` apart.
     pub v: &'a [f64],
+    /// The distance between two value rows (at least `d`).
+    pub v_stride: usize,
     /// The head's sink logit, if any (a key with a zero value vector that every query sees).
     pub sink: Option<f64>,
     /// The shapes of the call.
@@ -205,9 +215,9 @@ pub struct QueryBlock<'a> {
 /// The kernel (see the module docs).
 #[inline(always)]
 fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
-    let QueryBlock { out, lse, q, k, v, sink, dims, b, i0, vis } = task;
+    let QueryBlock { mut out, lse, q, k, v, v_stride, sink, dims, b, i0, vis } = task;
     let Dims { t_k, d, .. } = dims;
-    let n = out.len() / d;
+    let n = out.rows();
     let strips = n.div_ceil(STRIP);
     let scale = dims.scale();
     let mut lse = lse;
@@ -222,7 +232,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
     s.sum.resize(strips, Lanes::splat(if sink.is_some() { 1.0 } else { 0.0 }));
     for (strip, qt) in s.queries.chunks_mut(d).enumerate() {
         // scale·Qᵀ; the lanes of a last, partial strip hold zeros and are never written out
-        transpose_in(qt, q, i0 + strip * STRIP, STRIP.min(n - strip * STRIP), scale);
+        transpose_in(qt, (q, d), i0 + strip * STRIP, STRIP.min(n - strip * STRIP), scale);
     }
     for j0 in (0..t_k).step_by(KEYS) {
         // the keys of the block some query of the task sees (causality); their values regrouped
@@ -234,14 +244,18 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
         if vis.block_hidden(i0, i0 + n, j0, j_end) {
             continue; // older than every query's window
         }
-        pack_values(&mut s.values, &v[j0 * d..j_end * d], d);
+        pack_values(&mut s.values, &v[j0 * v_stride..], (j_end - j0, d, v_stride));
+        if v_stride != d {
+            // the next block's value rows, while this block's strips run
+            crate::fetch::fetch_rows(v, (j_end, KEYS), d, v_stride);
+        }
         for strip in 0..strips {
             let Some(((a0, a1), j1)) = strip_block(&vis, (i0, n), strip, j0, t_k) else {
                 continue;
             };
             let w = j1 - j0;
             let qt = &s.queries[strip * d..(strip + 1) * d];
-            score_tiles(isa, &mut s.scores[..w], &k[j0 * d..j1 * d], qt);
+            score_tiles(isa, &mut s.scores[..w], &k[j0 * d..j1 * d], d, qt);
             let scores = &mut s.scores[..w];
             if !vis.block_open(a0, a1, j0, j1) {
                 hide_keys_in_rows(scores, j0, (a0, a1), &vis, b, t_k);
@@ -257,7 +271,7 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
         let rows = STRIP.min(n - strip * STRIP);
         for c in 0..rows {
             let (r, sum, max) = (strip * STRIP + c, s.sum[strip].0[c], s.max[strip].0[c]);
-            let row = &mut out[r * d..(r + 1) * d];
+            let row = out.row_mut(r);
             if sum == 0.0 {
                 row.fill(0.0); // no visible key: zeros, as in the explicit path
             } else {
@@ -287,16 +301,20 @@ fn strip_block(
     (j1 > j0 && !vis.block_hidden(a0, a1, j0, j1)).then_some(((a0, a1), j1))
 }
 
-/// `lanes[p].0[c] = scale · rows[(first + c)·d + p]` for the `count ≤ 32` rows from `first`
-/// (`d = lanes.len()`), zeros in the other lanes.
-fn transpose_in(lanes: &mut [Lanes], rows: &[f64], first: usize, count: usize, scale: f64) {
+/// `lanes[p].0[c] = scale · rows[(first + c)·stride + p]` for the `count ≤ 32` rows from
+/// `first` (`p < d = lanes.len()`), zeros in the other lanes.
+fn transpose_in(lanes: &mut [Lanes], (rows, stride): (&[f64], usize), first: usize, count: usize, scale: f64) {
     let d = lanes.len();
-    let block = &rows[first * d..(first + count) * d];
+    if stride != d {
+        // rows apart: ask for all of them first, so that their loads overlap
+        crate::fetch::fetch_rows(rows, (first, count), d, stride);
+    }
     for lane in lanes.iter_mut() {
         lane.0[count..].fill(0.0);
     }
     // row by row: each row is read once, front to back, and written down one lane
-    for (c, row) in block.chunks_exact(d).enumerate() {
+    for c in 0..count {
+        let row = &rows[(first + c) * stride..(first + c) * stride + d];
         for (lane, &y) in lanes.iter_mut().zip(row) {
             lane.0[c] = scale * y;
         }

@@ -65,6 +65,10 @@ impl Dims {
 
 /// What the backward reads: `q`, `k`, `v`, the upstream `dO` (`g`), the saved `log Σ e^s` and
 /// `D_i = dO_i · O_i` — of the whole call, or the slices of one (batch, query head) lane.
+///
+/// Rows of `q` and `k` lie side by side (`d` apart); rows of `v` and `g` lie `v_stride` and
+/// `g_stride` apart: `d`, or `G·d` and `H·d` where they stay in the projections' layout (as the
+/// forward's [`QueryBlock`](super::QueryBlock) reads `v` and writes its output).
 #[derive(Clone, Copy, Debug)]
 pub struct Operands<'a> {
     /// Queries.
@@ -79,4 +83,8 @@ pub struct Operands<'a> {
     pub lse: &'a [f64],
     /// `D_i = dO_i · O_i` of each query row.
     pub delta: &'a [f64],
+    /// The distance between two rows of `v`.
+    pub v_stride: usize,
+    /// The distance between two rows of `g`.
+    pub g_stride: usize,
 }

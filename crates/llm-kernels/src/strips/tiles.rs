@@ -73,16 +73,19 @@ pub(super) unsafe fn element(values: &[f64], i: usize) -> f64 {
     unsafe { *values.get_unchecked(i) }
 }
 
-/// `scores[j] = K[j] · Qᵀ` (`Qᵀ` already scaled) for the key rows `k` (`[w, d]`, `w = scores.len()`).
+/// `scores[j] = K[j] · Qᵀ` (`Qᵀ` already scaled) for the `w = scores.len()` key rows of `k`, row
+/// `j` at `k[j·stride..j·stride + d]` (`stride = d` for rows side by side; wider where each row
+/// is one head's part of a longer row).
 #[inline(always)]
-pub(super) fn score_tiles<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
-    isa.outline(ScoreTiles { scores, k, qt });
+pub(super) fn score_tiles<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], stride: usize, qt: &[Lanes]) {
+    isa.outline(ScoreTiles { scores, k, stride, qt });
 }
 
 /// [`score_tiles`] as a [`Kernel`], compiled in a function of its own per target.
 struct ScoreTiles<'a> {
     scores: &'a mut [Lanes],
     k: &'a [f64],
+    stride: usize,
     qt: &'a [Lanes],
 }
 
@@ -90,34 +93,52 @@ impl Kernel for ScoreTiles<'_> {
     type Output = ();
     #[inline(always)]
     fn run<I: Isa>(self, isa: I) {
-        score_tiles_body(isa, self.scores, self.k, self.qt);
+        score_tiles_body(isa, self.scores, self.k, self.stride, self.qt);
     }
 }
 
 #[inline(always)]
-fn score_tiles_body<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], qt: &[Lanes]) {
-    let d = qt.len();
+fn score_tiles_body<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], stride: usize, qt: &[Lanes]) {
     let full = scores.len() - scores.len() % TILE;
-    for (tile, keys) in scores[..full].chunks_exact_mut(TILE).zip(k.chunks_exact(TILE * d)) {
-        score_tile::<I, TILE>(isa, tile, keys, qt);
+    for (t, tile) in scores[..full].chunks_exact_mut(TILE).enumerate() {
+        score_tile::<I, TILE>(isa, tile, rows_from(k, t * TILE * stride), stride, qt);
     }
-    let (tile, keys) = (&mut scores[full..], &k[full * d..]);
+    let (tile, keys) = (&mut scores[full..], rows_from(k, full * stride));
     match tile.len() {
-        1 => score_tile::<I, 1>(isa, tile, keys, qt),
-        2 => score_tile::<I, 2>(isa, tile, keys, qt),
-        3 => score_tile::<I, 3>(isa, tile, keys, qt),
-        4 => score_tile::<I, 4>(isa, tile, keys, qt),
-        5 => score_tile::<I, 5>(isa, tile, keys, qt),
+        1 => score_tile::<I, 1>(isa, tile, keys, stride, qt),
+        2 => score_tile::<I, 2>(isa, tile, keys, stride, qt),
+        3 => score_tile::<I, 3>(isa, tile, keys, stride, qt),
+        4 => score_tile::<I, 4>(isa, tile, keys, stride, qt),
+        5 => score_tile::<I, 5>(isa, tile, keys, stride, qt),
         _ => {}
     }
+}
+
+/// `x[start..]`, empty where `start` is past the end (the row after the last one of a strided
+/// view may begin past its slice).
+#[inline(always)]
+pub(super) fn rows_from(x: &[f64], start: usize) -> &[f64] {
+    x.get(start..).unwrap_or(&[])
+}
+
+/// Whether `G` rows of `d` values, `stride` apart, fit in `len` values.
+#[inline(always)]
+pub(super) const fn rows_fit<const G: usize>(len: usize, d: usize, stride: usize) -> bool {
+    G == 0 || (G - 1) * stride + d <= len
 }
 
 /// `G` score rows, a chunk of lanes at a time in `G` × `I::TILE_VECTORS` registers: per key
 /// element `p`, `G` scalars times `Qᵀ[p]`.
 #[inline(always)]
-pub(super) fn score_tile<I: Isa, const G: usize>(isa: I, tile: &mut [Lanes], keys: &[f64], qt: &[Lanes]) {
+pub(super) fn score_tile<I: Isa, const G: usize>(
+    isa: I,
+    tile: &mut [Lanes],
+    keys: &[f64],
+    stride: usize,
+    qt: &[Lanes],
+) {
     let d = qt.len();
-    if tile.len() < G || keys.len() < G * d {
+    if tile.len() < G || stride < d || !rows_fit::<G>(keys.len(), d, stride) {
         return; // callers pass whole tiles; this check lets the loop below read without bounds checks
     }
     for c0 in (0..STRIP).step_by(chunk::<I>()) {
@@ -125,9 +146,10 @@ pub(super) fn score_tile<I: Isa, const G: usize>(isa: I, tile: &mut [Lanes], key
         for (p, query) in qt.iter().enumerate() {
             let y = load(isa, query, c0);
             for (g, a) in acc.iter_mut().enumerate() {
-                // SAFETY: g < G and p < d, so g·d + p < G·d ≤ keys.len() (checked above).
+                // SAFETY: g < G and p < d ≤ stride, so g·stride + p < (G − 1)·stride + d ≤
+                // keys.len() (checked above).
                 #[allow(unsafe_code)]
-                let x = unsafe { element(keys, g * d + p) };
+                let x = unsafe { element(keys, g * stride + p) };
                 mul_add(isa, x, &y, a);
             }
         }
@@ -193,22 +215,28 @@ pub(super) fn exp_shifted<I: Isa>(isa: I, x: &Lanes, shift: &Lanes) -> Lanes {
     y
 }
 
-/// Value rows `v` (`[w, d]`) regrouped by tiles of [`TILE`] columns: tile `t` holds, for each of
-/// the `w` keys, its values in columns `t·TILE..(t+1)·TILE` (zeros past `d`).
-pub(super) fn pack_values(packed: &mut Vec<[f64; TILE]>, v: &[f64], d: usize) {
+/// The `w` value rows of `v` (row `j` at `v[j·stride..j·stride + d]`) regrouped by tiles of
+/// [`TILE`] columns: tile `t` holds, for each of the `w` keys, its values in columns
+/// `t·TILE..(t+1)·TILE` (zeros past `d`).
+pub(super) fn pack_values(packed: &mut Vec<[f64; TILE]>, v: &[f64], (w, d, stride): (usize, usize, usize)) {
     let (full, rest) = (d / TILE, d % TILE);
+    let row = |j: usize| &v[j * stride..j * stride + d];
+    if stride != d {
+        // rows apart: ask for all of them first, so that their loads overlap
+        crate::fetch::fetch_rows(v, (0, w), d, stride);
+    }
     packed.clear();
     for t in 0..full {
-        packed.extend(v.chunks_exact(d).map(|row| {
+        packed.extend((0..w).map(|j| {
             let mut tile = [0.0; TILE];
-            tile.copy_from_slice(&row[t * TILE..(t + 1) * TILE]);
+            tile.copy_from_slice(&row(j)[t * TILE..(t + 1) * TILE]);
             tile
         }));
     }
     if rest > 0 {
-        packed.extend(v.chunks_exact(d).map(|row| {
+        packed.extend((0..w).map(|j| {
             let mut tile = [0.0; TILE];
-            tile[..rest].copy_from_slice(&row[full * TILE..]);
+            tile[..rest].copy_from_slice(&row(j)[full * TILE..]);
             tile
         }));
     }
@@ -290,17 +318,19 @@ pub(super) fn packed_tile<I: Isa, const G: usize>(
     }
 }
 
-/// `Oᵀ[c] += Σ_j V[j,c] · weights[j]` for every value column `c` (`v` is `[w, d]`,
-/// `w = weights.len()`), a tile of [`TILE`] columns at a time.
+/// `Oᵀ[c] += Σ_j V[j,c] · weights[j]` for every value column `c`, row `j` of `V` at
+/// `v[j·stride..j·stride + d]` (`d = ot.len()`, `w = weights.len()` rows), a tile of [`TILE`]
+/// columns at a time.
 #[inline(always)]
-pub(super) fn weighted_tiles<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
-    isa.outline(WeightedTiles { ot, v, weights });
+pub(super) fn weighted_tiles<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], stride: usize, weights: &[Lanes]) {
+    isa.outline(WeightedTiles { ot, v, stride, weights });
 }
 
 /// [`weighted_tiles`] as a [`Kernel`], compiled in a function of its own per target.
 struct WeightedTiles<'a> {
     ot: &'a mut [Lanes],
     v: &'a [f64],
+    stride: usize,
     weights: &'a [Lanes],
 }
 
@@ -308,40 +338,40 @@ impl Kernel for WeightedTiles<'_> {
     type Output = ();
     #[inline(always)]
     fn run<I: Isa>(self, isa: I) {
-        weighted_tiles_body(isa, self.ot, self.v, self.weights);
+        weighted_tiles_body(isa, self.ot, (self.v, self.stride), self.weights);
     }
 }
 
 #[inline(always)]
-fn weighted_tiles_body<I: Isa>(isa: I, ot: &mut [Lanes], v: &[f64], weights: &[Lanes]) {
+fn weighted_tiles_body<I: Isa>(isa: I, ot: &mut [Lanes], v: (&[f64], usize), weights: &[Lanes]) {
     let d = ot.len();
     let full = d - d % TILE;
     for (c0, tile) in (0..full).step_by(TILE).zip(ot[..full].chunks_exact_mut(TILE)) {
-        weighted_tile::<I, TILE>(isa, tile, v, d, c0, weights);
+        weighted_tile::<I, TILE>(isa, tile, v, c0, weights);
     }
     let tile = &mut ot[full..];
     match tile.len() {
-        1 => weighted_tile::<I, 1>(isa, tile, v, d, full, weights),
-        2 => weighted_tile::<I, 2>(isa, tile, v, d, full, weights),
-        3 => weighted_tile::<I, 3>(isa, tile, v, d, full, weights),
-        4 => weighted_tile::<I, 4>(isa, tile, v, d, full, weights),
-        5 => weighted_tile::<I, 5>(isa, tile, v, d, full, weights),
+        1 => weighted_tile::<I, 1>(isa, tile, v, full, weights),
+        2 => weighted_tile::<I, 2>(isa, tile, v, full, weights),
+        3 => weighted_tile::<I, 3>(isa, tile, v, full, weights),
+        4 => weighted_tile::<I, 4>(isa, tile, v, full, weights),
+        5 => weighted_tile::<I, 5>(isa, tile, v, full, weights),
         _ => {}
     }
 }
 
 /// `G` output columns `c0..c0 + G`, a chunk of lanes at a time in `G` × `I::TILE_VECTORS`
-/// registers: per key, `G` scalars times its weights.
+/// registers: per key, `G` scalars times its weights. `v` holds rows `stride` apart.
 #[inline(always)]
 pub(super) fn weighted_tile<I: Isa, const G: usize>(
     isa: I,
     tile: &mut [Lanes],
-    v: &[f64],
-    d: usize,
+    (v, stride): (&[f64], usize),
     c0: usize,
     weights: &[Lanes],
 ) {
-    if c0 + G > d || v.len() < weights.len() * d {
+    let w = weights.len();
+    if w == 0 || c0 + G > stride || (w - 1) * stride + c0 + G > v.len() {
         return; // callers pass whole rows; this check lets the loop below read without bounds checks
     }
     for l0 in (0..STRIP).step_by(chunk::<I>()) {
@@ -352,10 +382,10 @@ pub(super) fn weighted_tile<I: Isa, const G: usize>(
         for (j, weight) in weights.iter().enumerate() {
             let y = load(isa, weight, l0);
             for (g, a) in acc.iter_mut().enumerate() {
-                // SAFETY: j < weights.len() and c0 + g < d, so the index is below
-                // weights.len()·d ≤ v.len() (checked above).
+                // SAFETY: j < w and g < G, so the index is below (w − 1)·stride + c0 + G ≤
+                // v.len() (checked above).
                 #[allow(unsafe_code)]
-                let x = unsafe { element(v, j * d + c0 + g) };
+                let x = unsafe { element(v, j * stride + c0 + g) };
                 mul_add(isa, x, &y, a);
             }
         }

@@ -23,6 +23,7 @@ use crate::error::TensorAutodiffError;
 use crate::tensor::Tensor;
 use crate::tensor::exp::{exp, exp_shifted_sum};
 use crate::tensor::matmul::{MatRef, matmul};
+use llm_kernels::bands::Band;
 use llm_kernels::strips;
 
 /// The operands of one (batch, query head) lane.
@@ -50,6 +51,8 @@ impl<'a> Backward<'a> {
             g: &all.g[ql..ql + t_q * d],
             lse: &all.lse[row..row + t_q],
             delta: &all.delta[row..row + t_q],
+            v_stride: d,
+            g_stride: d,
         };
         Lane { b, ops }
     }
@@ -144,33 +147,32 @@ impl<'a> Backward<'a> {
         }
         Ok(())
     }
+}
 
-    /// `d sink_h = −Σ_{b,i} p_sink · D_i` with `p_sink = e^{s_h − lse_i}`, summed per head in order.
-    fn sinks(&self, sinks: &Tensor) -> Vec<f64> {
-        let Dims { b: b_n, h: h_n, .. } = self.dims;
-        let mut grad = vec![0.0; h_n];
-        for b in 0..b_n {
-            for (h, g) in grad.iter_mut().enumerate() {
-                let (lane, s) = (self.lane(b, h), sinks.as_slice()[h]);
-                *g += lane
-                    .ops
-                    .lse
-                    .iter()
-                    .zip(lane.ops.delta)
-                    .filter(|(l, _)| **l != f64::NEG_INFINITY)
-                    .map(|(l, dl)| -exp(s - l) * dl)
-                    .sum::<f64>();
-            }
+/// `d sink_h = −Σ_{b,i} p_sink · D_i` with `p_sink = e^{s_h − lse_i}`, summed per head in order,
+/// from each query row's `log Σ eˢ` and `D_i` (`[B, H, T_q]`).
+pub(super) fn sink_gradients(dims: Dims, lse: &[f64], delta: &[f64], sinks: &Tensor) -> Vec<f64> {
+    let Dims { b: b_n, h: h_n, t_q, .. } = dims;
+    let mut grad = vec![0.0; h_n];
+    for b in 0..b_n {
+        for (h, g) in grad.iter_mut().enumerate() {
+            let (row, s) = ((b * h_n + h) * t_q, sinks.as_slice()[h]);
+            *g += lse[row..row + t_q]
+                .iter()
+                .zip(&delta[row..row + t_q])
+                .filter(|(l, _)| **l != f64::NEG_INFINITY)
+                .map(|(l, dl)| -exp(s - l) * dl)
+                .sum::<f64>();
         }
-        grad
     }
+    grad
 }
 
 /// With at least this many (batch, kv head) lanes the backward runs as one pass per kv lane (each
 /// block recomputed once for `dQ`, `dK` and `dV`); with fewer, as two passes that also spread the
 /// work over query lanes. The choice depends only on the shapes, so results never depend on the
 /// thread count.
-const FUSED_BACKWARD_LANES: usize = 8;
+pub(super) const FUSED_BACKWARD_LANES: usize = 8;
 
 /// Rows of `dO · O` per parallel task of the backward's row constants (each row's sum runs left
 /// to right on one thread, so the constants do not depend on the thread count).
@@ -224,8 +226,10 @@ pub(super) fn backward(
     if matches!(path, TiledPath::Plain) || !operands_finite || !g.all_finite() {
         return Ok(plain_backward(dims, vis, saved, g));
     }
-    let delta = row_constants(g, o, dims.d);
-    let all = Operands { q: q.as_slice(), k: k.as_slice(), v: v.as_slice(), g: g.as_slice(), lse, delta: &delta };
+    let delta = row_constants(g.as_slice(), o.as_slice(), dims.d);
+    let (q_all, k_all, v_all, g_all) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
+    let (v_stride, g_stride) = (dims.d, dims.d);
+    let all = Operands { q: q_all, k: k_all, v: v_all, g: g_all, lse, delta: &delta, v_stride, g_stride };
     let run = Backward { dims, vis, all };
     let zeros = crate::tensor::dense::zeros;
     let (mut dq, mut dk, mut dv) = (zeros(q.len()), zeros(k.len()), zeros(v.len()));
@@ -240,16 +244,16 @@ pub(super) fn backward(
     let mut grads =
         vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
     if let Some(s) = sinks {
-        grads.push(Some(Tensor::new(&[dims.h], run.sinks(s))?));
+        grads.push(Some(Tensor::new(&[dims.h], sink_gradients(dims, lse, &delta, s))?));
     }
     Ok(grads)
 }
 
-/// `D_i = dO_i · O_i`, the softmax adjoint's row constant, for every query row.
-fn row_constants(g: &Tensor, o: &Tensor, d: usize) -> Vec<f64> {
-    g.as_slice()
-        .par_chunks(d)
-        .zip(o.as_slice().par_chunks(d))
+/// `D_i = dO_i · O_i`, the softmax adjoint's row constant, for every row of `d` values, in the
+/// order of memory.
+pub(super) fn row_constants(g: &[f64], o: &[f64], d: usize) -> Vec<f64> {
+    g.par_chunks(d)
+        .zip(o.par_chunks(d))
         .with_min_len(DELTA_ROWS_PER_TASK)
         .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
         .collect()
@@ -274,6 +278,7 @@ impl Backward<'_> {
         kv_lanes.zip(groups).for_each(|((kv_lane, (dk, dv)), dq)| {
             let heads = self.group_heads(kv_lane);
             let b = kv_lane / dims.g;
+            let dv = Band::whole(dv, dims.d);
             kernel.lane_gradients(strips::LaneGradients { dq, dk, dv, heads: &heads, dims, b, vis });
         });
     }
@@ -294,6 +299,7 @@ impl Backward<'_> {
         kv_lanes.for_each(|(kv_lane, (dk, dv))| {
             let (heads, b) = (self.group_heads(kv_lane), kv_lane / g_n);
             dk.par_chunks_mut(block * d).zip(dv.par_chunks_mut(block * d)).enumerate().for_each(|(kb, (dk, dv))| {
+                let dv = Band::whole(dv, d);
                 let task = strips::KeyValueGradients { dk, dv, heads: &heads, dims, b, j0: kb * block, vis };
                 kernel.key_value_gradients(task);
             });

@@ -53,11 +53,13 @@
 //! | `backward` | the backward with block matrix products, and how each path runs its lanes |
 //! | `path` | which of the three runs a call: the strip kernel, block products, the plain twin |
 //! | `operation` | [`tiled_attention`]: checks, a task per query block, the record on the tape |
+//! | `merged` | [`tiled_attention_merged`]: values and output in the layer's merged rows, no copies |
 //!
 //! The strip kernel itself lives in the kernels crate (`crates/llm-kernels`, module `strips`);
 //! `strip_tests` holds it to the block path here, on every target.
 
 mod backward;
+mod merged;
 mod online_softmax;
 mod operation;
 mod path;
@@ -67,6 +69,7 @@ mod shapes;
 #[cfg(test)]
 mod strip_tests;
 
+pub use merged::tiled_attention_merged;
 pub use online_softmax::OnlineSoftmax;
 pub use operation::tiled_attention;
 pub use shapes::{LONG_BLOCK, LONG_SEQUENCE, SHORT_BLOCK, block_size};

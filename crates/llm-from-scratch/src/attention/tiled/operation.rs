@@ -14,6 +14,7 @@ use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
 use crate::error::TensorAutodiffError;
 use crate::tensor::Tensor;
+use llm_kernels::bands::Band;
 use llm_kernels::strips;
 
 /// Attention of `q [B,H,T_q,d]` over `k, v [B,G,T_k,d]` (`H % G == 0`, grouped by
@@ -108,16 +109,16 @@ fn poisoned_lanes(dims: Dims, k: &Tensor, v: &Tensor) -> Vec<bool> {
 }
 
 /// One call's forward: its inputs, and the path each (lane, query block) task runs on.
-struct Forward<'a> {
-    dims: Dims,
-    vis: &'a Visibility,
-    q: &'a Tensor,
-    k: &'a Tensor,
-    v: &'a Tensor,
-    sinks: Option<&'a Tensor>,
-    path: TiledPath,
+pub(super) struct Forward<'a> {
+    pub(super) dims: Dims,
+    pub(super) vis: &'a Visibility,
+    pub(super) q: &'a Tensor,
+    pub(super) k: &'a Tensor,
+    pub(super) v: &'a Tensor,
+    pub(super) sinks: Option<&'a Tensor>,
+    pub(super) path: TiledPath,
     /// Per kv lane, from [`poisoned_lanes`].
-    poisoned: Vec<bool>,
+    pub(super) poisoned: Vec<bool>,
 }
 
 /// A worker thread's buffers: the block path's scores, and `log Σ eˢ` rows when none are kept.
@@ -134,7 +135,7 @@ impl Forward<'_> {
     }
 
     /// Output `[B, H, T_q, d]` and, with `keep_lse`, each query row's `log Σ eˢ` `[B, H, T_q]`.
-    fn run(&self, keep_lse: bool) -> Result<(Vec<f64>, Vec<f64>), TensorAutodiffError> {
+    pub(super) fn run(&self, keep_lse: bool) -> Result<(Vec<f64>, Vec<f64>), TensorAutodiffError> {
         let Dims { b, h, t_q, d, .. } = self.dims;
         let mut out = crate::tensor::dense::zeros(b * h * t_q * d);
         let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
@@ -187,7 +188,9 @@ impl Forward<'_> {
             _ if plain => plain::forward_rows(&lane, dims, vis, i0, o, lse_or_scratch(lse, own_lse, rows)),
             TiledPath::Strips(kernel) => {
                 let vis = vis.rule();
-                kernel.forward_block(strips::QueryBlock { out: o, lse, q, k, v, sink, dims, b, i0, vis });
+                let (out, v_stride) = (Band::whole(o, dims.d), dims.d);
+                let task = strips::QueryBlock { out, lse, q, k, v, v_stride, sink, dims, b, i0, vis };
+                kernel.forward_block(task);
             }
             TiledPath::Blocks | TiledPath::Plain => {
                 BlockForward { lane, dims, vis, i0 }.run(o, lse_or_scratch(lse, own_lse, rows), scratch)?

@@ -8,6 +8,7 @@ use super::shapes::{Dims, LaneInputs, block_size};
 use crate::attention::{SlidingWindow, Visibility};
 use crate::nn::SplitMix64;
 use llm_kernels::Target;
+use llm_kernels::bands::Band;
 use llm_kernels::strips::{QueryBlock, StripKernel};
 
 #[derive(Clone, Default)]
@@ -47,11 +48,12 @@ fn compare(c: &Case, seed: u64) {
         for target in Target::available() {
             let (mut got, mut got_lse) = (vec![f64::NAN; n * c.d], vec![f64::NAN; n]);
             let task = QueryBlock {
-                out: &mut got,
+                out: Band::whole(&mut got, c.d),
                 lse: Some(&mut got_lse),
                 q: &q,
                 k: &k,
                 v: &v,
+                v_stride: c.d,
                 sink: c.sink,
                 dims,
                 b: 0,
@@ -159,11 +161,12 @@ fn a_sink_keeps_the_row_of_a_query_that_sees_no_key() {
     let vis = Visibility { key_padding: Some(vec![true]), ..Visibility::default() };
     let (mut out, mut lse) = (vec![f64::NAN; 3], vec![f64::NAN]);
     let task = QueryBlock {
-        out: &mut out,
+        out: Band::whole(&mut out, 3),
         lse: Some(&mut lse),
         q: &q,
         k: &k,
         v: &v,
+        v_stride: 3,
         sink: Some(0.25),
         dims,
         b: 0,
