@@ -21,7 +21,7 @@
 use rayon::prelude::*;
 
 use super::backward::{FUSED_BACKWARD_LANES, Saved, backward, row_constants, sink_gradients};
-use super::operation::Forward;
+use super::operation::{Call, Forward};
 use super::path::TiledPath;
 use super::shapes::{Dims, check_merged};
 use crate::attention::error::AtStage;
@@ -82,37 +82,26 @@ pub(super) fn tiled_attention_merged_on(
     path: TiledPath,
 ) -> Result<TensorValue, AttentionError> {
     let dims = check_merged(q, k, v, sinks, visibility)?;
-    let read = |x: &TensorValue| x.read("tiled_attention_merged").at(Stage::Scores);
-    let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
-    let sink_values = sinks.map(read).transpose()?;
-    let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
-    let poisoned = poisoned_lanes(dims, &kt, &vt);
-    let operands_finite = !poisoned.contains(&true) && (!needs_grad || crate::tensor::dense::all_finite(qt.as_slice()));
-    let sinks_at = sink_values.as_ref();
+    let call = Call::read("tiled_attention_merged", [q, k, v], sinks)?;
+    let [qt, kt, vt] = &call.values;
+    let poisoned = poisoned_lanes(dims, kt, vt);
+    let operands_finite = call.operands_finite(&poisoned);
     let (out, lse) = match path {
         TiledPath::Strips(kernel) if !poisoned.contains(&true) => {
-            merged_forward((dims, visibility), (&qt, &kt, &vt, sinks_at), kernel, needs_grad)
+            merged_forward((dims, visibility), (qt, kt, vt, call.sinks()), kernel, call.needs_grad)
         }
         _ => {
             // the split path's code, on value heads copied out of the merged rows
             let v_heads = swap_axes(vt.as_slice(), [dims.b, dims.t_k, dims.g, dims.d]);
             let v_heads = Tensor::new(&[dims.b, dims.g, dims.t_k, dims.d], v_heads).at(Stage::Scores)?;
-            let forward =
-                Forward { dims, vis: visibility, q: &qt, k: &kt, v: &v_heads, sinks: sinks_at, path, poisoned };
-            let (heads, lse) = forward.run(needs_grad).at(Stage::Softmax)?;
+            let (q, k, sinks) = (qt, kt, call.sinks());
+            let forward = Forward { dims, vis: visibility, q, k, v: &v_heads, sinks, path, poisoned };
+            let (heads, lse) = forward.run(call.needs_grad).at(Stage::Softmax)?;
             (swap_axes(&heads, [dims.b, dims.h, dims.t_q, dims.d]), lse)
         }
     };
     let output = Tensor::new(&[dims.b, dims.t_q, dims.h * dims.d], out).at(Stage::WeightedValues)?;
-    let mut parents = vec![q.clone(), k.clone(), v.clone()];
-    parents.extend(sinks.cloned());
-    let vis = visibility.clone();
-    Ok(TensorValue::record("tiled_attention_merged", parents, output, move |ctx| {
-        let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
-        let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
-        let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse, operands_finite };
-        merged_backward(dims, &vis, saved, ctx.grad(), path)
-    }))
+    Ok(call.record(output, (dims, visibility, path), (lse, operands_finite), merged_backward))
 }
 
 /// `[n, a, c, d] → [n, c, a, d]`: axes 1 and 2 swapped, rows of `d` moved whole. Merged rows

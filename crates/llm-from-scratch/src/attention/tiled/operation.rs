@@ -68,29 +68,78 @@ pub(super) fn tiled_attention_on(
     path: TiledPath,
 ) -> Result<TensorValue, AttentionError> {
     let dims = check(q, k, v, sinks, visibility)?;
-    let read = |x: &TensorValue| x.read("tiled_attention").at(Stage::Scores);
-    let (qt, kt, vt) = (read(q)?, read(k)?, read(v)?);
-    let sink_values = sinks.map(read).transpose()?;
-    let poisoned = poisoned_lanes(dims, &kt, &vt);
-    let forward =
-        Forward { dims, vis: visibility, q: &qt, k: &kt, v: &vt, sinks: sink_values.as_ref(), path, poisoned };
-    // log-sum-exps are kept only when a backward may need them (O(T) memory either way)
-    let needs_grad = [q, k, v].iter().any(|x| x.requires_grad()) || sinks.is_some_and(TensorValue::requires_grad);
-    // whether q, k and v are all finite, for the backward (checked here, while they are at hand,
-    // so that the backward scans only its upstream)
-    let operands_finite =
-        !forward.poisoned.contains(&true) && (!needs_grad || crate::tensor::dense::all_finite(qt.as_slice()));
-    let (out, lse) = forward.run(needs_grad).at(Stage::Softmax)?;
+    let call = Call::read("tiled_attention", [q, k, v], sinks)?;
+    let [qt, kt, vt] = &call.values;
+    let poisoned = poisoned_lanes(dims, kt, vt);
+    let operands_finite = call.operands_finite(&poisoned);
+    let forward = Forward { dims, vis: visibility, q: qt, k: kt, v: vt, sinks: call.sinks(), path, poisoned };
+    let (out, lse) = forward.run(call.needs_grad).at(Stage::Softmax)?;
     let output = Tensor::new(&[dims.b, dims.h, dims.t_q, dims.d], out).at(Stage::WeightedValues)?;
-    let mut parents = vec![q.clone(), k.clone(), v.clone()];
-    parents.extend(sinks.cloned());
-    let vis = visibility.clone();
-    Ok(TensorValue::record("tiled_attention", parents, output, move |ctx| {
-        let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
-        let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
-        let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse, operands_finite };
-        backward(dims, &vis, saved, ctx.grad(), path)
-    }))
+    Ok(call.record(output, (dims, visibility, path), (lse, operands_finite), backward))
+}
+
+/// One call's inputs read from the tape, what both layouts' operations share: the values of
+/// `q`, `k`, `v` and the sinks, whether a backward may follow, and the record on the tape.
+pub(super) struct Call<'t> {
+    name: &'static str,
+    inputs: [&'t TensorValue; 3],
+    sink_input: Option<&'t TensorValue>,
+    /// The values of `q`, `k` and `v`.
+    pub(super) values: [Tensor; 3],
+    sink_values: Option<Tensor>,
+    /// Whether any input needs a gradient (then `log Σ eˢ` is kept: O(T) memory either way).
+    pub(super) needs_grad: bool,
+}
+
+/// A backward of [`Call::record`]: the gradients of `q`, `k`, `v` (and the sinks) for an upstream.
+pub(super) type BackwardOf =
+    fn(Dims, &Visibility, Saved<'_>, &Tensor, TiledPath) -> Result<Vec<Option<Tensor>>, TensorAutodiffError>;
+
+impl<'t> Call<'t> {
+    /// Reads the inputs (an [`AttentionError::Stage`] error for a released one).
+    pub(super) fn read(
+        name: &'static str,
+        inputs: [&'t TensorValue; 3],
+        sink_input: Option<&'t TensorValue>,
+    ) -> Result<Self, AttentionError> {
+        let read = |x: &TensorValue| x.read(name).at(Stage::Scores);
+        let [q, k, v] = inputs;
+        let values = [read(q)?, read(k)?, read(v)?];
+        let sink_values = sink_input.map(read).transpose()?;
+        let needs_grad = inputs.iter().any(|x| x.requires_grad()) || sink_input.is_some_and(TensorValue::requires_grad);
+        Ok(Self { name, inputs, sink_input, values, sink_values, needs_grad })
+    }
+
+    /// The sink logits, if any.
+    pub(super) fn sinks(&self) -> Option<&Tensor> {
+        self.sink_values.as_ref()
+    }
+
+    /// Whether `q`, `k` and `v` are all finite, for the backward: no poisoned kv lane and, where a
+    /// backward may follow, finite queries (checked here, while they are at hand, so that the
+    /// backward scans only its upstream).
+    pub(super) fn operands_finite(&self, poisoned: &[bool]) -> bool {
+        !poisoned.contains(&true) && (!self.needs_grad || crate::tensor::dense::all_finite(self.values[0].as_slice()))
+    }
+
+    /// Records `output` on the tape, with `backward` given what the forward saved.
+    pub(super) fn record(
+        self,
+        output: Tensor,
+        (dims, vis, path): (Dims, &Visibility, TiledPath),
+        (lse, operands_finite): (Vec<f64>, bool),
+        backward: BackwardOf,
+    ) -> TensorValue {
+        let mut parents = self.inputs.map(TensorValue::clone).to_vec();
+        parents.extend(self.sink_input.cloned());
+        let vis = vis.clone();
+        TensorValue::record(self.name, parents, output, move |ctx| {
+            let (q, k, v, o) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?, ctx.output()?);
+            let sinks = if ctx.inputs() > 3 { Some(ctx.input(3)?) } else { None };
+            let saved = Saved { q: &q, k: &k, v: &v, sinks: sinks.as_ref(), o: &o, lse: &lse, operands_finite };
+            backward(dims, &vis, saved, ctx.grad(), path)
+        })
+    }
 }
 
 /// Per (batch, kv head) lane: `true` when its keys or values hold NaN or ±∞. Such lanes run the

@@ -16,12 +16,8 @@ pub(super) fn check(
     sinks: Option<&TensorValue>,
     vis: &Visibility,
 ) -> Result<Dims, AttentionError> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let fail = |reason| AttentionError::qkv_shapes(q, k, v, reason);
-    if qs.len() != 4 || ks.len() != 4 || ks != vs {
-        return Err(fail("tiled attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d]"));
-    }
-    check_rest(q, k, v, sinks, vis)
+    let same = |ks: &[usize], vs: &[usize]| ks == vs;
+    check_with(q, k, v, (sinks, vis), (same, "tiled attention needs q [B,H,T_q,d] and k = v shapes [B,G,T_k,d]"))
 }
 
 /// [`check`] for values in merged rows, `v [B, T_k, G·d]` (`tiled_attention_merged`).
@@ -32,25 +28,30 @@ pub(super) fn check_merged(
     sinks: Option<&TensorValue>,
     vis: &Visibility,
 ) -> Result<Dims, AttentionError> {
-    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
-    let fail = |reason| AttentionError::qkv_shapes(q, k, v, reason);
-    let merged_width = |ks: &[usize]| ks[1].checked_mul(ks[3]);
-    if qs.len() != 4 || ks.len() != 4 || vs.len() != 3 || vs[..2] != [ks[0], ks[2]] || Some(vs[2]) != merged_width(ks) {
-        return Err(fail("merged tiled attention needs q [B,H,T_q,d], k [B,G,T_k,d] and v [B,T_k,G·d]"));
-    }
-    check_rest(q, k, v, sinks, vis)
+    let merged = |ks: &[usize], vs: &[usize]| {
+        vs.len() == 3 && vs[..2] == [ks[0], ks[2]] && Some(vs[2]) == ks[1].checked_mul(ks[3])
+    };
+    let reason = "merged tiled attention needs q [B,H,T_q,d], k [B,G,T_k,d] and v [B,T_k,G·d]";
+    check_with(q, k, v, (sinks, vis), (merged, reason))
 }
 
-/// The checks [`check`] and [`check_merged`] share, once the ranks and the values agree with `k`.
-fn check_rest(
+/// Whether the values' shape (second) agrees with the keys' (first).
+type ValuesAgree = fn(&[usize], &[usize]) -> bool;
+
+/// The checks of [`check`] and [`check_merged`], given whether the values' shape agrees with the
+/// keys' (`k` of rank 4) and the error's reason where it does not.
+fn check_with(
     q: &TensorValue,
     k: &TensorValue,
     v: &TensorValue,
-    sinks: Option<&TensorValue>,
-    vis: &Visibility,
+    (sinks, vis): (Option<&TensorValue>, &Visibility),
+    (values_agree, reason): (ValuesAgree, &'static str),
 ) -> Result<Dims, AttentionError> {
     let (qs, ks) = (q.shape(), k.shape());
     let fail = |reason| AttentionError::qkv_shapes(q, k, v, reason);
+    if qs.len() != 4 || ks.len() != 4 || !values_agree(ks, v.shape()) {
+        return Err(fail(reason));
+    }
     let dims = Dims { b: qs[0], h: qs[1], g: ks[1], t_q: qs[2], t_k: ks[2], d: qs[3], block: block_size(ks[2]) };
     if ks[0] != dims.b || ks[3] != dims.d || dims.g == 0 || !dims.h.is_multiple_of(dims.g) {
         return Err(fail("batch and width must agree, and H must be a multiple of G"));
