@@ -16,7 +16,9 @@ use crate::gguf::{GgufError, TensorType, dequantize_into};
 #[derive(Clone, Debug)]
 enum Storage {
     /// The file's blocks — `range` of the shared `bytes`, usually the whole file's, so that a
-    /// model's matrices are the file itself — read by the kernels of [`llm_kernels::quant`].
+    /// model's matrices are the file itself — read by the kernels of [`llm_kernels::quant`], in
+    /// their grouped layout (each run of 16 rows side by side: [`quant::group_rows`], a
+    /// permutation of the stored bytes in place).
     Blocks(BlockFormat, Arc<Vec<u8>>, Range<usize>),
     /// Types those kernels do not read (F32, F16, BF16, Q4_K, Q6_K): dequantized once, rows as
     /// stored.
@@ -69,8 +71,9 @@ impl QuantizedMatrix {
         Self::new(name, t, bytes, shape, None)
     }
 
-    /// The blocks at `range` of `file` (a whole GGUF file, shared by a model's matrices): no copy.
-    /// Types [`llm_kernels::quant`] does not read are dequantized, as [`QuantizedMatrix::from_stored`] does.
+    /// The blocks at `range` of `file` (a whole GGUF file, shared by a model's matrices, its
+    /// blocks already grouped by [`QuantizedMatrix::group_in_place`]): no copy. Types
+    /// [`llm_kernels::quant`] does not read are dequantized, as [`QuantizedMatrix::from_stored`] does.
     ///
     /// # Errors
     /// As [`QuantizedMatrix::from_stored`]; [`GgufError::TensorData`] if `range` is not in `file`.
@@ -141,6 +144,7 @@ impl QuantizedMatrix {
                     _ => {
                         let mut held = Vec::with_capacity(bytes.len());
                         (0..rows).for_each(|r| held.extend_from_slice(stored(r)));
+                        quant::group_rows(format, &mut held, rows, cols).map_err(|e| data_error(e.to_string()))?;
                         let range = 0..held.len();
                         Storage::Blocks(format, Arc::new(held), range)
                     }
@@ -155,6 +159,16 @@ impl QuantizedMatrix {
             }
         };
         Ok(Self { name: name.to_string(), tensor_type: t, rows, cols, table: false, storage })
+    }
+
+    /// Puts the stored rows of a weight `[rows, cols]` of type `t` in `bytes` into the grouped
+    /// layout the product kernels read ([`quant::group_rows`]), in place, if `t` is one of their
+    /// formats; bytes that are not those rows are left for [`QuantizedMatrix::shared`] to refuse.
+    pub(crate) fn group_in_place(t: TensorType, bytes: &mut [u8], [rows, cols]: [usize; 2]) {
+        if let Some(format) = block_format(t) {
+            // an error leaves the bytes as they are
+            let _ = quant::group_rows(format, bytes, rows, cols);
+        }
     }
 
     /// The same matrix marked as a lookup table (the embedding, also the tied head): the
@@ -186,7 +200,7 @@ impl QuantizedMatrix {
         match &self.storage {
             // `new` checked the view
             Storage::Blocks(format, bytes, range) => {
-                QuantRows::new(*format, &bytes[range.clone()], self.rows, self.cols).ok()
+                QuantRows::grouped(*format, &bytes[range.clone()], self.rows, self.cols).ok()
             }
             Storage::Dense(_) => None,
         }
@@ -380,13 +394,13 @@ impl QuantizedMatrix {
         let mut w = vec![0.0; self.cols];
         (0..self.rows)
             .map(|r| {
-                match &self.storage {
-                    Storage::Blocks(_, bytes, range) => {
-                        let bytes = &bytes[range.clone()];
-                        let row_bytes = bytes.len() / self.rows;
-                        dequantize_into(&self.name, self.tensor_type, &bytes[r * row_bytes..][..row_bytes], &mut w)?;
+                match (&self.storage, self.blocks()) {
+                    (_, Some(blocks)) => {
+                        let stored = blocks.stored_row(r).map_err(|e| self.error(e.to_string()))?;
+                        dequantize_into(&self.name, self.tensor_type, &stored, &mut w)?;
                     }
-                    Storage::Dense(values) => w.copy_from_slice(&values[r * self.cols..][..self.cols]),
+                    (Storage::Dense(values), None) => w.copy_from_slice(&values[r * self.cols..][..self.cols]),
+                    (Storage::Blocks(..), None) => return Err(self.error("blocks that do not fit".to_string())),
                 }
                 let sums = x.chunks(64).zip(w.chunks(64)).map(|(a, w)| {
                     let mut s = 0.0;

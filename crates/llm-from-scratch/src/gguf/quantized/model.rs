@@ -121,6 +121,13 @@ impl QuantizedLlama {
                 bytes[at..at + row_bytes].copy_from_slice(row);
             }
         }
+        // the product kernels' layout: each run of 16 rows side by side (in place; the rows of a
+        // matrix that is not whole are refused below, by `QuantizedMatrix::shared`)
+        for item in &items {
+            if let Some(matrix) = bytes.get_mut(item.range.clone()) {
+                QuantizedMatrix::group_in_place(item.t, matrix, item.dims);
+            }
+        }
         let attention = config.attention();
         let rope_table = attention.rope().map_err(ModelError::from)?;
         let file = Arc::new(bytes);

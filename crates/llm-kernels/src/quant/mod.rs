@@ -30,9 +30,12 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::isa::{self, Isa, Kernel};
+
+mod grouped;
 use crate::target::active;
 #[cfg(target_arch = "x86_64")]
 use crate::target::{Target, note};
+pub use grouped::{GROUP, group_rows};
 
 /// The block formats the products here read, as ggml stores them.
 ///
@@ -101,14 +104,25 @@ pub enum QuantError {
     },
 }
 
-/// `rows` stored rows of `cols` values each, in blocks of `format`: a weight `[out, in]` as a
-/// GGUF file stores it (`rows` = outputs, `cols` = inputs).
+/// How a matrix's blocks are arranged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Row after row, as a GGUF file stores them.
+    Stored,
+    /// Each run of [`GROUP`] rows with their bytes side by side, block by block (see
+    /// [`group_rows`]); rows after the last whole group as stored.
+    Grouped,
+}
+
+/// `rows` rows of `cols` values each, in blocks of `format`: a weight `[out, in]` as a GGUF file
+/// stores it (`rows` = outputs, `cols` = inputs), in either [`Layout`].
 #[derive(Clone, Copy, Debug)]
 pub struct QuantRows<'a> {
     format: BlockFormat,
     bytes: &'a [u8],
     rows: usize,
     cols: usize,
+    layout: Layout,
 }
 
 impl<'a> QuantRows<'a> {
@@ -126,7 +140,62 @@ impl<'a> QuantRows<'a> {
             let needed = needed.unwrap_or(usize::MAX);
             return Err(QuantError::Bytes { format, rows, cols, needed, actual: bytes.len() });
         }
-        Ok(Self { format, bytes, rows, cols })
+        Ok(Self { format, bytes, rows, cols, layout: Layout::Stored })
+    }
+
+    /// The view of `bytes` as `rows` rows of `cols` values that [`group_rows`] has rearranged.
+    ///
+    /// # Errors
+    /// As [`QuantRows::new`].
+    pub fn grouped(format: BlockFormat, bytes: &'a [u8], rows: usize, cols: usize) -> Result<Self, QuantError> {
+        Ok(Self { layout: Layout::Grouped, ..Self::new(format, bytes, rows, cols)? })
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The bytes of row `r` as a file stores them, whatever the layout.
+    ///
+    /// # Errors
+    /// [`QuantError::Length`] if `r` is not a row.
+    pub fn stored_row(&self, r: usize) -> Result<Vec<u8>, QuantError> {
+        if r >= self.rows {
+            return Err(QuantError::Length { what: "row index", actual: r, expected: self.rows });
+        }
+        let mut buffer = [0; grouped::MAX_BLOCK_BYTES];
+        Ok((0..self.cols / BLOCK).flat_map(|b| self.block(r, b, &mut buffer).to_vec()).collect())
+    }
+
+    /// Rows in whole groups (none when stored): the rows the grouped kernel sums.
+    fn grouped_rows(&self) -> usize {
+        match self.layout {
+            Layout::Stored => 0,
+            Layout::Grouped => self.rows / GROUP * GROUP,
+        }
+    }
+
+    /// The rows after the whole groups, which are as stored, as a view of their own.
+    fn stored_tail(&self) -> Self {
+        let whole = self.grouped_rows();
+        Self {
+            bytes: &self.bytes[whole * self.row_bytes()..],
+            rows: self.rows - whole,
+            layout: Layout::Stored,
+            ..*self
+        }
+    }
+
+    /// The bytes of block `b` of row `r` as a file stores them (copied into `buffer` when the
+    /// row is in a group).
+    fn block<'b>(&'b self, r: usize, b: usize, buffer: &'b mut [u8; grouped::MAX_BLOCK_BYTES]) -> &'b [u8] {
+        if r < self.grouped_rows() {
+            grouped::block_of(self, r, b, buffer)
+        } else {
+            let block_bytes = self.format.block_bytes();
+            &self.row(r)[b * block_bytes..][..block_bytes]
+        }
     }
 
     /// Stored rows (outputs).
@@ -158,7 +227,12 @@ impl<'a> QuantRows<'a> {
 /// The `f32` value of the little-endian IEEE half at `bytes[0..2]` (exact).
 #[inline(always)]
 fn f16(bytes: &[u8]) -> f32 {
-    let h = u16::from_le_bytes([bytes[0], bytes[1]]);
+    f16_bits(u16::from_le_bytes([bytes[0], bytes[1]]))
+}
+
+/// The `f32` value of the IEEE half with bits `h` (exact).
+#[inline(always)]
+fn f16_bits(h: u16) -> f32 {
     let (sign, exponent, fraction) = (u32::from(h >> 15), u32::from((h >> 10) & 0x1f), u32::from(h & 0x3ff));
     let magnitude = match exponent {
         0 => fraction as f32 * (1.0 / 16_777_216.0), // subnormal: fraction · 2⁻²⁴, exact
@@ -210,11 +284,10 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
     if out.len() != expected {
         return Err(QuantError::Length { what: "dequantized panel", actual: out.len(), expected });
     }
-    let block_bytes = w.format.block_bytes();
-    let mut values = [0.0; BLOCK];
+    let (mut values, mut buffer) = ([0.0; BLOCK], [0; grouped::MAX_BLOCK_BYTES]);
     for (r, dst) in rows.zip(out.chunks_exact_mut(w.cols.max(1))) {
-        for (block, dst) in w.row(r).chunks_exact(block_bytes).zip(dst.chunks_exact_mut(BLOCK)) {
-            block_values(w.format, block, &mut values);
+        for (b, dst) in dst.chunks_exact_mut(BLOCK).enumerate() {
+            block_values(w.format, w.block(r, b, &mut buffer), &mut values);
             dst.copy_from_slice(&values);
         }
     }
@@ -241,14 +314,13 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
     if n == 0 {
         return Ok(());
     }
-    let block_bytes = w.format.block_bytes();
     out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
-        let block_of = |r: usize| &w.row(r)[b * block_bytes..][..block_bytes];
+        let mut buffer = [0; grouped::MAX_BLOCK_BYTES];
         let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
         let whole = n / SIDE * SIDE;
         for i0 in (0..whole).step_by(SIDE) {
             for (i, values) in square.iter_mut().enumerate() {
-                block_values(w.format, block_of(rows.start + i0 + i), values);
+                block_values(w.format, w.block(rows.start + i0 + i, b, &mut buffer), values);
             }
             for (c, line) in lines.chunks_exact_mut(n).enumerate() {
                 let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
@@ -256,7 +328,7 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
             }
         }
         for i in whole..n {
-            block_values(w.format, block_of(rows.start + i), &mut square[0]);
+            block_values(w.format, w.block(rows.start + i, b, &mut buffer), &mut square[0]);
             for (c, line) in lines.chunks_exact_mut(n).enumerate() {
                 line[i] = square[0][c];
             }
@@ -312,12 +384,22 @@ pub fn rows_times_quantized(
         }
     }
     let target = active();
-    let mut tasks: Vec<(&QuantRows<'_>, usize, &mut [f64])> = Vec::new();
+    // each task: a view, its first output and its outputs; a grouped matrix's whole groups, then
+    // its rows after them as a stored view of their own
+    let mut tasks: Vec<(QuantRows<'_>, usize, &mut [f64])> = Vec::new();
     for (w, out) in products.iter_mut() {
-        let w: &QuantRows<'_> = w;
-        tasks.extend(out.chunks_mut(OUTPUTS_PER_TASK).enumerate().map(|(t, outs)| (w, t * OUTPUTS_PER_TASK, outs)));
+        let (groups, tail) = out.split_at_mut(w.grouped_rows());
+        for (view, out) in [(**w, groups), (w.stored_tail(), tail)] {
+            tasks.extend(
+                out.chunks_mut(OUTPUTS_PER_TASK).enumerate().map(|(t, outs)| (view, t * OUTPUTS_PER_TASK, outs)),
+            );
+        }
     }
-    let task = |(w, first, outs): (&QuantRows<'_>, usize, &mut [f64])| {
+    let task = |(w, first, outs): (QuantRows<'_>, usize, &mut [f64])| {
+        let w = &w;
+        if w.layout == Layout::Grouped {
+            return isa::run(target, grouped::GroupSums { x, w, first, outs });
+        }
         #[cfg(target_arch = "x86_64")]
         if matches!(target, Target::Avx2 | Target::Avx512) && target.is_available() && x86::offsets_fit(w) {
             note(target);

@@ -1,0 +1,346 @@
+//! The grouped layout: the same blocks with sixteen rows' bytes side by side, so that one load
+//! brings the same input of sixteen outputs and the product needs no gather and no transposition.
+//!
+//! A file stores a weight row after row. Decoding one token sums each output in input order (the
+//! one-row path's order, see the parent module), so the vector lanes must hold different outputs
+//! — and in the stored layout the sixteen values of one input lie a row apart. Here every run of
+//! [`GROUP`] rows is rearranged, block by block:
+//!
+//! ```text
+//! group g, block b (GROUP · block_bytes bytes, the same as the sixteen stored blocks):
+//! Q8_0  [16 scales d: f16][32 × (the 16 rows' i8 of input i)]
+//! Q4_0  [16 scales d: f16][16 × (the 16 rows' byte p)]               byte p = q[2p] | q[2p+1] << 4
+//! Q4_1  [16 scales d: f16][16 minimums m: f16][16 × (the 16 rows' byte p)]
+//! ```
+//!
+//! A group keeps the bytes of its sixteen stored rows (it is a permutation of them, done in place,
+//! [`group_rows`]), so a matrix takes exactly the bytes its file gives it; rows after the last whole
+//! group stay as stored. In a stored 4-bit block byte `j` holds inputs `j` and `j + 16`; here byte
+//! `p` holds inputs `2p` and `2p + 1`, so each byte loaded gives two consecutive terms of the sums.
+
+use crate::isa::{Isa, Kernel};
+
+use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits};
+
+/// Rows whose bytes are laid side by side: the outputs one AVX-512 pass sums (two registers of
+/// eight `f64`; two passes of eight with AVX2).
+pub const GROUP: usize = 16;
+
+/// Bytes of the largest block ([`BlockFormat::Q8_0`]).
+pub(super) const MAX_BLOCK_BYTES: usize = 34;
+
+/// Rearranges the whole groups of `rows` stored rows in `bytes` (the layout of
+/// [`QuantRows::new`]) into the grouped layout of [`QuantRows::grouped`], in place, each group
+/// through a copy of its own bytes. The inverse is [`QuantRows::stored_row`].
+///
+/// # Errors
+/// As [`QuantRows::new`].
+pub fn group_rows(format: BlockFormat, bytes: &mut [u8], rows: usize, cols: usize) -> Result<(), super::QuantError> {
+    use rayon::prelude::*;
+    let row_bytes = QuantRows::new(format, bytes, rows, cols)?.row_bytes();
+    let whole = rows / GROUP * GROUP * row_bytes;
+    if row_bytes == 0 {
+        return Ok(());
+    }
+    bytes[..whole].par_chunks_mut(GROUP * row_bytes).for_each(|group| {
+        let stored = group.to_vec();
+        let block_bytes = format.block_bytes();
+        for (b, out) in group.chunks_exact_mut(GROUP * block_bytes).enumerate() {
+            let block = |c: usize| &stored[c * row_bytes + b * block_bytes..][..block_bytes];
+            group_block(format, block, out);
+        }
+    });
+    Ok(())
+}
+
+/// Writes the grouped bytes of one block of sixteen rows (`block(c)` = row `c`'s stored block).
+fn group_block<'s>(format: BlockFormat, block: impl Fn(usize) -> &'s [u8], out: &mut [u8]) {
+    let halves = if format == BlockFormat::Q4_1 { 2 } else { 1 };
+    let (head, values) = out.split_at_mut(2 * GROUP * halves);
+    for c in 0..GROUP {
+        for h in 0..halves {
+            head[2 * (h * GROUP + c)..][..2].copy_from_slice(&block(c)[2 * h..2 * h + 2]);
+        }
+    }
+    let quants = 2 * halves;
+    for (p, line) in values.chunks_exact_mut(GROUP).enumerate() {
+        for (c, byte) in line.iter_mut().enumerate() {
+            let qs = &block(c)[quants..];
+            *byte = match format {
+                BlockFormat::Q8_0 => qs[p],
+                BlockFormat::Q4_0 | BlockFormat::Q4_1 => nibble(qs, 2 * p) | nibble(qs, 2 * p + 1) << 4,
+            };
+        }
+    }
+}
+
+/// Value `i` (0–31) of a stored 4-bit block's sixteen bytes `qs`: byte `i % 16`, its low half
+/// for `i < 16`.
+fn nibble(qs: &[u8], i: usize) -> u8 {
+    if i < 16 { qs[i] & 0x0f } else { qs[i - 16] >> 4 }
+}
+
+/// The stored block `b` of row `c` of a group, from the group's block (`grouped`), written into
+/// `out`: the inverse of [`group_block`].
+pub(super) fn stored_block<'o>(
+    format: BlockFormat,
+    grouped: &[u8],
+    c: usize,
+    out: &'o mut [u8; MAX_BLOCK_BYTES],
+) -> &'o [u8] {
+    let halves = if format == BlockFormat::Q4_1 { 2 } else { 1 };
+    let (head, values) = grouped.split_at(2 * GROUP * halves);
+    for h in 0..halves {
+        out[2 * h..2 * h + 2].copy_from_slice(&head[2 * (h * GROUP + c)..][..2]);
+    }
+    let quants = 2 * halves;
+    match format {
+        BlockFormat::Q8_0 => {
+            for (i, line) in values.chunks_exact(GROUP).enumerate() {
+                out[quants + i] = line[c];
+            }
+        }
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+            let value = |i: usize| values[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f;
+            for j in 0..16 {
+                out[quants + j] = value(j) | value(j + 16) << 4;
+            }
+        }
+    }
+    &out[..format.block_bytes()]
+}
+
+/// The bytes of block `b` of group row `r` of `w` (grouped), as stored: `r` below the last whole
+/// group.
+pub(super) fn block_of<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o mut [u8; MAX_BLOCK_BYTES]) -> &'o [u8] {
+    let block_bytes = w.format.block_bytes();
+    let group = &w.bytes[r / GROUP * GROUP * w.row_bytes()..];
+    stored_block(w.format, &group[b * GROUP * block_bytes..][..GROUP * block_bytes], r % GROUP, out)
+}
+
+/// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
+/// groups), compiled per target: the one-row path's sums, sixteen outputs at a time.
+pub(super) struct GroupSums<'x, 'w, 'o> {
+    pub(super) x: &'x [f64],
+    pub(super) w: &'w QuantRows<'w>,
+    pub(super) first: usize,
+    pub(super) outs: &'o mut [f64],
+}
+
+impl Kernel for GroupSums<'_, '_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        let Self { x, w, first, outs } = self;
+        let group_bytes = GROUP * w.row_bytes();
+        let bytes = &w.bytes[first * w.row_bytes()..];
+        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+            let totals = match w.format {
+                BlockFormat::Q8_0 => sums::<{ 34 * GROUP }, Q8_0>(group, x),
+                BlockFormat::Q4_0 => sums::<{ 18 * GROUP }, Q4_0>(group, x),
+                BlockFormat::Q4_1 => sums::<{ 20 * GROUP }, Q4_1>(group, x),
+            };
+            outs.copy_from_slice(&totals);
+        }
+    }
+}
+
+/// The sixteen outputs of one group: for each run of [`INPUTS_PER_SUM`] inputs `s = 0; s += x·w`
+/// in input order (`block` adds one block's 32 terms), then the runs' sums in order.
+#[inline(always)]
+fn sums<const B: usize, F: GroupedBlock<B>>(group: &[u8], x: &[f64]) -> [f64; GROUP] {
+    let mut totals = [0.0; GROUP];
+    let mut blocks = group.chunks_exact(B);
+    for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
+        let mut partial = [0.0; GROUP];
+        for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+            if let (Ok(grouped), Ok(xs)) = (grouped.try_into(), xs.try_into()) {
+                F::add(grouped, xs, &mut partial);
+            }
+        }
+        for (total, p) in totals.iter_mut().zip(partial) {
+            *total = if s == 0 { p } else { *total + p };
+        }
+    }
+    totals
+}
+
+/// The sixteen halves at `head[2c..]`, widened exactly.
+#[inline(always)]
+fn halves(head: &[u8]) -> [f32; GROUP] {
+    let mut out = [0.0; GROUP];
+    for (c, v) in out.iter_mut().enumerate() {
+        *v = f16_bits(u16::from_le_bytes([head[2 * c], head[2 * c + 1]]));
+    }
+    out
+}
+
+/// One format's grouped block of `B` bytes: its 32 terms added to the sixteen sums. (A trait
+/// of zero-sized types, not functions passed by value: a function called through a pointer or
+/// a closure is compiled for the baseline, outside the target's function.)
+trait GroupedBlock<const B: usize> {
+    /// `partial[c] += xs[i] · value i of row c`, `i` in input order: each value as the parent
+    /// module's `block_values` computes it (and so `gguf::dequantize_into`), the product and the
+    /// sum rounded apart. Plain loops over the sixteen lanes, which the compiler makes vector
+    /// instructions for the target they are compiled in.
+    fn add(grouped: &[u8; B], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]);
+}
+
+#[allow(non_camel_case_types)] // ggml's names
+struct Q8_0;
+#[allow(non_camel_case_types)]
+struct Q4_0;
+#[allow(non_camel_case_types)]
+struct Q4_1;
+
+impl GroupedBlock<{ 34 * GROUP }> for Q8_0 {
+    #[inline(always)]
+    fn add(grouped: &[u8; 34 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let (head, values) = grouped.split_at(2 * GROUP);
+        let d = halves(head);
+        for (line, &a) in values.chunks_exact(GROUP).zip(xs) {
+            for c in 0..GROUP {
+                partial[c] += a * f64::from(f32::from(line[c] as i8) * d[c]);
+            }
+        }
+    }
+}
+
+impl GroupedBlock<{ 18 * GROUP }> for Q4_0 {
+    #[inline(always)]
+    fn add(grouped: &[u8; 18 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let (head, values) = grouped.split_at(2 * GROUP);
+        let d = halves(head);
+        for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
+            for c in 0..GROUP {
+                partial[c] += pair[0] * f64::from(d[c] * f32::from((line[c] & 0x0f) as i8 - 8));
+            }
+            for c in 0..GROUP {
+                partial[c] += pair[1] * f64::from(d[c] * f32::from((line[c] >> 4) as i8 - 8));
+            }
+        }
+    }
+}
+
+impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
+    #[inline(always)]
+    fn add(grouped: &[u8; 20 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let (head, values) = grouped.split_at(4 * GROUP);
+        let (d, m) = (halves(head), halves(&head[2 * GROUP..]));
+        for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
+            for c in 0..GROUP {
+                partial[c] += pair[0] * f64::from(d[c] * f32::from(line[c] & 0x0f) + m[c]);
+            }
+            for c in 0..GROUP {
+                partial[c] += pair[1] * f64::from(d[c] * f32::from(line[c] >> 4) + m[c]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{QuantError, dequantize_rows, dequantize_rows_transposed, row_times_quantized};
+    use super::*;
+    use crate::target::{Target, with_target};
+
+    /// `rows` rows of `cols` values in `format`, from a fixed sequence, with finite scales of
+    /// either sign.
+    fn stored(format: BlockFormat, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let mut state = seed;
+        let mut bytes: Vec<u8> = (0..rows * cols / BLOCK * format.block_bytes())
+            .map(|_| {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (state >> 33) as u8
+            })
+            .collect();
+        for block in bytes.chunks_exact_mut(format.block_bytes()) {
+            block[1] &= 0xbb; // finite halves, some negative
+            block[3] &= 0xbb;
+        }
+        bytes
+    }
+
+    const FORMATS: [BlockFormat; 3] = [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4_1];
+
+    #[test]
+    fn grouping_keeps_every_stored_row() {
+        // whole groups and a tail of 3; one group; fewer rows than a group
+        for format in FORMATS {
+            for (rows, cols) in [(35, 64), (16, 32), (5, 96)] {
+                let original = stored(format, rows, cols, 3);
+                let mut grouped = original.clone();
+                group_rows(format, &mut grouped, rows, cols).unwrap();
+                if rows >= GROUP {
+                    assert_ne!(grouped, original, "{format:?}: the groups were rearranged");
+                }
+                let (a, b) = (
+                    QuantRows::new(format, &original, rows, cols).unwrap(),
+                    QuantRows::grouped(format, &grouped, rows, cols).unwrap(),
+                );
+                for r in 0..rows {
+                    assert_eq!(b.stored_row(r).unwrap(), a.stored_row(r).unwrap(), "{format:?} row {r}");
+                }
+                assert!(matches!(b.stored_row(rows), Err(QuantError::Length { .. })));
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_rows_dequantize_as_stored() {
+        for format in FORMATS {
+            let (rows, cols) = (37, 64);
+            let original = stored(format, rows, cols, 5);
+            let mut grouped = original.clone();
+            group_rows(format, &mut grouped, rows, cols).unwrap();
+            let a = QuantRows::new(format, &original, rows, cols).unwrap();
+            let b = QuantRows::grouped(format, &grouped, rows, cols).unwrap();
+            for range in [0..rows, 3..35, 17..37] {
+                let n = range.len() * cols;
+                let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+                dequantize_rows(&a, range.clone(), &mut x).unwrap();
+                dequantize_rows(&b, range.clone(), &mut y).unwrap();
+                assert_eq!(x, y, "{format:?} rows {range:?}");
+                dequantize_rows_transposed(&a, range.clone(), &mut x).unwrap();
+                dequantize_rows_transposed(&b, range.clone(), &mut y).unwrap();
+                assert_eq!(x, y, "{format:?} rows {range:?} transposed");
+            }
+        }
+    }
+
+    #[test]
+    fn the_grouped_product_is_the_stored_one_on_every_target() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // a tail after the groups; sums whose last run is 32 wide; more outputs than a task
+        for format in FORMATS {
+            for (rows, cols) in [(35, 64), (48, 96), (531, 128)] {
+                let original = stored(format, rows, cols, 7);
+                let mut grouped = original.clone();
+                group_rows(format, &mut grouped, rows, cols).unwrap();
+                let a = QuantRows::new(format, &original, rows, cols).unwrap();
+                let b = QuantRows::grouped(format, &grouped, rows, cols).unwrap();
+                let x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
+                let mut want = vec![0.0; rows];
+                with_target(Target::Portable, || row_times_quantized(&x, &a, &mut want, false)).unwrap().unwrap();
+                for target in Target::available() {
+                    for parallel in [false, true] {
+                        let mut got = vec![0.0; rows];
+                        pool.install(|| with_target(target, || row_times_quantized(&x, &b, &mut got, parallel)))
+                            .unwrap()
+                            .unwrap();
+                        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{format:?} {rows}×{cols} on {target:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_that_do_not_fit_are_not_grouped() {
+        let mut bytes = vec![7; 20 * 17];
+        assert!(matches!(group_rows(BlockFormat::Q4_1, &mut bytes, 16, 32), Err(QuantError::Bytes { .. })));
+        assert!(matches!(group_rows(BlockFormat::Q4_1, &mut bytes, 17, 31), Err(QuantError::RowLength { .. })));
+        assert_eq!(bytes, vec![7; 20 * 17]);
+    }
+}
