@@ -20,7 +20,7 @@
 
 use crate::isa::{Isa, Kernel};
 
-use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits};
+use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits, values};
 
 /// Rows whose bytes are laid side by side: the outputs one AVX-512 pass sums (two registers of
 /// eight `f64`; two passes of eight with AVX2).
@@ -76,7 +76,8 @@ fn group_block<'s>(format: BlockFormat, block: impl Fn(usize) -> &'s [u8], out: 
 
 /// Value `i` (0–31) of a stored 4-bit block's sixteen bytes `qs`: byte `i % 16`, its low half
 /// for `i < 16`.
-fn nibble(qs: &[u8], i: usize) -> u8 {
+#[inline(always)]
+pub(super) fn nibble(qs: &[u8], i: usize) -> u8 {
     if i < 16 { qs[i] & 0x0f } else { qs[i - 16] >> 4 }
 }
 
@@ -116,6 +117,24 @@ pub(super) fn block_of<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o mut [
     let block_bytes = w.format.block_bytes();
     let group = &w.bytes[r / GROUP * GROUP * w.row_bytes()..];
     stored_block(w.format, &group[b * GROUP * block_bytes..][..GROUP * block_bytes], r % GROUP, out)
+}
+
+/// The values of block `b` of group row `r` of `w`, read where the group keeps them: the same
+/// numbers as the stored block's (the parent's `values`).
+#[inline(always)]
+pub(super) fn block_values(w: &QuantRows<'_>, r: usize, b: usize, out: &mut [f64; BLOCK]) {
+    let (format, c) = (w.format, r % GROUP);
+    let block_bytes = format.block_bytes();
+    let group = &w.bytes[r / GROUP * GROUP * w.row_bytes() + b * GROUP * block_bytes..][..GROUP * block_bytes];
+    let half = |h: usize| f16_bits(u16::from_le_bytes([group[2 * (h * GROUP + c)], group[2 * (h * GROUP + c) + 1]]));
+    let lines = &group[GROUP * (block_bytes - format.quant_bytes())..];
+    match format {
+        BlockFormat::Q8_0 => values(format, half(0), 0.0, |i| lines[i * GROUP + c], out),
+        BlockFormat::Q4_0 => values(format, half(0), 0.0, |i| lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f, out),
+        BlockFormat::Q4_1 => {
+            values(format, half(0), half(1), |i| lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f, out)
+        }
+    }
 }
 
 /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole

@@ -67,6 +67,14 @@ impl BlockFormat {
             Self::Q4_1 => 20,
         }
     }
+
+    /// Bytes of a block's values (after its scale and minimum).
+    fn quant_bytes(self) -> usize {
+        match self {
+            Self::Q8_0 => 32,
+            Self::Q4_0 | Self::Q4_1 => 16,
+        }
+    }
 }
 
 /// A matrix that cannot be read as quantized rows.
@@ -187,6 +195,17 @@ impl<'a> QuantRows<'a> {
         }
     }
 
+    /// The values of block `b` of row `r`, as [`block_values`] computes them from its stored bytes.
+    #[inline(always)]
+    fn block_values(&self, r: usize, b: usize, out: &mut [f64; BLOCK]) {
+        if r < self.grouped_rows() {
+            grouped::block_values(self, r, b, out);
+        } else {
+            let block_bytes = self.format.block_bytes();
+            block_values(self.format, &self.row(r)[b * block_bytes..][..block_bytes], out);
+        }
+    }
+
     /// The bytes of block `b` of row `r` as a file stores them (copied into `buffer` when the
     /// row is in a group).
     fn block<'b>(&'b self, r: usize, b: usize, buffer: &'b mut [u8; grouped::MAX_BLOCK_BYTES]) -> &'b [u8] {
@@ -245,29 +264,27 @@ fn f16_bits(h: u16) -> f32 {
 /// The 32 values of one block, each computed as `gguf::dequantize_into` computes it.
 #[inline(always)]
 fn block_values(format: BlockFormat, block: &[u8], out: &mut [f64; BLOCK]) {
+    let d = f16(block);
+    let m = if format == BlockFormat::Q4_1 { f16(&block[2..]) } else { 0.0 };
+    let qs = &block[format.block_bytes() - format.quant_bytes()..];
     match format {
-        BlockFormat::Q8_0 => {
-            let d = f16(block);
-            for (x, &q) in out.iter_mut().zip(&block[2..34]) {
-                *x = f64::from(f32::from(q as i8) * d);
-            }
-        }
-        BlockFormat::Q4_0 => {
-            let d = f16(block);
-            let qs = &block[2..18];
-            for j in 0..16 {
-                out[j] = f64::from(d * f32::from((qs[j] & 0x0f) as i8 - 8));
-                out[j + 16] = f64::from(d * f32::from((qs[j] >> 4) as i8 - 8));
-            }
-        }
-        BlockFormat::Q4_1 => {
-            let (d, m) = (f16(block), f16(&block[2..]));
-            let qs = &block[4..20];
-            for j in 0..16 {
-                out[j] = f64::from(d * f32::from(qs[j] & 0x0f) + m);
-                out[j + 16] = f64::from(d * f32::from(qs[j] >> 4) + m);
-            }
-        }
+        BlockFormat::Q8_0 => values(format, d, m, |i| qs[i], out),
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 => values(format, d, m, |i| grouped::nibble(qs, i), out),
+    }
+}
+
+/// The 32 values of a block of `format` with scale `d` (and minimum `m`, for `Q4_1`) whose value
+/// `i` is stored as `q(i)` (the byte, read as `i8`, for `Q8_0`; 0–15 for the 4-bit formats), each
+/// computed as `gguf::dequantize_into` computes it.
+#[inline(always)]
+fn values(format: BlockFormat, d: f32, m: f32, q: impl Fn(usize) -> u8, out: &mut [f64; BLOCK]) {
+    for (i, x) in out.iter_mut().enumerate() {
+        *x = match format {
+            BlockFormat::Q8_0 => f64::from(f32::from(q(i) as i8) * d),
+            // q − 8 for Q4_0 is exact in f32, as the i8 subtraction is
+            BlockFormat::Q4_0 => f64::from(d * f32::from(q(i) as i8 - 8)),
+            BlockFormat::Q4_1 => f64::from(d * f32::from(q(i)) + m),
+        };
     }
 }
 
@@ -284,10 +301,10 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
     if out.len() != expected {
         return Err(QuantError::Length { what: "dequantized panel", actual: out.len(), expected });
     }
-    let (mut values, mut buffer) = ([0.0; BLOCK], [0; grouped::MAX_BLOCK_BYTES]);
+    let mut values = [0.0; BLOCK];
     for (r, dst) in rows.zip(out.chunks_exact_mut(w.cols.max(1))) {
         for (b, dst) in dst.chunks_exact_mut(BLOCK).enumerate() {
-            block_values(w.format, w.block(r, b, &mut buffer), &mut values);
+            w.block_values(r, b, &mut values);
             dst.copy_from_slice(&values);
         }
     }
@@ -315,12 +332,11 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
         return Ok(());
     }
     out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
-        let mut buffer = [0; grouped::MAX_BLOCK_BYTES];
         let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
         let whole = n / SIDE * SIDE;
         for i0 in (0..whole).step_by(SIDE) {
             for (i, values) in square.iter_mut().enumerate() {
-                block_values(w.format, w.block(rows.start + i0 + i, b, &mut buffer), values);
+                w.block_values(rows.start + i0 + i, b, values);
             }
             for (c, line) in lines.chunks_exact_mut(n).enumerate() {
                 let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
@@ -328,7 +344,7 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
             }
         }
         for i in whole..n {
-            block_values(w.format, w.block(rows.start + i, b, &mut buffer), &mut square[0]);
+            w.block_values(rows.start + i, b, &mut square[0]);
             for (c, line) in lines.chunks_exact_mut(n).enumerate() {
                 line[i] = square[0][c];
             }
