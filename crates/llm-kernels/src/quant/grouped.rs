@@ -257,6 +257,107 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
     }
 }
 
+/// The grouped kernel written with AVX-512 instructions: each block's sixteen values of one
+/// input made in one register of `f32` (the scales widened by one instruction), where the compiler
+/// splits [`GroupSums`]'s lanes into two halves of eight. The same operations, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+pub(super) mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, QuantRows};
+
+    /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
+    /// groups).
+    ///
+    /// # Safety
+    /// The processor has AVX-512F.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        let group_bytes = GROUP * w.row_bytes();
+        let bytes = &w.bytes[first * w.row_bytes()..];
+        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+            let (low, high) = sums(w.format, group, x);
+            // SAFETY: sixteen outputs.
+            unsafe {
+                _mm512_storeu_pd(outs.as_mut_ptr(), low);
+                _mm512_storeu_pd(outs.as_mut_ptr().add(GROUP / 2), high);
+            }
+        }
+    }
+
+    /// The sixteen sums of one group (rows 0–7, rows 8–15), in the order of [`super::sums`].
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn sums(format: BlockFormat, group: &[u8], x: &[f64]) -> (__m512d, __m512d) {
+        let block_bytes = GROUP * format.block_bytes();
+        let head_bytes = GROUP * (format.block_bytes() - format.quant_bytes());
+        let (mut total_low, mut total_high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+        let mut blocks = group.chunks_exact(block_bytes);
+        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
+            let (mut low, mut high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+            for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+                let (head, lines) = grouped.split_at(head_bytes);
+                // SAFETY: 32 bytes of halves each (16 for the scales, 16 more for the minimums).
+                let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().cast()) });
+                let m = if format == BlockFormat::Q4_1 {
+                    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast()) })
+                } else {
+                    _mm512_setzero_ps()
+                };
+                // sums += x_i · (value i of the sixteen rows, f32 widened)
+                macro_rules! add {
+                    ($a:expr, $v:expr) => {{
+                        let (a, v) = (_mm512_set1_pd($a), $v);
+                        let v0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+                        let v1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
+                        low = _mm512_add_pd(low, _mm512_mul_pd(a, v0));
+                        high = _mm512_add_pd(high, _mm512_mul_pd(a, v1));
+                    }};
+                }
+                // the sixteen bytes of one line, widened to integers
+                macro_rules! line {
+                    ($l:expr) => {{
+                        let line: &[u8] = &lines[$l * GROUP..][..GROUP];
+                        // SAFETY: sixteen bytes.
+                        unsafe { _mm_loadu_si128(line.as_ptr().cast()) }
+                    }};
+                }
+                match format {
+                    BlockFormat::Q8_0 => {
+                        for (i, &a) in xs.iter().enumerate() {
+                            let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(line!(i)));
+                            add!(a, _mm512_mul_ps(q, d));
+                        }
+                    }
+                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                        for (p, pair) in xs.chunks_exact(2).enumerate() {
+                            let bytes = _mm512_cvtepu8_epi32(line!(p));
+                            let quants =
+                                [_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)), _mm512_srli_epi32::<4>(bytes)];
+                            for (q, &a) in quants.into_iter().zip(pair) {
+                                let q = _mm512_cvtepi32_ps(q);
+                                let v = if format == BlockFormat::Q4_1 {
+                                    _mm512_add_ps(_mm512_mul_ps(d, q), m)
+                                } else {
+                                    _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
+                                };
+                                add!(a, v);
+                            }
+                        }
+                    }
+                }
+            }
+            if s == 0 {
+                (total_low, total_high) = (low, high);
+            } else {
+                total_low = _mm512_add_pd(total_low, low);
+                total_high = _mm512_add_pd(total_high, high);
+            }
+        }
+        (total_low, total_high)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{QuantError, dequantize_rows, dequantize_rows_transposed, row_times_quantized};

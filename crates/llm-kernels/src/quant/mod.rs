@@ -414,6 +414,16 @@ pub fn rows_times_quantized(
     let task = |(w, first, outs): (QuantRows<'_>, usize, &mut [f64])| {
         let w = &w;
         if w.layout == Layout::Grouped {
+            #[cfg(target_arch = "x86_64")]
+            if target == Target::Avx512 && target.is_available() {
+                note(target);
+                // SAFETY: the processor runs AVX-512 (`is_available`).
+                #[allow(unsafe_code)]
+                unsafe {
+                    grouped::x86::group_sums(x, w, first, outs)
+                };
+                return;
+            }
             return isa::run(target, grouped::GroupSums { x, w, first, outs });
         }
         #[cfg(target_arch = "x86_64")]
