@@ -12,17 +12,27 @@
 //! `f64` weights take for one token): within each block of 64 inputs `s = 0; s += x·w` in input
 //! order, then the blocks' sums added in block order. So a model decoding from its quantized
 //! blocks produces the same bits as the same model decoding from `f64` weights — while reading
-//! 0.625 bytes per weight (`Q4_1`: 20 bytes for 32) instead of 8. The order fixes the arrangement: each output's
-//! sum is a chain in input order, so the vector lanes hold different outputs — eight (AVX2,
-//! portable) or sixteen (AVX-512) stored rows at once, their values for one input side by side.
-//! The portable kernel reads eight bytes of each row and transposes them as words; the x86 ones
-//! fetch the same four bytes of every row with one gather.
+//! 0.625 bytes per weight (`Q4_1`: 20 bytes for 32) instead of 8. The order fixes the
+//! arrangement: each output's sum is a chain in input order, so the vector lanes hold different
+//! outputs, their values for one input side by side.
 //!
-//! What bounds it: per weight, a multiply and an add in `f64` that cannot fuse (the one-row
-//! path rounds twice), the widening from `f32`, and the dequantization itself (integer to
-//! `f32`, scale, minimum): 4.3 G weights/s on one AVX-512 core (2.5 with AVX2), where memory
-//! would deliver 30–50 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not
-//! by reading the weights.
+//! In a file those values lie a row apart. A model therefore rearranges its blocks once, in place,
+//! into the [`Layout::Grouped`] layout ([`group_rows`]): each run of [`GROUP`] = 16 rows with their
+//! scales together and their bytes interleaved, so that one 16-byte load holds one input of sixteen
+//! outputs (two, for the 4-bit formats). The same bytes, the same size; [`QuantRows::stored_row`]
+//! gives a row back as stored. The grouped product is written once as plain loops over sixteen
+//! lanes, compiled per target, and once in AVX-512 instructions. A view of rows as stored
+//! ([`QuantRows::new`], and the rows after a matrix's last whole group) takes the older kernels:
+//! the portable one reads eight bytes of each of eight rows and transposes them as words, the x86
+//! ones fetch the same four bytes of every row with one gather.
+//!
+//! What bounds it: per weight, the dequantization (integer to `f32`, scale, minimum), the
+//! widening to `f64`, and a multiply and an add in `f64` that cannot fuse (the one-row path rounds
+//! twice) — about twelve vector instructions per sixteen weights. While a model decodes, the
+//! grouped AVX-512 kernel gets through about 13 G weights/s on each core of the AMD EPYC of
+//! `docs/performance.md` (the gathers from stored rows: 4.3), where that machine's memory would
+//! deliver 70–80 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not by
+//! reading the weights.
 
 use std::ops::Range;
 
