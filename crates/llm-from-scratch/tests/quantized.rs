@@ -38,8 +38,9 @@ fn random_rows(t: TensorType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
 fn the_product_kernel_is_its_plain_twin_on_every_target() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     for t in [TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1] {
-        // rows not a multiple of the 8 lanes; inputs whose last sum is 32 or 64 wide (products of at
-        // least SMALL_PRODUCT); rows too long for a group to be copied near (4096 values)
+        // rows after the last whole group of 16, not a multiple of the stored kernel's 8 lanes
+        // either; inputs whose last sum is 32 or 64 wide (products of at least SMALL_PRODUCT);
+        // long rows (4096 values)
         for (rows, cols) in [(45, 96), (300, 128), (61, 576), (20, 4096)] {
             let w = QuantizedMatrix::from_stored("w", t, &random_rows(t, rows, cols, 7), [rows, cols]).unwrap();
             let mut rng = SplitMix64::new(11);

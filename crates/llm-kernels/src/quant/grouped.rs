@@ -20,7 +20,7 @@
 
 use crate::isa::{Isa, Kernel};
 
-use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits, values};
+use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits, value, values};
 
 /// Rows whose bytes are laid side by side: the outputs one AVX-512 pass sums (two registers of
 /// eight `f64`; two passes of eight with AVX2).
@@ -55,17 +55,16 @@ pub fn group_rows(format: BlockFormat, bytes: &mut [u8], rows: usize, cols: usiz
 
 /// Writes the grouped bytes of one block of sixteen rows (`block(c)` = row `c`'s stored block).
 fn group_block<'s>(format: BlockFormat, block: impl Fn(usize) -> &'s [u8], out: &mut [u8]) {
-    let halves = if format == BlockFormat::Q4_1 { 2 } else { 1 };
-    let (head, values) = out.split_at_mut(2 * GROUP * halves);
+    let head = format.head_bytes();
+    let (heads, lines) = out.split_at_mut(GROUP * head);
     for c in 0..GROUP {
-        for h in 0..halves {
-            head[2 * (h * GROUP + c)..][..2].copy_from_slice(&block(c)[2 * h..2 * h + 2]);
+        for h in (0..head).step_by(2) {
+            heads[GROUP * h + 2 * c..][..2].copy_from_slice(&block(c)[h..h + 2]);
         }
     }
-    let quants = 2 * halves;
-    for (p, line) in values.chunks_exact_mut(GROUP).enumerate() {
+    for (p, line) in lines.chunks_exact_mut(GROUP).enumerate() {
         for (c, byte) in line.iter_mut().enumerate() {
-            let qs = &block(c)[quants..];
+            let qs = &block(c)[head..];
             *byte = match format {
                 BlockFormat::Q8_0 => qs[p],
                 BlockFormat::Q4_0 | BlockFormat::Q4_1 => nibble(qs, 2 * p) | nibble(qs, 2 * p + 1) << 4,
@@ -81,58 +80,96 @@ pub(super) fn nibble(qs: &[u8], i: usize) -> u8 {
     if i < 16 { qs[i] & 0x0f } else { qs[i - 16] >> 4 }
 }
 
-/// The stored block `b` of row `c` of a group, from the group's block (`grouped`), written into
-/// `out`: the inverse of [`group_block`].
-pub(super) fn stored_block<'o>(
-    format: BlockFormat,
-    grouped: &[u8],
-    c: usize,
-    out: &'o mut [u8; MAX_BLOCK_BYTES],
-) -> &'o [u8] {
-    let halves = if format == BlockFormat::Q4_1 { 2 } else { 1 };
-    let (head, values) = grouped.split_at(2 * GROUP * halves);
-    for h in 0..halves {
-        out[2 * h..2 * h + 2].copy_from_slice(&head[2 * (h * GROUP + c)..][..2]);
-    }
-    let quants = 2 * halves;
-    match format {
-        BlockFormat::Q8_0 => {
-            for (i, line) in values.chunks_exact(GROUP).enumerate() {
-                out[quants + i] = line[c];
-            }
-        }
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-            let value = |i: usize| values[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f;
-            for j in 0..16 {
-                out[quants + j] = value(j) | value(j + 16) << 4;
-            }
-        }
-    }
-    &out[..format.block_bytes()]
+/// Value `i` of row `c` in a grouped 4-bit block's lines: byte `i / 2` of the row, its high half
+/// for odd `i`.
+#[inline(always)]
+fn grouped_nibble(lines: &[u8], c: usize, i: usize) -> u8 {
+    lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f
 }
 
-/// The bytes of block `b` of group row `r` of `w` (grouped), as stored: `r` below the last whole
-/// group.
-pub(super) fn block_of<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o mut [u8; MAX_BLOCK_BYTES]) -> &'o [u8] {
-    let block_bytes = w.format.block_bytes();
-    let group = &w.bytes[r / GROUP * GROUP * w.row_bytes()..];
-    stored_block(w.format, &group[b * GROUP * block_bytes..][..GROUP * block_bytes], r % GROUP, out)
+/// Row `r`'s block `b` of `w` (grouped; `r` below the last whole group): its scale (and
+/// minimum) bytes, the group's lines of values, and `r`'s lane in them.
+#[inline(always)]
+fn place<'a>(w: &QuantRows<'a>, r: usize, b: usize) -> (&'a [u8], &'a [u8], usize) {
+    let (block_bytes, head) = (w.format.block_bytes(), w.format.head_bytes());
+    let at = r / GROUP * GROUP * w.row_bytes() + b * GROUP * block_bytes;
+    let (heads, lines) = w.bytes[at..][..GROUP * block_bytes].split_at(GROUP * head);
+    (heads, lines, r % GROUP)
+}
+
+/// The bytes of block `b` of row `r` of `w` (grouped; `r` below the last whole group) as a file
+/// stores them, written into `out`: the inverse of [`group_block`].
+pub(super) fn stored_block<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o mut [u8; MAX_BLOCK_BYTES]) -> &'o [u8] {
+    let (format, head) = (w.format, w.format.head_bytes());
+    let (heads, lines, c) = place(w, r, b);
+    for h in (0..head).step_by(2) {
+        out[h..h + 2].copy_from_slice(&heads[GROUP * h + 2 * c..][..2]);
+    }
+    for j in 0..format.quant_bytes() {
+        out[head + j] = match format {
+            BlockFormat::Q8_0 => lines[j * GROUP + c],
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                grouped_nibble(lines, c, j) | grouped_nibble(lines, c, j + 16) << 4
+            }
+        };
+    }
+    &out[..format.block_bytes()]
 }
 
 /// The values of block `b` of group row `r` of `w`, read where the group keeps them: the same
 /// numbers as the stored block's (the parent's `values`).
 #[inline(always)]
 pub(super) fn block_values(w: &QuantRows<'_>, r: usize, b: usize, out: &mut [f64; BLOCK]) {
-    let (format, c) = (w.format, r % GROUP);
-    let block_bytes = format.block_bytes();
-    let group = &w.bytes[r / GROUP * GROUP * w.row_bytes() + b * GROUP * block_bytes..][..GROUP * block_bytes];
-    let half = |h: usize| f16_bits(u16::from_le_bytes([group[2 * (h * GROUP + c)], group[2 * (h * GROUP + c) + 1]]));
-    let lines = &group[GROUP * (block_bytes - format.quant_bytes())..];
+    let format = w.format;
+    let (heads, lines, c) = place(w, r, b);
+    // half `h` (0: the scale, 1: the minimum) of row `c`
+    let half = |h: usize| f16_bits(u16::from_le_bytes([heads[2 * (h * GROUP + c)], heads[2 * (h * GROUP + c) + 1]]));
+    let m = if format == BlockFormat::Q4_1 { half(1) } else { 0.0 };
     match format {
-        BlockFormat::Q8_0 => values(format, half(0), 0.0, |i| lines[i * GROUP + c], out),
-        BlockFormat::Q4_0 => values(format, half(0), 0.0, |i| lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f, out),
-        BlockFormat::Q4_1 => {
-            values(format, half(0), half(1), |i| lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f, out)
+        BlockFormat::Q8_0 => values(format, half(0), m, |i| lines[i * GROUP + c], out),
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 => values(format, half(0), m, |i| grouped_nibble(lines, c, i), out),
+    }
+}
+
+/// Every value of block `b` of the group starting at row `first` of `w` (grouped; a whole
+/// group), written where a transposed panel keeps them: value `i` of row `first + c` at
+/// `out[i · stride + c]`, sixteen lanes at a time.
+#[inline(always)]
+pub(super) fn group_values(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize) {
+    let mut runs = out.chunks_mut(stride).filter_map(|line| <&mut [f64; GROUP]>::try_from(&mut line[..GROUP]).ok());
+    let format = w.format;
+    let (heads, lines, _) = place(w, first, b);
+    let d = halves(heads);
+    let m = if format == BlockFormat::Q4_1 { halves(&heads[2 * GROUP..]) } else { [0.0; GROUP] };
+    // each format's loops apart, so that `value` is compiled for one format, sixteen lanes at once
+    match format {
+        BlockFormat::Q8_0 => {
+            for (run, line) in (&mut runs).zip(lines.chunks_exact(GROUP)) {
+                for c in 0..GROUP {
+                    run[c] = value(BlockFormat::Q8_0, d[c], 0.0, line[c]);
+                }
+            }
+        }
+        BlockFormat::Q4_0 => pairs::<{ BlockFormat::Q4_0 as u8 }>(lines, &d, &m, runs),
+        BlockFormat::Q4_1 => pairs::<{ BlockFormat::Q4_1 as u8 }>(lines, &d, &m, runs),
+    }
+}
+
+/// [`group_values`] of a 4-bit format (`F`, as `BlockFormat as u8`): each line of sixteen bytes
+/// holds two inputs.
+#[inline(always)]
+fn pairs<'o, const F: u8>(
+    lines: &[u8],
+    d: &[f32; GROUP],
+    m: &[f32; GROUP],
+    mut runs: impl Iterator<Item = &'o mut [f64; GROUP]>,
+) {
+    let format = if F == BlockFormat::Q4_1 as u8 { BlockFormat::Q4_1 } else { BlockFormat::Q4_0 };
+    for line in lines.chunks_exact(GROUP) {
+        let (Some(low), Some(high)) = (runs.next(), runs.next()) else { return };
+        for c in 0..GROUP {
+            low[c] = value(format, d[c], m[c], line[c] & 0x0f);
+            high[c] = value(format, d[c], m[c], line[c] >> 4);
         }
     }
 }
@@ -198,8 +235,8 @@ fn halves(head: &[u8]) -> [f32; GROUP] {
 /// of zero-sized types, not functions passed by value: a function called through a pointer or
 /// a closure is compiled for the baseline, outside the target's function.)
 trait GroupedBlock<const B: usize> {
-    /// `partial[c] += xs[i] · value i of row c`, `i` in input order: each value as the parent
-    /// module's `block_values` computes it (and so `gguf::dequantize_into`), the product and the
+    /// `partial[c] += xs[i] · value i of row c`, `i` in input order: each value made by the
+    /// parent module's `value` (and so as `gguf::dequantize_into` makes it), the product and the
     /// sum rounded apart. Plain loops over the sixteen lanes, which the compiler makes vector
     /// instructions for the target they are compiled in.
     fn add(grouped: &[u8; B], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]);
@@ -219,7 +256,7 @@ impl GroupedBlock<{ 34 * GROUP }> for Q8_0 {
         let d = halves(head);
         for (line, &a) in values.chunks_exact(GROUP).zip(xs) {
             for c in 0..GROUP {
-                partial[c] += a * f64::from(f32::from(line[c] as i8) * d[c]);
+                partial[c] += a * value(BlockFormat::Q8_0, d[c], 0.0, line[c]);
             }
         }
     }
@@ -232,10 +269,10 @@ impl GroupedBlock<{ 18 * GROUP }> for Q4_0 {
         let d = halves(head);
         for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
-                partial[c] += pair[0] * f64::from(d[c] * f32::from((line[c] & 0x0f) as i8 - 8));
+                partial[c] += pair[0] * value(BlockFormat::Q4_0, d[c], 0.0, line[c] & 0x0f);
             }
             for c in 0..GROUP {
-                partial[c] += pair[1] * f64::from(d[c] * f32::from((line[c] >> 4) as i8 - 8));
+                partial[c] += pair[1] * value(BlockFormat::Q4_0, d[c], 0.0, line[c] >> 4);
             }
         }
     }
@@ -248,10 +285,10 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
         let (d, m) = (halves(head), halves(&head[2 * GROUP..]));
         for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
-                partial[c] += pair[0] * f64::from(d[c] * f32::from(line[c] & 0x0f) + m[c]);
+                partial[c] += pair[0] * value(BlockFormat::Q4_1, d[c], m[c], line[c] & 0x0f);
             }
             for c in 0..GROUP {
-                partial[c] += pair[1] * f64::from(d[c] * f32::from(line[c] >> 4) + m[c]);
+                partial[c] += pair[1] * value(BlockFormat::Q4_1, d[c], m[c], line[c] >> 4);
             }
         }
     }
@@ -290,7 +327,7 @@ pub(super) mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma")]
     fn sums(format: BlockFormat, group: &[u8], x: &[f64]) -> (__m512d, __m512d) {
         let block_bytes = GROUP * format.block_bytes();
-        let head_bytes = GROUP * (format.block_bytes() - format.quant_bytes());
+        let head_bytes = GROUP * format.head_bytes();
         let (mut total_low, mut total_high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
         let mut blocks = group.chunks_exact(block_bytes);
         for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {

@@ -21,16 +21,18 @@
 //! scales together and their bytes interleaved, so that one 16-byte load holds one input of sixteen
 //! outputs (two, for the 4-bit formats). The same bytes, the same size; [`QuantRows::stored_row`]
 //! gives a row back as stored. The grouped product is written once as plain loops over sixteen
-//! lanes, compiled per target, and once in AVX-512 instructions. A view of rows as stored
-//! ([`QuantRows::new`], and the rows after a matrix's last whole group) takes the older kernels:
-//! the portable one reads eight bytes of each of eight rows and transposes them as words, the x86
-//! ones fetch the same four bytes of every row with one gather.
+//! lanes, compiled per target, and once in AVX-512 instructions. Rows as stored
+//! ([`QuantRows::new`], and the rows after a matrix's last whole group) take a kernel that reads
+//! eight bytes of each of eight rows and transposes them as words, compiled per target too: a
+//! model's matrices are grouped, so it only sums the few rows after their last whole group. (It
+//! had AVX2 and AVX-512 twins that fetched four bytes of sixteen rows with one gather; the
+//! grouped kernel is three times as fast, and they went.)
 //!
 //! What bounds it: per weight, the dequantization (integer to `f32`, scale, minimum), the
 //! widening to `f64`, and a multiply and an add in `f64` that cannot fuse (the one-row path rounds
 //! twice) — about twelve vector instructions per sixteen weights. While a model decodes, the
 //! grouped AVX-512 kernel gets through about 13 G weights/s on each core of the AMD EPYC of
-//! `docs/performance.md` (the gathers from stored rows: 4.3), where that machine's memory would
+//! `docs/performance.md` (the gathers from stored rows ran 4.3), where that machine's memory would
 //! deliver 70–80 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not by
 //! reading the weights.
 
@@ -40,11 +42,11 @@ use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::isa::{self, Isa, Kernel};
-
-mod grouped;
 use crate::target::active;
 #[cfg(target_arch = "x86_64")]
 use crate::target::{Target, note};
+
+mod grouped;
 pub use grouped::{GROUP, group_rows};
 
 /// The block formats the products here read, as ggml stores them.
@@ -84,6 +86,11 @@ impl BlockFormat {
             Self::Q8_0 => 32,
             Self::Q4_0 | Self::Q4_1 => 16,
         }
+    }
+
+    /// Bytes of a block's scale (and minimum): one half of 2 bytes, two for `Q4_1`.
+    fn head_bytes(self) -> usize {
+        self.block_bytes() - self.quant_bytes()
     }
 }
 
@@ -220,7 +227,7 @@ impl<'a> QuantRows<'a> {
     /// row is in a group).
     fn block<'b>(&'b self, r: usize, b: usize, buffer: &'b mut [u8; grouped::MAX_BLOCK_BYTES]) -> &'b [u8] {
         if r < self.grouped_rows() {
-            grouped::block_of(self, r, b, buffer)
+            grouped::stored_block(self, r, b, buffer)
         } else {
             let block_bytes = self.format.block_bytes();
             &self.row(r)[b * block_bytes..][..block_bytes]
@@ -276,7 +283,7 @@ fn f16_bits(h: u16) -> f32 {
 fn block_values(format: BlockFormat, block: &[u8], out: &mut [f64; BLOCK]) {
     let d = f16(block);
     let m = if format == BlockFormat::Q4_1 { f16(&block[2..]) } else { 0.0 };
-    let qs = &block[format.block_bytes() - format.quant_bytes()..];
+    let qs = &block[format.head_bytes()..];
     match format {
         BlockFormat::Q8_0 => values(format, d, m, |i| qs[i], out),
         BlockFormat::Q4_0 | BlockFormat::Q4_1 => values(format, d, m, |i| grouped::nibble(qs, i), out),
@@ -289,12 +296,20 @@ fn block_values(format: BlockFormat, block: &[u8], out: &mut [f64; BLOCK]) {
 #[inline(always)]
 fn values(format: BlockFormat, d: f32, m: f32, q: impl Fn(usize) -> u8, out: &mut [f64; BLOCK]) {
     for (i, x) in out.iter_mut().enumerate() {
-        *x = match format {
-            BlockFormat::Q8_0 => f64::from(f32::from(q(i) as i8) * d),
-            // q − 8 for Q4_0 is exact in f32, as the i8 subtraction is
-            BlockFormat::Q4_0 => f64::from(d * f32::from(q(i) as i8 - 8)),
-            BlockFormat::Q4_1 => f64::from(d * f32::from(q(i)) + m),
-        };
+        *x = value(format, d, m, q(i));
+    }
+}
+
+/// The value stored as `q` in a block of `format` with scale `d` (and minimum `m`), as
+/// `gguf::dequantize_into` computes it: every kernel here makes its values with this (with
+/// `format` a constant where they are compiled per format).
+#[inline(always)]
+fn value(format: BlockFormat, d: f32, m: f32, q: u8) -> f64 {
+    match format {
+        BlockFormat::Q8_0 => f64::from(f32::from(q as i8) * d),
+        // q − 8 for Q4_0 is exact in f32, as the i8 subtraction is
+        BlockFormat::Q4_0 => f64::from(d * f32::from(q as i8 - 8)),
+        BlockFormat::Q4_1 => f64::from(d * f32::from(q) + m),
     }
 }
 
@@ -324,8 +339,9 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
 /// Stored rows `rows` of `w`, dequantized and transposed into `out` (`cols × rows.len()`,
 /// row-major: each input's weights for every output in turn) — the `[in, out]` layout of a
 /// decoder's `f64` weight, for a prefill's product. One task per block of 32 inputs writes those
-/// 32 rows of `out`, eight outputs at a time (whole cache lines), so each weight is read from
-/// its blocks once and written once.
+/// 32 rows of `out`, a group's sixteen outputs at a time where `w` keeps them side by side, else
+/// eight at a time (whole cache lines), so each weight is read from its blocks once and written
+/// once.
 ///
 /// # Errors
 /// As [`dequantize_rows`].
@@ -343,20 +359,28 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
     }
     out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
         let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
-        let whole = n / SIDE * SIDE;
-        for i0 in (0..whole).step_by(SIDE) {
-            for (i, values) in square.iter_mut().enumerate() {
-                w.block_values(rows.start + i0 + i, b, values);
-            }
-            for (c, line) in lines.chunks_exact_mut(n).enumerate() {
-                let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
-                line[i0..i0 + SIDE].copy_from_slice(&run);
-            }
-        }
-        for i in whole..n {
-            w.block_values(rows.start + i, b, &mut square[0]);
-            for (c, line) in lines.chunks_exact_mut(n).enumerate() {
-                line[i] = square[0][c];
+        let mut i0 = 0;
+        while i0 < n {
+            let r = rows.start + i0;
+            if r.is_multiple_of(GROUP) && r + GROUP <= w.grouped_rows() && i0 + GROUP <= rows.len() {
+                // a whole group: its values already lie input by input
+                grouped::group_values(w, r, b, &mut lines[i0..], n);
+                i0 += GROUP;
+            } else if i0 + SIDE <= n {
+                for (i, values) in square.iter_mut().enumerate() {
+                    w.block_values(r + i, b, values);
+                }
+                for (c, line) in lines.chunks_exact_mut(n).enumerate() {
+                    let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
+                    line[i0..i0 + SIDE].copy_from_slice(&run);
+                }
+                i0 += SIDE;
+            } else {
+                w.block_values(r, b, &mut square[0]);
+                for (c, line) in lines.chunks_exact_mut(n).enumerate() {
+                    line[i0] = square[0][c];
+                }
+                i0 += 1;
             }
         }
     });
@@ -435,21 +459,6 @@ pub fn rows_times_quantized(
                 return;
             }
             return isa::run(target, grouped::GroupSums { x, w, first, outs });
-        }
-        #[cfg(target_arch = "x86_64")]
-        if matches!(target, Target::Avx2 | Target::Avx512) && target.is_available() && x86::offsets_fit(w) {
-            note(target);
-            // SAFETY: the processor runs the target (`is_available`): AVX-512 for `Avx512`, AVX2
-            // for both.
-            #[allow(unsafe_code)]
-            unsafe {
-                if target == Target::Avx512 {
-                    x86::outputs_avx512(x, w, first, outs)
-                } else {
-                    x86::outputs(x, w, first, outs)
-                }
-            };
-            return;
         }
         isa::run(target, Outputs { x, w, first, outs });
     };
@@ -612,310 +621,6 @@ fn transpose_bytes(mut x: [u64; 8]) -> [u64; 8] {
     swap(&mut x, 4, 5, 8, EIGHTHS);
     swap(&mut x, 6, 7, 8, EIGHTHS);
     x
-}
-
-/// The kernel with AVX2 instructions (eight outputs in two registers of four `f64`) and with
-/// AVX-512 (sixteen outputs in two registers of eight, the scales widened by one instruction):
-/// one gather fetches the same 4 bytes of every row of the group, and each block's values are
-/// made a register of `f32` at a time. The same operations as [`Outputs`], so the same bits.
-#[cfg(target_arch = "x86_64")]
-#[allow(unsafe_code)]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, LANES, OUTPUTS_PER_TASK, QuantRows, f16};
-
-    /// Outputs `first..first + outs.len()` of `x · wᵀ`.
-    ///
-    /// # Safety
-    /// The processor has AVX2.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn outputs(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        let (bytes, row_bytes) = (&w.bytes[first * w.row_bytes()..], w.row_bytes());
-        let mut near = Vec::with_capacity(LANES * row_bytes);
-        for (g, group) in outs.chunks_mut(LANES).enumerate() {
-            let starts =
-                starts::<LANES>(w, first, g, row_bytes, near_copy(&mut near, bytes, g * LANES, group.len(), row_bytes));
-            let totals = group_sums(w.format, near_or(&near, bytes), &starts, x);
-            for (out, total) in group.iter_mut().zip(totals) {
-                *out = total;
-            }
-        }
-    }
-
-    /// Whether every row of a task starts less than 2³¹ bytes after its first, so that a gather's
-    /// offsets hold them (else the portable kernel runs).
-    pub(super) fn offsets_fit(w: &QuantRows<'_>) -> bool {
-        OUTPUTS_PER_TASK.checked_mul(w.row_bytes()).is_some_and(|b| i32::try_from(b).is_ok())
-    }
-
-    /// Where the `N` rows of group `g` of the task from row `first` start: after the group's
-    /// first row when it was copied near (`copied`), else after the task's first row (a group
-    /// short of `N` repeats its last row).
-    fn starts<const N: usize>(w: &QuantRows<'_>, first: usize, g: usize, row_bytes: usize, copied: bool) -> [i32; N] {
-        let origin = if copied { first + g * N } else { first };
-        let mut starts = [0i32; N];
-        for (c, start) in starts.iter_mut().enumerate() {
-            // under OUTPUTS_PER_TASK rows of `row_bytes`: fits (`offsets_fit`)
-            *start = (((first + g * N + c).min(w.rows - 1) - origin) * row_bytes) as i32;
-        }
-        starts
-    }
-
-    /// The most a group's rows may take to be copied near (half of a 64 KiB first-level cache).
-    const NEAR_BYTES: usize = 32 << 10;
-
-    /// Copies the `rows` rows of `bytes` from row `from` (a group) into `near`, if they fit in
-    /// [`NEAR_BYTES`], and says whether it did. The copy reads them in order, which the hardware
-    /// streams from memory ahead of the reads; the gathers then find them in the first-level cache
-    /// instead of waiting on memory for sixteen rows at once.
-    fn near_copy(near: &mut Vec<u8>, bytes: &[u8], from: usize, rows: usize, row_bytes: usize) -> bool {
-        near.clear();
-        if rows * row_bytes > NEAR_BYTES {
-            return false;
-        }
-        near.extend_from_slice(&bytes[from * row_bytes..(from + rows) * row_bytes]);
-        true
-    }
-
-    /// The copy if there is one, else the task's bytes.
-    fn near_or<'a>(near: &'a [u8], bytes: &'a [u8]) -> &'a [u8] {
-        if near.is_empty() { bytes } else { near }
-    }
-
-    /// The eight outputs of the rows starting at `starts` in `bytes`, times `x`, in the sums'
-    /// order: the same 4 bytes of the eight rows come by one gather.
-    #[target_feature(enable = "avx2,fma")]
-    fn group_sums(format: BlockFormat, bytes: &[u8], starts: &[i32; LANES], x: &[f64]) -> [f64; LANES] {
-        let block_bytes = format.block_bytes();
-        let rows: [&[u8]; LANES] = std::array::from_fn(|c| &bytes[starts[c] as usize..]);
-        // SAFETY: eight offsets.
-        let starts = unsafe { _mm256_loadu_si256(starts.as_ptr().cast()) };
-        // 4 bytes at `at` of every row (every read inside `bytes`: see `group_sums_avx512`)
-        macro_rules! gather {
-            ($at:expr) => {{
-                let at: usize = $at;
-                debug_assert!(at + 4 <= bytes.len());
-                // SAFETY: the reads are inside `bytes` (above).
-                unsafe { _mm256_i32gather_epi32::<1>(bytes.as_ptr().add(at).cast(), starts) }
-            }};
-        }
-        macro_rules! nibble {
-            ($word:expr, $shift:expr) => {
-                _mm256_and_si256(_mm256_srli_epi32::<{ $shift }>($word), _mm256_set1_epi32(0x0f))
-            };
-        }
-        macro_rules! signed {
-            ($word:expr, $t:expr) => {
-                _mm256_srai_epi32::<24>(_mm256_slli_epi32::<{ 24 - 8 * $t }>($word))
-            };
-        }
-        let (mut total_low, mut total_high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
-        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-            let (mut low, mut high) = (_mm256_setzero_pd(), _mm256_setzero_pd());
-            for (h, xs) in inputs.chunks_exact(BLOCK).enumerate() {
-                let at = (s * (INPUTS_PER_SUM / BLOCK) + h) * block_bytes;
-                let (mut d, mut m) = ([0.0f32; LANES], [0.0f32; LANES]);
-                for c in 0..LANES {
-                    d[c] = f16(&rows[c][at..]);
-                    if format == BlockFormat::Q4_1 {
-                        m[c] = f16(&rows[c][at + 2..]);
-                    }
-                }
-                // SAFETY: eight values each.
-                let (d, m) = unsafe { (_mm256_loadu_ps(d.as_ptr()), _mm256_loadu_ps(m.as_ptr())) };
-                // value i of the eight rows → low += x_i · (four of them), high += x_i · (the others)
-                // (a macro, not a closure: a closure's body would be compiled without AVX2)
-                macro_rules! add {
-                    ($i:expr, $v:expr) => {{
-                        let (a, v) = (_mm256_set1_pd(xs[$i]), $v);
-                        let v0 = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-                        let v1 = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-                        low = _mm256_add_pd(low, _mm256_mul_pd(a, v0));
-                        high = _mm256_add_pd(high, _mm256_mul_pd(a, v1));
-                    }};
-                }
-                macro_rules! value {
-                    ($q:expr) => {{
-                        let q: __m256 = $q;
-                        if format == BlockFormat::Q4_1 {
-                            _mm256_add_ps(_mm256_mul_ps(d, q), m)
-                        } else {
-                            _mm256_mul_ps(d, _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
-                        }
-                    }};
-                }
-                match format {
-                    BlockFormat::Q8_0 => {
-                        for k in 0..8 {
-                            let word = gather!(at + 2 + 4 * k);
-                            let q = [signed!(word, 0), signed!(word, 1), signed!(word, 2), signed!(word, 3)];
-                            for (t, q) in q.into_iter().enumerate() {
-                                add!(4 * k + t, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
-                            }
-                        }
-                    }
-                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                        let offset = if format == BlockFormat::Q4_1 { 4 } else { 2 };
-                        let words = [
-                            gather!(at + offset),
-                            gather!(at + offset + 4),
-                            gather!(at + offset + 8),
-                            gather!(at + offset + 12),
-                        ];
-                        for upper in [false, true] {
-                            for (k, &word) in words.iter().enumerate() {
-                                let q = if upper {
-                                    [nibble!(word, 4), nibble!(word, 12), nibble!(word, 20), nibble!(word, 28)]
-                                } else {
-                                    [nibble!(word, 0), nibble!(word, 8), nibble!(word, 16), nibble!(word, 24)]
-                                };
-                                for (t, q) in q.into_iter().enumerate() {
-                                    add!(16 * usize::from(upper) + 4 * k + t, value!(_mm256_cvtepi32_ps(q)));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if s == 0 {
-                (total_low, total_high) = (low, high);
-            } else {
-                total_low = _mm256_add_pd(total_low, low);
-                total_high = _mm256_add_pd(total_high, high);
-            }
-        }
-        let mut totals = [0.0; LANES];
-        // SAFETY: eight values.
-        unsafe {
-            _mm256_storeu_pd(totals.as_mut_ptr(), total_low);
-            _mm256_storeu_pd(totals.as_mut_ptr().add(4), total_high);
-        }
-        totals
-    }
-
-    /// Outputs `first..first + outs.len()` of `x · wᵀ`, sixteen at a time: the same 4 bytes of
-    /// sixteen rows fetched by one gather, each block's values made sixteen at a time in one
-    /// register of `f32`, the sums in two registers of eight `f64`.
-    ///
-    /// # Safety
-    /// The processor has AVX-512F.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn outputs_avx512(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        const WIDE: usize = 2 * LANES;
-        let (bytes, row_bytes) = (&w.bytes[first * w.row_bytes()..], w.row_bytes());
-        let mut near = Vec::with_capacity(WIDE * row_bytes);
-        for (g, group) in outs.chunks_mut(WIDE).enumerate() {
-            let starts =
-                starts::<WIDE>(w, first, g, row_bytes, near_copy(&mut near, bytes, g * WIDE, group.len(), row_bytes));
-            let totals = group_sums_avx512(w.format, near_or(&near, bytes), &starts, x);
-            for (out, total) in group.iter_mut().zip(totals) {
-                *out = total;
-            }
-        }
-    }
-
-    /// The sixteen outputs of the rows starting at `starts` in `bytes`, times `x`, in the sums'
-    /// order.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    fn group_sums_avx512(format: BlockFormat, bytes: &[u8], starts: &[i32; 2 * LANES], x: &[f64]) -> [f64; 2 * LANES] {
-        let block_bytes = format.block_bytes();
-        // SAFETY: sixteen offsets.
-        let starts = unsafe { _mm512_loadu_si512(starts.as_ptr().cast()) };
-        // 4 bytes at `at` of every row (a macro, not a closure, so that it is compiled with
-        // AVX-512): `at + 4` never passes a row's end (the callers stay inside a block), so
-        // every read is inside `bytes`
-        macro_rules! gather {
-            ($at:expr) => {{
-                let at: usize = $at;
-                debug_assert!(at + 4 <= bytes.len());
-                // SAFETY: the reads are inside `bytes` (above).
-                unsafe { _mm512_i32gather_epi32::<1>(starts, bytes.as_ptr().add(at).cast()) }
-            }};
-        }
-        let (mut total_low, mut total_high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-            let (mut low, mut high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-            for (h, xs) in inputs.chunks_exact(BLOCK).enumerate() {
-                let at = (s * (INPUTS_PER_SUM / BLOCK) + h) * block_bytes;
-                // the scale (and Q4_1's minimum) of the sixteen rows, halves widened exactly
-                let head = gather!(at);
-                let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
-                let m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(head)));
-                macro_rules! add {
-                    ($i:expr, $v:expr) => {{
-                        let (a, v) = (_mm512_set1_pd(xs[$i]), $v);
-                        let v0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-                        let v1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-                        low = _mm512_add_pd(low, _mm512_mul_pd(a, v0));
-                        high = _mm512_add_pd(high, _mm512_mul_pd(a, v1));
-                    }};
-                }
-                // the 4 bits at `shift` of a gathered word; byte `t` of it as a signed integer (Q8_0)
-                macro_rules! nibble {
-                    ($word:expr, $shift:expr) => {
-                        _mm512_and_si512(_mm512_srli_epi32::<{ $shift }>($word), _mm512_set1_epi32(0x0f))
-                    };
-                }
-                macro_rules! signed {
-                    ($word:expr, $t:expr) => {
-                        _mm512_srai_epi32::<24>(_mm512_slli_epi32::<{ 24 - 8 * $t }>($word))
-                    };
-                }
-                match format {
-                    BlockFormat::Q8_0 => {
-                        for k in 0..8 {
-                            let word = gather!(at + 2 + 4 * k);
-                            let q = [signed!(word, 0), signed!(word, 1), signed!(word, 2), signed!(word, 3)];
-                            for (t, q) in q.into_iter().enumerate() {
-                                add!(4 * k + t, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
-                            }
-                        }
-                    }
-                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                        let offset = if format == BlockFormat::Q4_1 { 4 } else { 2 };
-                        let words = [
-                            gather!(at + offset),
-                            gather!(at + offset + 4),
-                            gather!(at + offset + 8),
-                            gather!(at + offset + 12),
-                        ];
-                        for upper in [false, true] {
-                            for (k, &word) in words.iter().enumerate() {
-                                let q = if upper {
-                                    [nibble!(word, 4), nibble!(word, 12), nibble!(word, 20), nibble!(word, 28)]
-                                } else {
-                                    [nibble!(word, 0), nibble!(word, 8), nibble!(word, 16), nibble!(word, 24)]
-                                };
-                                for (t, q) in q.into_iter().enumerate() {
-                                    let q = _mm512_cvtepi32_ps(q);
-                                    let v = if format == BlockFormat::Q4_1 {
-                                        _mm512_add_ps(_mm512_mul_ps(d, q), m)
-                                    } else {
-                                        _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
-                                    };
-                                    add!(16 * usize::from(upper) + 4 * k + t, v);
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if s == 0 {
-                (total_low, total_high) = (low, high);
-            } else {
-                total_low = _mm512_add_pd(total_low, low);
-                total_high = _mm512_add_pd(total_high, high);
-            }
-        }
-        let mut totals = [0.0; 2 * LANES];
-        // SAFETY: sixteen values.
-        unsafe {
-            _mm512_storeu_pd(totals.as_mut_ptr(), total_low);
-            _mm512_storeu_pd(totals.as_mut_ptr().add(LANES), total_high);
-        }
-        totals
-    }
 }
 
 #[cfg(test)]
