@@ -25,8 +25,9 @@
 //! ([`QuantRows::new`], and the rows after a matrix's last whole group) take a kernel that reads
 //! eight bytes of each of eight rows and transposes them as words, compiled per target too: a
 //! model's matrices are grouped, so it only sums the few rows after their last whole group. (It
-//! had AVX2 and AVX-512 twins that fetched four bytes of sixteen rows with one gather; the
-//! grouped kernel is three times as fast, and they went.)
+//! had AVX2 and AVX-512 twins that fetched four bytes of sixteen rows with one gather, after
+//! copying each group's rows near; in a decode the grouped kernel takes about 5.5 ms a token where
+//! they took about 12 with their copies, and they went.)
 //!
 //! What bounds it: per weight, the dequantization (integer to `f32`, scale, minimum), the
 //! widening to `f64`, and a multiply and an add in `f64` that cannot fuse (the one-row path rounds
