@@ -129,6 +129,30 @@ fn the_quantized_model_computes_the_bits_of_the_f64_decoder() {
 }
 
 #[test]
+fn one_model_serves_threads_and_pools_with_the_same_bits() {
+    fn shared<T: Send + Sync>(_: &T) {}
+    let model = QuantizedLlama::load(TINY, GgufRope::AsStored).unwrap();
+    shared(&model);
+    let logits = |model: &QuantizedLlama| {
+        let mut caches = model.new_caches(1);
+        let prompt = model.forward_cached(&[1, 5, 9, 2, 30], [1, 5], &mut caches).unwrap();
+        (prompt, model.forward_cached(&[4], [1, 1], &mut caches).unwrap())
+    };
+    // from this thread, outside any pool: the pass moves onto a worker of the global pool
+    let here = logits(&model);
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..3).map(|_| s.spawn(|| logits(&model))).collect();
+        for thread in threads {
+            assert_eq!(thread.join().unwrap(), here);
+        }
+    });
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        assert_eq!(pool.install(|| logits(&model)), here, "{threads} threads");
+    }
+}
+
+#[test]
 fn bad_calls_are_typed_errors_and_leave_the_caches_unchanged() {
     let model = QuantizedLlama::load(TINY, GgufRope::AsStored).unwrap();
     let mut caches = model.new_caches(1);

@@ -1,4 +1,5 @@
-//! Keeping the thread pool's workers awake through a call made of many short parallel steps.
+//! Keeping the thread pool's workers awake through a call made of many short parallel steps, and
+//! running such a call on one of the pool's own threads.
 //!
 //! The teaching crate's layers' forwards, its backward sweep and its decoder's passes run inside
 //! it. Why it exists is measured in `docs/performance.md`.
@@ -22,6 +23,12 @@
 //! and it does not start on a thread that is itself inside such a call or already spinning for
 //! another: a thread that picks it up while it waits for its own work goes back to waiting at
 //! once. Between attempts it yields its CPU to any other runnable thread.
+//!
+//! A call made from a thread outside the pool (a program's `main`) pays once more for every
+//! region: rayon hands the region to the pool and puts the calling thread to sleep until it is
+//! done, and waking it is again a switch of threads. [`on_pool`] moves the whole call onto a
+//! worker of the pool, so that its regions start where they are needed; a real model's decoding
+//! step takes about a tenth less time, its prefill about a fifth (`docs/performance.md`).
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -67,6 +74,17 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` on a worker of the current pool — the global one when called from outside any pool —
+/// and returns what it returns; on a thread of a pool already, it simply runs `f`. A panic in `f`
+/// propagates. Nothing `f` computes changes, only the thread that starts it (see the module docs).
+pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    // rayon runs a scope's body on a worker, the calling thread waiting once for all of it
+    rayon::scope(|_| f())
+}
+
 /// Executes the pool's pending work until `done` or a limit (see the module docs).
 fn spin_until(done: &AtomicBool) {
     if AWAKE.with(Cell::get) || SPINNING.with(Cell::get) {
@@ -93,7 +111,7 @@ mod tests {
 
     use rayon::prelude::*;
 
-    use super::with_workers_awake;
+    use super::{on_pool, with_workers_awake};
 
     fn pool(threads: usize) -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
@@ -130,6 +148,22 @@ mod tests {
         }
         // outside any pool: the global one
         assert_eq!(with_workers_awake(regions), plain);
+    }
+
+    #[test]
+    fn on_pool_runs_on_a_worker_with_the_same_result() {
+        let plain = pool(1).install(regions);
+        // from outside any pool, on a worker of the global one
+        assert!(std::thread::spawn(|| on_pool(rayon::current_thread_index)).join().unwrap().is_some());
+        assert_eq!(on_pool(|| with_workers_awake(regions)), plain);
+        // inside a pool it stays on the calling worker, of that pool
+        for threads in [1, 2] {
+            let here = pool(threads).install(|| (rayon::current_thread_index(), on_pool(rayon::current_thread_index)));
+            assert_eq!(here.0, here.1);
+            assert_eq!(pool(threads).install(|| on_pool(regions)), plain);
+        }
+        let caught = std::panic::catch_unwind(|| on_pool(|| panic!("a panic inside on_pool (expected by this test)")));
+        assert!(caught.is_err());
     }
 
     #[test]

@@ -91,6 +91,6 @@ fn main() -> ExitCode {
         // the next step instead of handing it back to the system and faulting it in again (a
         // sixth of a run went to page faults; no number changes)
         llm_from_scratch::kernels::allocator::keep_freed_memory();
-        cli::print(&run(&args)?)
+        cli::print(&cli::on_pool(|| run(&args))?)
     })())
 }

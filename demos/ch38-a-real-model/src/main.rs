@@ -48,11 +48,13 @@ fn main() -> ExitCode {
         args.chapter.run.apply()?;
         let path = model_path(args.model.as_deref())?;
         if let Some(text) = args.prompt {
-            let (tokenizer, model) = load_quantized(&path)?;
-            let run = run_prompt(&model, &tokenizer, "user", text, args.tokens)?;
+            let run = cli::on_pool(|| {
+                let (tokenizer, model) = load_quantized(&path)?;
+                Ok(run_prompt(&model, &tokenizer, "user", text, args.tokens)?)
+            })?;
             return cli::print(&render_prompt(&run));
         }
-        let evidence = evidence_from(&path)?;
+        let evidence = cli::on_pool(|| Ok(evidence_from(&path)?))?;
         args.chapter.draw(&evidence, render_svg, render_thumbnail)?;
         cli::print(&render_report(&evidence))
     })())

@@ -16,12 +16,12 @@ use crate::tensor::Tensor;
 /// One block's weights: the two gains in `f64`, the seven matrices as the file stores them.
 #[derive(Clone, Debug)]
 struct Block {
-    input_norm: TensorValue,
+    input_norm: Tensor,
     query: QuantizedMatrix,
     key: QuantizedMatrix,
     value: QuantizedMatrix,
     output: QuantizedMatrix,
-    post_norm: TensorValue,
+    post_norm: Tensor,
     gate: QuantizedMatrix,
     up: QuantizedMatrix,
     down: QuantizedMatrix,
@@ -58,7 +58,7 @@ pub struct QuantizedLlama {
     rope: RotaryEmbedding,
     embed: QuantizedMatrix,
     blocks: Vec<Block>,
-    norm: TensorValue,
+    norm: Tensor,
     head: Option<QuantizedMatrix>,
 }
 
@@ -101,7 +101,7 @@ impl QuantizedLlama {
                 match (p.layout, info.dims()) {
                     (Layout::AsStored, &[_]) => {
                         let gain = Tensor::new(&p.shape, file.dequantize(info.name())?).map_err(ModelError::from)?;
-                        gains.push(TensorValue::leaf(gain, false));
+                        gains.push(gain);
                     }
                     (layout, &[cols, rows]) => {
                         let heads = if let Layout::Transposed(heads) = layout { heads } else { None };
@@ -171,7 +171,9 @@ impl QuantizedLlama {
 
     /// Logits `[B, T, V]` for the next `T` tokens of each of `B` sequences after what `caches`
     /// hold, appending their keys and values: [`crate::model::Decoder::forward_cached`], read from
-    /// the blocks.
+    /// the blocks. The pass runs on a worker of the current thread pool — the global one when it
+    /// is called from another thread, such as a program's `main` — where each of its parallel
+    /// regions starts without waking the calling thread ([`llm_kernels::parallel::on_pool`]).
     ///
     /// # Errors
     /// [`GgufError::Model`] with [`ModelError::CacheCount`]; [`ModelError::Attention`] for caches
@@ -185,7 +187,11 @@ impl QuantizedLlama {
         shape: [usize; 2],
         caches: &mut [KvCache],
     ) -> Result<Tensor, GgufError> {
-        llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches))
+        // on a worker of the pool, where each of the pass's parallel regions starts without waking
+        // the calling thread (see `llm_kernels::parallel::on_pool`)
+        llm_kernels::parallel::on_pool(|| {
+            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches))
+        })
     }
 
     fn forward_body(&self, tokens: &[usize], [b, t]: [usize; 2], caches: &mut [KvCache]) -> Result<Tensor, GgufError> {
@@ -217,7 +223,7 @@ impl QuantizedLlama {
         for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
             x = self.block(block, x, cache, first)?;
         }
-        let h = TensorValue::leaf(x, false).rms_norm(&self.norm, self.config.rms_eps)?.value()?;
+        let h = self.rms_norm(&TensorValue::leaf(x, false), &self.norm)?;
         let logits = self.head.as_ref().unwrap_or(&self.embed).rows_times(h.as_slice())?;
         Ok(Tensor::new(&[b, t, v], logits)?)
     }
@@ -228,7 +234,7 @@ impl QuantizedLlama {
         let c = &self.attention;
         let (b, t) = (x.shape()[0], x.shape()[1]);
         let x = TensorValue::leaf(x, false);
-        let normed = x.rms_norm(&w.input_norm, self.config.rms_eps)?.value()?;
+        let normed = self.rms_norm(&x, &w.input_norm)?;
         let [q, k, v] = products(normed.as_slice(), [&w.query, &w.key, &w.value])?;
         let positions: Vec<usize> = (first..first + t).collect();
         let heads = |values: Vec<f64>, n: usize, branch| {
@@ -246,12 +252,18 @@ impl QuantizedLlama {
         let merged = merge_heads(&constant(&[b, c.query_heads, t, c.head_width], &attended)?)?.value()?;
         let out = w.output.rows_times(merged.as_slice())?;
         let h = x.add(&constant(x.shape(), &out)?)?;
-        let normed = h.rms_norm(&w.post_norm, self.config.rms_eps)?.value()?;
+        let normed = self.rms_norm(&h, &w.post_norm)?;
         let [gate, up] = products(normed.as_slice(), [&w.gate, &w.up])?;
         let f = gate.len() / (b * t).max(1);
         let hidden = constant(&[b, t, f], &gate)?.silu()?.mul(&constant(&[b, t, f], &up)?)?.value()?;
         let fed = w.down.rows_times(hidden.as_slice())?;
         Ok(h.add(&constant(h.shape(), &fed)?)?.value()?)
+    }
+
+    /// The decoder's RMSNorm of `x` with `gain`: the model keeps its gains as plain tensors, so
+    /// that it can be shared between threads (a [`TensorValue`] is a node of one thread's tape).
+    fn rms_norm(&self, x: &TensorValue, gain: &Tensor) -> Result<Tensor, GgufError> {
+        Ok(x.rms_norm(&TensorValue::leaf(gain.clone(), false), self.config.rms_eps)?.value()?)
     }
 }
 

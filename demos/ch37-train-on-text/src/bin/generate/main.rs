@@ -245,6 +245,6 @@ fn main() -> ExitCode {
     cli::finish((|| {
         let args: Cli = cli::parse("generate")?;
         args.run.apply()?;
-        run(&args)
+        cli::on_pool(|| run(&args))
     })())
 }
