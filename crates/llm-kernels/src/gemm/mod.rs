@@ -357,6 +357,55 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
     Ok(out)
 }
 
+/// `lhs · rhs` (`m × n`) written into columns `first..first + n` of `dst`, a row-major matrix of
+/// `m` rows of `dst_cols` values; the other columns are left as they are. The values are those
+/// [`matmul`] gives (the same sums, bitwise).
+///
+/// For the product of a few rows with a matrix that comes in panels of its columns — the logits
+/// of a prefill, panel by panel of a vocabulary — this saves a buffer and a copy of every
+/// panel's output, and the kernel's threads, not one thread after them, write the destination's
+/// rows. Products the general kernel does not run (small ones, one row, split ones) are computed
+/// apart and copied in.
+///
+/// # Errors
+/// [`ShapeError`] if the dimensions do not chain, `dst` does not hold `m · dst_cols` values or the
+/// columns pass `dst_cols`.
+#[allow(unsafe_code)]
+pub fn matmul_into_columns(
+    dst: &mut [f64],
+    dst_cols: usize,
+    first: usize,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    parallel: bool,
+) -> Result<()> {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let fits = first.checked_add(n).is_some_and(|end| end <= dst_cols) && m.checked_mul(dst_cols) == Some(dst.len());
+    if lhs.cols != rhs.rows || !fits {
+        return Err(ShapeError {
+            lhs: vec![m, k],
+            rhs: vec![rhs.rows, n],
+            reason: "need lhs [m,k], rhs [k,n] and a destination of m rows of at least first + n columns",
+        });
+    }
+    let target = active();
+    let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
+        || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
+    if m == 0 || n == 0 || k == 0 || is_small(m, k, n) || one_row || splits_rows(m, k, n) {
+        let part = matmul_new(lhs, rhs, parallel)?;
+        for (row, values) in dst.chunks_exact_mut(dst_cols).zip(part.chunks_exact(n)) {
+            row[first..first + n].copy_from_slice(values);
+        }
+        return Ok(());
+    }
+    note(target);
+    // SAFETY: row i of the product goes to dst[i·dst_cols + first..][..n], inside `dst` (checked
+    // above: first + n ≤ dst_cols and m·dst_cols values), which is exclusively borrowed; the
+    // views were checked by `MatRef::new` and chain (checked above).
+    unsafe { gemm_raw_strided(target, dst[first..].as_mut_ptr(), dst_cols, lhs, rhs, 1.0, false, parallel) };
+    Ok(())
+}
+
 /// Below [`SMALL_PRODUCT`] multiply-adds: the naive loop.
 fn is_small(m: usize, k: usize, n: usize) -> bool {
     m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT
@@ -391,6 +440,26 @@ unsafe fn gemm_raw(
     accumulate: bool,
     parallel: bool,
 ) {
+    // SAFETY: the caller's contract, with rows of n values one after the other
+    unsafe { gemm_raw_strided(target, dst, rhs.cols, lhs, rhs, scale, accumulate, parallel) }
+}
+
+/// [`gemm_raw`] into a destination whose rows start `dst_stride` values apart.
+///
+/// # Safety
+/// `dst_stride ≥ n`; `dst` points at `m` rows of `n` writable values, `dst_stride` apart, that
+/// nothing else accesses during the call, initialised if `accumulate`; the dimensions chain.
+#[allow(unsafe_code, clippy::too_many_arguments)]
+unsafe fn gemm_raw_strided(
+    target: Target,
+    dst: *mut f64,
+    dst_stride: usize,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+    parallel: bool,
+) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel { gemm_common::Parallelism::Rayon(0) } else { gemm_common::Parallelism::None };
     let isz = |v: usize| v as isize;
@@ -404,7 +473,7 @@ unsafe fn gemm_raw(
             m,
             k,
             dst,
-            isz(n),
+            isz(dst_stride),
             1,
             accumulate,
             rhs.data.as_ptr(),
@@ -428,6 +497,56 @@ mod tests {
     //! The paths' choices and views; the products themselves are held to the teaching crate's
     //! naive loop by its tests (`tensor::matmul`).
     use super::*;
+
+    #[test]
+    fn a_product_into_columns_is_the_product_bitwise_on_every_path_and_target() {
+        use crate::target::{Target, with_target};
+        let value = |i: usize| ((i * 7919 % 1000) as f64 - 500.0) / 77.0;
+        let values = |len: usize, seed: usize| (0..len).map(|i| value(i + seed)).collect::<Vec<_>>();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // the general kernel (plain and transposed right side), a small product, one row, a split one
+        for (m, k, n, transposed) in
+            [(40, 70, 90, false), (40, 70, 90, true), (3, 4, 5, false), (1, 300, 80, false), (64, 600, 20, false)]
+        {
+            let (a, b) = (values(m * k, 1), values(k * n, 2));
+            let lhs = MatRef::row_major(&a, m, k).unwrap();
+            let rhs = if transposed {
+                MatRef::row_major(&b, n, k).unwrap().t()
+            } else {
+                MatRef::row_major(&b, k, n).unwrap()
+            };
+            for target in Target::available() {
+                for parallel in [false, true] {
+                    let run = || {
+                        with_target(target, || {
+                            let mut want = vec![0.0; m * n];
+                            matmul(&mut want, lhs, rhs, false, parallel).unwrap();
+                            let (cols, first) = (n + 13, 6);
+                            let mut got = vec![-1.5; m * cols];
+                            matmul_into_columns(&mut got, cols, first, lhs, rhs, parallel).unwrap();
+                            for (row, want) in got.chunks_exact(cols).zip(want.chunks_exact(n)) {
+                                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                                assert_eq!(bits(&row[first..first + n]), bits(want), "{m}×{k}·{k}×{n} {target:?}");
+                                assert!(
+                                    row[..first].iter().chain(&row[first + n..]).all(|&x| x == -1.5),
+                                    "other columns untouched"
+                                );
+                            }
+                        })
+                        .unwrap()
+                    };
+                    pool.install(run);
+                }
+            }
+        }
+        // columns past the destination, a destination of the wrong length, sizes that do not chain
+        let (a, b) = (values(4 * 6, 1), values(6 * 5, 2));
+        let (lhs, rhs) = (MatRef::row_major(&a, 4, 6).unwrap(), MatRef::row_major(&b, 6, 5).unwrap());
+        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, 4, lhs, rhs, false).is_err());
+        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, usize::MAX, lhs, rhs, false).is_err());
+        assert!(matmul_into_columns(&mut [0.0; 3 * 8], 8, 0, lhs, rhs, false).is_err());
+        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, 0, rhs, lhs, false).is_err());
+    }
 
     #[test]
     fn a_wide_output_or_a_short_inner_dimension_stays_whole() {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul};
+use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul, matmul_into_columns, matmul_new};
 use llm_kernels::quant::{self, BlockFormat, QuantRows};
 
 use crate::gguf::{GgufError, TensorType, dequantize_into};
@@ -306,12 +306,11 @@ impl QuantizedMatrix {
         crate::tensor::dense::element_count("quantized rows times", &[t, self.rows])
             .map_err(|e| self.error(e.to_string()))?;
         let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
-        let mut out = vec![0.0; t * self.rows];
+        let mut out = Vec::new();
         let whole = self.rows.saturating_mul(self.cols) <= WHOLE_VALUES;
         let step = if whole { self.rows } else { (PANEL_VALUES / self.cols.max(1)).max(1) };
         // the panels of the last prefill, reused: 16 MiB each at most, written before every read
         let (mut stored, mut panel) = PANELS.with(RefCell::take);
-        let mut part = Vec::new();
         for first in (0..self.rows).step_by(step.max(1)) {
             let rows = first..(first + step).min(self.rows);
             let n = rows.len();
@@ -328,14 +327,16 @@ impl QuantizedMatrix {
             };
             let rhs = rhs.map_err(|e| self.error(e.to_string()))?;
             if n == self.rows {
-                matmul(&mut out, lhs, rhs, false, true).map_err(|e| self.error(e.to_string()))?;
+                out = matmul_new(lhs, rhs, true).map_err(|e| self.error(e.to_string()))?;
                 break;
             }
-            part.resize(t * n, 0.0);
-            matmul(&mut part, lhs, rhs, false, true).map_err(|e| self.error(e.to_string()))?;
-            for (dst, src) in out.chunks_exact_mut(self.rows).zip(part.chunks_exact(n)) {
-                dst[rows.clone()].copy_from_slice(src);
+            // a panel's outputs go straight to their columns of the rows (the head's logits: 100
+            // MB for 256 tokens of SmolLM2, written by the product's threads, not copied after)
+            if out.is_empty() {
+                out = vec![0.0; t * self.rows];
             }
+            matmul_into_columns(&mut out, self.rows, rows.start, lhs, rhs, true)
+                .map_err(|e| self.error(e.to_string()))?;
         }
         PANELS.with(|p| p.replace((stored, panel)));
         Ok(out)
