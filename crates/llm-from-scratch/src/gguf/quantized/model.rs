@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::QuantizedMatrix;
 use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
-use crate::autodiff::{TensorValue, constant};
+use crate::autodiff::TensorValue;
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
 use crate::gguf::{Gguf, GgufError, TensorType};
 use crate::model::{DecoderConfig, Generator, ModelError};
@@ -238,7 +238,7 @@ impl QuantizedLlama {
         let [q, k, v] = products(normed.as_slice(), [&w.query, &w.key, &w.value])?;
         let positions: Vec<usize> = (first..first + t).collect();
         let heads = |values: Vec<f64>, n: usize, branch| {
-            let projected = constant(&[b, t, n * c.head_width], &values)?;
+            let projected = held(&[b, t, n * c.head_width], values)?;
             split_heads_of(&projected, n, Some(branch))
         };
         let rotate = |heads: TensorValue, branch| {
@@ -249,15 +249,15 @@ impl QuantizedLlama {
         let v = heads(v, c.kv_heads, Branch::Value)?.value()?;
         let attended = attend_cached(c, None, cache, (&q, &k, &v), first)?; // [B,H,T,d_h]
         cache.append(&k, &v, first);
-        let merged = merge_heads(&constant(&[b, c.query_heads, t, c.head_width], &attended)?)?.value()?;
+        let merged = merge_heads(&held(&[b, c.query_heads, t, c.head_width], attended)?)?.value()?;
         let out = w.output.rows_times(merged.as_slice())?;
-        let h = x.add(&constant(x.shape(), &out)?)?;
+        let h = x.add(&held(x.shape(), out)?)?;
         let normed = self.rms_norm(&h, &w.post_norm)?;
         let [gate, up] = products(normed.as_slice(), [&w.gate, &w.up])?;
         let f = gate.len() / (b * t).max(1);
-        let hidden = constant(&[b, t, f], &gate)?.silu()?.mul(&constant(&[b, t, f], &up)?)?.value()?;
+        let hidden = held(&[b, t, f], gate)?.silu()?.mul(&held(&[b, t, f], up)?)?.value()?;
         let fed = w.down.rows_times(hidden.as_slice())?;
-        Ok(h.add(&constant(h.shape(), &fed)?)?.value()?)
+        Ok(h.add(&held(h.shape(), fed)?)?.value()?)
     }
 
     /// The decoder's RMSNorm of `x` with `gain`: the model keeps its gains as plain tensors, so
@@ -290,6 +290,12 @@ impl Generator for QuantizedLlama {
     fn forward_window(&self, window: &[usize]) -> Result<Tensor, GgufError> {
         QuantizedLlama::forward_cached(self, window, [1, window.len()], &mut self.new_caches(1))
     }
+}
+
+/// `values` as a constant of the pass (no gradient), moved rather than copied: a prefill's
+/// projections are megabytes a layer.
+fn held(shape: &[usize], values: Vec<f64>) -> crate::error::Result<TensorValue> {
+    Ok(TensorValue::leaf(Tensor::new(shape, values)?, false))
 }
 
 /// The rows `x` times each matrix: one token's products share a parallel pass.
