@@ -371,6 +371,18 @@ mod tests {
     }
 
     #[test]
+    fn work_on_the_pool_returns_its_value_and_keeps_its_failures_statuses() {
+        // from this thread (outside any pool) the work runs on a worker of the global pool
+        assert!(on_pool(|| Ok(rayon::current_thread_index())).unwrap().is_some());
+        let pipe = on_pool(|| -> Result<(), Failure> { Err(Failure::Output(io::ErrorKind::BrokenPipe.into())) });
+        assert_eq!(finish(pipe), ExitCode::from(BROKEN_PIPE_STATUS));
+        let usage = on_pool(|| -> Result<(), Failure> { Err(Failure::Usage(chapter(&["-x"]).unwrap_err_usage())) });
+        assert_eq!(finish(usage), ExitCode::from(2));
+        let run = on_pool(|| -> Result<(), Failure> { Err(std::fmt::Error.into()) }).unwrap_err();
+        assert!(matches!(&run, Failure::Run(message) if message == &std::fmt::Error.to_string()), "{run}");
+    }
+
+    #[test]
     fn a_chapter_draws_the_figure_and_the_thumbnail_it_was_asked_for() {
         let dir = std::env::temp_dir().join(format!("demo-support-draw-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
