@@ -116,8 +116,8 @@ pub fn finish(result: Result<(), Failure>) -> ExitCode {
 /// Runs a binary's work on a worker of the thread pool, after [`RunArgs::apply`] has started it
 /// ([`llm_from_scratch::kernels::parallel::on_pool`]): a program's `main` is not one of the pool's
 /// threads, and each parallel region it starts would otherwise wait for the pool and wake it
-/// again (chapter 37's training takes about a seventh less time on the pool). Nothing computed
-/// changes.
+/// again (chapter 37's release run takes 0.79 of the time on the pool, `docs/performance.md`).
+/// Nothing computed changes; a panic in `work` names the worker thread rather than `main`.
 ///
 /// # Errors
 /// What `work` returns.

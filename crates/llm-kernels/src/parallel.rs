@@ -75,14 +75,18 @@ pub fn with_workers_awake<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `f` on a worker of the current pool — the global one when called from outside any pool —
-/// and returns what it returns; on a thread of a pool already, it simply runs `f`. A panic in `f`
-/// propagates. Nothing `f` computes changes, only the thread that starts it (see the module docs).
+/// and returns what it returns; on a thread of a pool already, it simply runs `f`. The kernel
+/// target in force on the calling thread ([`crate::target::with_target`]) is in force for `f`
+/// too. A panic in `f` propagates (rayon's message names the worker, not `main`). Nothing `f`
+/// computes changes, only the thread that starts it (see the module docs).
 pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     if rayon::current_thread_index().is_some() {
         return f();
     }
+    // the target is the calling thread's (`with_target` keeps it per thread): hand it on
+    let target = crate::target::active();
     // rayon runs a scope's body on a worker, the calling thread waiting once for all of it
-    rayon::scope(|_| f())
+    rayon::scope(|_| target.within(f))
 }
 
 /// Executes the pool's pending work until `done` or a limit (see the module docs).
@@ -164,6 +168,12 @@ mod tests {
         }
         let caught = std::panic::catch_unwind(|| on_pool(|| panic!("a panic inside on_pool (expected by this test)")));
         assert!(caught.is_err());
+        // a target forced on the calling thread holds on the worker
+        use crate::target::{Target, active, with_target};
+        for target in Target::available() {
+            let seen = std::thread::spawn(move || with_target(target, || on_pool(active)).unwrap()).join().unwrap();
+            assert_eq!(seen, target);
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     cli::finish((|| {
         let args: Cli = cli::parse("ch30-multi-head-attention")?;
         args.chapter.run.apply()?;
-        let evidence = learner_evidence()?;
+        let evidence = cli::on_pool(|| Ok(learner_evidence()?))?;
         if args.trace {
             return cli::print(
                 &render_diagram_trace(&evidence).iter().map(|line| format!("{line}\n")).collect::<String>(),

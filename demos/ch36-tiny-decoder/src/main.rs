@@ -75,18 +75,18 @@ fn main() -> ExitCode {
     cli::finish((|| {
         let args: Cli = cli::parse("ch36-tiny-decoder")?;
         args.chapter.run.apply()?;
-        let report = match &args.text {
+        let report = cli::on_pool(|| match &args.text {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
                 let progress = progress(args.steps, TEXT_BATCH * CONTEXT, args.quiet);
-                render_text_run(&train_on_text(&text, args.steps, progress)?)
+                Ok(render_text_run(&train_on_text(&text, args.steps, progress)?))
             }
             None => {
                 let evidence = learner_evidence_with_progress(progress(STEPS, BATCH * TOKENS, args.quiet))?;
                 args.chapter.draw(&evidence, render_svg, render_thumbnail)?;
-                render_report(&evidence)
+                Ok(render_report(&evidence))
             }
-        };
+        })?;
         cli::print(&report)?;
         if !args.quiet && std::io::stderr().is_terminal() {
             cli::note(format!("done in {:.1} s", start.elapsed().as_secs_f64()));

@@ -388,10 +388,13 @@ pub fn matmul_into_columns(
             reason: "need lhs [m,k], rhs [k,n] and a destination of m rows of at least first + n columns",
         });
     }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
     let target = active();
     let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
         || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
-    if m == 0 || n == 0 || k == 0 || is_small(m, k, n) || one_row || splits_rows(m, k, n) {
+    if k == 0 || is_small(m, k, n) || one_row || splits_rows(m, k, n) {
         let part = matmul_new(lhs, rhs, parallel)?;
         for (row, values) in dst.chunks_exact_mut(dst_cols).zip(part.chunks_exact(n)) {
             row[first..first + n].copy_from_slice(values);
@@ -504,10 +507,22 @@ mod tests {
         let value = |i: usize| ((i * 7919 % 1000) as f64 - 500.0) / 77.0;
         let values = |len: usize, seed: usize| (0..len).map(|i| value(i + seed)).collect::<Vec<_>>();
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        // the general kernel (plain and transposed right side), a small product, one row, a split one
-        for (m, k, n, transposed) in
-            [(40, 70, 90, false), (40, 70, 90, true), (3, 4, 5, false), (1, 300, 80, false), (64, 600, 20, false)]
-        {
+        // the general kernel (plain and transposed right side; one thread and, above gemm-f64's
+        // threshold, several), a small product, one row (plain and transposed), a split one, and
+        // empty sizes (nothing to write; no inner dimension: zeros)
+        let shapes = [
+            (40, 70, 90, false),
+            (40, 70, 90, true),
+            (128, 256, 300, false),
+            (3, 4, 5, false),
+            (1, 300, 80, false),
+            (1, 300, 80, true),
+            (64, 600, 20, false),
+            (0, 5, 7, false),
+            (6, 5, 0, false),
+            (6, 0, 7, false),
+        ];
+        for (m, k, n, transposed) in shapes {
             let (a, b) = (values(m * k, 1), values(k * n, 2));
             let lhs = MatRef::row_major(&a, m, k).unwrap();
             let rhs = if transposed {
@@ -521,16 +536,18 @@ mod tests {
                         with_target(target, || {
                             let mut want = vec![0.0; m * n];
                             matmul(&mut want, lhs, rhs, false, parallel).unwrap();
-                            let (cols, first) = (n + 13, 6);
-                            let mut got = vec![-1.5; m * cols];
-                            matmul_into_columns(&mut got, cols, first, lhs, rhs, parallel).unwrap();
-                            for (row, want) in got.chunks_exact(cols).zip(want.chunks_exact(n)) {
+                            // columns in the middle, and at the right edge
+                            let cols = n + 13;
+                            for first in [6, cols - n] {
+                                let mut got = vec![-1.5; m * cols];
+                                matmul_into_columns(&mut got, cols, first, lhs, rhs, parallel).unwrap();
                                 let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                                assert_eq!(bits(&row[first..first + n]), bits(want), "{m}×{k}·{k}×{n} {target:?}");
-                                assert!(
-                                    row[..first].iter().chain(&row[first + n..]).all(|&x| x == -1.5),
-                                    "other columns untouched"
-                                );
+                                for (i, row) in got.chunks_exact(cols).enumerate() {
+                                    let want = &want[i * n..(i + 1) * n];
+                                    assert_eq!(bits(&row[first..first + n]), bits(want), "{m}×{k}·{k}×{n} {target:?}");
+                                    let mut others = row[..first].iter().chain(&row[first + n..]);
+                                    assert!(others.all(|&x| x == -1.5), "other columns untouched");
+                                }
                             }
                         })
                         .unwrap()

@@ -420,7 +420,9 @@ thread_local! {
     /// The dequantized rows and their transpose from a thread's last prefill product, kept so
     /// that the next product writes into memory already mapped (a fresh 7 MB buffer per matrix
     /// cost a page fault per 4 KiB, about a tenth of a prefill). At most 16 MiB each
-    /// ([`PANEL_VALUES`] values), held by each thread that has run a prefill until it exits.
+    /// ([`PANEL_VALUES`] values), held by each thread that has run a prefill until it exits —
+    /// a pool's workers, where `QuantizedLlama` runs its passes, live as long as the pool (the
+    /// global one, as long as the process): up to 32 MiB each.
     static PANELS: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
