@@ -319,9 +319,7 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
     check_dims(len, &lhs, &rhs)?;
     let target = active();
     note(target);
-    let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
-        || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
-    if len == 0 || k == 0 || is_small(m, k, n) || one_row {
+    if len == 0 || k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
         let mut out = vec![0.0; len];
         matmul(&mut out, lhs, rhs, false, parallel)?;
         return Ok(out);
@@ -392,9 +390,7 @@ pub fn matmul_into_columns(
         return Ok(());
     }
     let target = active();
-    let one_row = takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
-        || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride);
-    if k == 0 || is_small(m, k, n) || one_row || splits_rows(m, k, n) {
+    if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) || splits_rows(m, k, n) {
         let part = matmul_new(lhs, rhs, parallel)?;
         for (row, values) in dst.chunks_exact_mut(dst_cols).zip(part.chunks_exact(n)) {
             row[first..first + n].copy_from_slice(values);
@@ -407,6 +403,13 @@ pub fn matmul_into_columns(
     // views were checked by `MatRef::new` and chain (checked above).
     unsafe { gemm_raw_strided(target, dst[first..].as_mut_ptr(), dst_cols, lhs, rhs, 1.0, false, parallel) };
     Ok(())
+}
+
+/// Whether [`matmul_scaled`] runs `m × k · rhs` on one of its one-row paths.
+fn one_row(m: usize, k: usize, rhs: &MatRef<'_>) -> bool {
+    let n = rhs.cols;
+    takes_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
+        || takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride)
 }
 
 /// Below [`SMALL_PRODUCT`] multiply-adds: the naive loop.
