@@ -43,6 +43,8 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn mul(self, a: Self::V, b: Self::V) -> Self::V;
     /// `c − a · b` in every lane, rounded once (`(−a)·b + c`).
     fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    /// `a + b` in every lane.
+    fn add(self, a: Self::V, b: Self::V) -> Self::V;
     /// `a − b` in every lane.
     fn sub(self, a: Self::V, b: Self::V) -> Self::V;
     /// `floor` in the lanes where `x < floor`, else `x` (NaN stays NaN).
@@ -217,6 +219,10 @@ impl<P: Pairs> Isa for P {
         [(-a[0]).mul_add(b[0], c[0]), (-a[1]).mul_add(b[1], c[1])]
     }
     #[inline(always)]
+    fn add(self, a: Self::V, b: Self::V) -> Self::V {
+        [a[0] + b[0], a[1] + b[1]]
+    }
+    #[inline(always)]
     fn sub(self, a: Self::V, b: Self::V) -> Self::V {
         [a[0] - b[0], a[1] - b[1]]
     }
@@ -241,10 +247,10 @@ impl<P: Pairs> Isa for P {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_andnot_pd, _mm256_castpd_si256,
+        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd, _mm256_castpd_si256,
         _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_max_pd,
         _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd, _mm256_sub_pd,
-        _mm512_add_epi64, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd,
+        _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd,
         _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_epi64,
         _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
@@ -324,6 +330,11 @@ mod x86 {
             unsafe { _mm512_fnmadd_pd(a, b, c) }
         }
         #[inline(always)]
+        fn add(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_add_pd(a, b) }
+        }
+        #[inline(always)]
         fn sub(self, a: Self::V, b: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm512_sub_pd(a, b) }
@@ -396,6 +407,11 @@ mod x86 {
         fn neg_mul_add(self, a: Self::V, b: Self::V, c: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe { _mm256_fnmadd_pd(a, b, c) }
+        }
+        #[inline(always)]
+        fn add(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_add_pd(a, b) }
         }
         #[inline(always)]
         fn sub(self, a: Self::V, b: Self::V) -> Self::V {

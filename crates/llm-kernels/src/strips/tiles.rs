@@ -178,18 +178,44 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
         // a lane that has seen no key yet keeps −∞ scores, whose weights are e^{−∞} = 0
         shift.0[c] = if t == f64::NEG_INFINITY { 0.0 } else { t };
     }
-    let mut total = Lanes::splat(0.0);
-    for row in scores.iter_mut() {
-        *row = exp_shifted(isa, row, &shift);
-        for (t, &x) in total.0.iter_mut().zip(&row.0) {
-            *t += x;
-        }
-    }
+    let total = exp_rows_summed(isa, scores, &shift);
     for c in 0..STRIP {
         sum.0[c] = sum.0[c] * alpha.0[c] + total.0[c];
     }
     *max = top;
     alpha
+}
+
+/// `row ← e^{row − shift}` for every row, returning their sum in each lane (added in row order).
+///
+/// Four registers of lanes at a time through all the rows, so that the sums stay in registers
+/// (summed lane by lane over [`Lanes`], the compiler rebuilt each row's registers from pieces of
+/// the values it had just stored).
+#[inline(always)]
+fn exp_rows_summed<I: Isa>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes {
+    const GROUP: usize = 4;
+    const { assert!(STRIP.is_multiple_of(GROUP * I::WIDTH)) };
+    let mut total = Lanes::splat(0.0);
+    for c0 in (0..STRIP).step_by(GROUP * I::WIDTH) {
+        #[allow(unsafe_code)]
+        // SAFETY: c0 + GROUP·WIDTH ≤ STRIP, the length of every row (the step divides STRIP).
+        unsafe {
+            let at = |v: usize| c0 + v * I::WIDTH;
+            let shift: [I::V; GROUP] = std::array::from_fn(|v| isa.load(&shift.0, at(v)));
+            let mut sums = [isa.splat(0.0); GROUP];
+            for row in scores.iter_mut() {
+                let z: [I::V; GROUP] = std::array::from_fn(|v| isa.sub(isa.load(&row.0, at(v)), shift[v]));
+                for (v, e) in exp_weight_vectors(isa, z).into_iter().enumerate() {
+                    isa.store(&mut row.0, at(v), e);
+                    sums[v] = isa.add(sums[v], e);
+                }
+            }
+            for (v, &s) in sums.iter().enumerate() {
+                isa.store(&mut total.0, at(v), s);
+            }
+        }
+    }
+    total
 }
 
 /// `e^{x − shift}` in every lane of a row (`exp_weight` of each, bit for bit), four registers
