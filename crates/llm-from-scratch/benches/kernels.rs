@@ -58,9 +58,6 @@ fn matrix_product(c: &mut Criterion) {
     group.finish();
 }
 
-/// Softmax over the last axis of [32,256,256] (2 097 152 values, 16 MiB): the forward alone, and
-/// forward + backward with one upstream adjoint. Memory-bound: the forward reads 16 MiB and writes
-/// 16 MiB; the backward reads y and dy and writes dx, 48 MiB more.
 /// A weight gradient `xᵀ·dy` (`x`, `dy`: 1024 × 256; 134 MFLOP), the shape `splits_rows` halves:
 /// the left side is a transposed view and the output small against the inner dimension.
 fn weight_gradient(c: &mut Criterion) {
@@ -82,6 +79,9 @@ fn weight_gradient(c: &mut Criterion) {
     group.finish();
 }
 
+/// Softmax over the last axis of [32,256,256] (2 097 152 values, 16 MiB): the forward alone, and
+/// forward + backward with one upstream adjoint. Memory-bound: the forward reads 16 MiB and writes
+/// 16 MiB; the backward reads y and dy and writes dx, 48 MiB more.
 fn softmax(c: &mut Criterion) {
     let shape = [32, 256, 256];
     let x = random_parameter(&shape, 3);
@@ -125,12 +125,45 @@ fn matmul_op(c: &mut Criterion) {
     group.finish();
 }
 
+/// One token's product with a `Q4_1` matrix in the grouped layout (`x · Wᵀ`, 576 inputs, the
+/// width of SmolLM2-135M), on one thread, from a matrix that stays in the second-level cache (1 536
+/// rows, 0.55 MB: a feed-forward weight of that model) and from one larger than the last-level
+/// cache (131 072 rows, 47 MB). Throughput in bytes of weights read: where the two rates are the
+/// same, the kernel's arithmetic bounds it, not memory (`docs/performance.md`).
+fn quantized_row(c: &mut Criterion) {
+    use llm_from_scratch::kernels::quant::{BlockFormat, QuantRows, group_rows, row_times_quantized};
+    let mut group = c.benchmark_group("quantized_row");
+    group.sampling_mode(SamplingMode::Flat);
+    let cols = 576;
+    let x = random_values(cols, 8);
+    for rows in [1536usize, 131_072] {
+        let mut rng = SplitMix64::new(9);
+        let block = BlockFormat::Q4_1.block_bytes();
+        let mut bytes: Vec<u8> = (0..rows * cols / 32 * block).map(|_| (rng.next_u64() >> 56) as u8).collect();
+        for b in bytes.chunks_exact_mut(block) {
+            b[1] &= 0x3b; // finite halves for the scale and the minimum
+            b[3] &= 0x3b;
+        }
+        group_rows(BlockFormat::Q4_1, &mut bytes, rows, cols).expect("whole blocks");
+        let w = QuantRows::grouped(BlockFormat::Q4_1, &bytes, rows, cols).expect("whole blocks");
+        let mut out = vec![0.0; rows];
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_function(BenchmarkId::new("q4_1_one_thread", rows), |bench| {
+            bench.iter(|| {
+                row_times_quantized(black_box(&x), &w, &mut out, false).expect("shapes match");
+                black_box(&out);
+            });
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = matrix_product, weight_gradient, softmax, matmul_op
+    targets = matrix_product, weight_gradient, softmax, matmul_op, quantized_row
 }
 criterion_main!(benches);
