@@ -374,7 +374,10 @@ pub(super) mod x86 {
                             for (q, &a) in quants.into_iter().zip(pair) {
                                 let q = _mm512_cvtepi32_ps(q);
                                 let v = if format == BlockFormat::Q4_1 {
-                                    _mm512_add_ps(_mm512_mul_ps(d, q), m)
+                                    // `d · q + m` rounded once, which is `value`'s two roundings:
+                                    // a half's 11 significant bits times 4 bits fit in `f32`'s 24,
+                                    // so `d · q` is exact (one instruction fewer per input, 8 %)
+                                    _mm512_fmadd_ps(d, q, m)
                                 } else {
                                     _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
                                 };
