@@ -247,12 +247,12 @@ impl<P: Pairs> Isa for P {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd, _mm256_castpd_si256,
-        _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_max_pd,
-        _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd, _mm256_sub_pd,
-        _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd,
-        _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_set1_epi64,
-        _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
+        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd,
+        _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd,
+        _mm256_max_pd, _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd,
+        _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask,
+        _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd,
+        _mm512_set1_epi64, _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel};
