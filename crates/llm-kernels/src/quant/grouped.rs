@@ -294,9 +294,10 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
     }
 }
 
-/// The grouped kernel written with AVX-512 instructions: each block's sixteen values of one
+/// The grouped kernel written with AVX-512 instructions — each block's sixteen values of one
 /// input made in one register of `f32` (the scales widened by one instruction), where the compiler
-/// splits [`GroupSums`]'s lanes into two halves of eight. The same operations, so the same bits.
+/// splits [`GroupSums`]'s lanes into two halves of eight — and with AVX2 ones. The same
+/// operations, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub(super) mod x86 {
@@ -395,6 +396,109 @@ pub(super) mod x86 {
             }
         }
         (total_low, total_high)
+    }
+
+    /// [`group_sums`] with AVX2 instructions: the sixteen values of one input made in two
+    /// registers of eight `f32` (the scales widened by F16C), each widened into two registers of
+    /// four `f64`. The compiled [`super::GroupSums`] makes the values four at a time instead.
+    ///
+    /// # Safety
+    /// The processor has AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(in super::super) unsafe fn group_sums_avx2(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        let group_bytes = GROUP * w.row_bytes();
+        let bytes = &w.bytes[first * w.row_bytes()..];
+        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+            for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums_avx2(w.format, group, x)) {
+                // SAFETY: four outputs.
+                unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), sums) };
+            }
+        }
+    }
+
+    /// The sixteen sums of one group, four rows to a register, in the order of [`super::sums`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn sums_avx2(format: BlockFormat, group: &[u8], x: &[f64]) -> [__m256d; 4] {
+        let block_bytes = GROUP * format.block_bytes();
+        let head_bytes = GROUP * format.head_bytes();
+        let mut totals = [_mm256_setzero_pd(); 4];
+        let mut blocks = group.chunks_exact(block_bytes);
+        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
+            let mut sums = [_mm256_setzero_pd(); 4];
+            for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+                let (head, lines) = grouped.split_at(head_bytes);
+                // eight halves from byte `at` of the head, widened
+                macro_rules! halves {
+                    ($at:expr) => {{
+                        let halves: &[u8] = &head[$at..][..GROUP];
+                        // SAFETY: sixteen bytes.
+                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) })
+                    }};
+                }
+                let d = [halves!(0), halves!(GROUP)];
+                let m = if format == BlockFormat::Q4_1 {
+                    [halves!(2 * GROUP), halves!(3 * GROUP)]
+                } else {
+                    [_mm256_setzero_ps(); 2]
+                };
+                // sums += x_i · (value i of the sixteen rows, f32 widened)
+                macro_rules! add {
+                    ($a:expr, $v:expr) => {{
+                        let (a, v): (__m256d, [__m256; 2]) = (_mm256_set1_pd($a), $v);
+                        for (h, v) in v.into_iter().enumerate() {
+                            let low = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+                            let high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+                            sums[2 * h] = _mm256_add_pd(sums[2 * h], _mm256_mul_pd(a, low));
+                            sums[2 * h + 1] = _mm256_add_pd(sums[2 * h + 1], _mm256_mul_pd(a, high));
+                        }
+                    }};
+                }
+                // the eight bytes of rows 8h..8h + 8 in line `l`
+                macro_rules! line {
+                    ($l:expr, $h:expr) => {{
+                        let line: &[u8] = &lines[$l * GROUP + 8 * $h..][..8];
+                        // SAFETY: eight bytes.
+                        unsafe { _mm_loadl_epi64(line.as_ptr().cast()) }
+                    }};
+                }
+                match format {
+                    BlockFormat::Q8_0 => {
+                        for (i, &a) in xs.iter().enumerate() {
+                            let q = [line!(i, 0), line!(i, 1)];
+                            let v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[0])), d[0]);
+                            let v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[1])), d[1]);
+                            add!(a, [v0, v1]);
+                        }
+                    }
+                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                        for (p, pair) in xs.chunks_exact(2).enumerate() {
+                            let bytes = [_mm256_cvtepu8_epi32(line!(p, 0)), _mm256_cvtepu8_epi32(line!(p, 1))];
+                            let low = _mm256_set1_epi32(0x0f);
+                            let quants = [
+                                [_mm256_and_si256(bytes[0], low), _mm256_and_si256(bytes[1], low)],
+                                [_mm256_srli_epi32::<4>(bytes[0]), _mm256_srli_epi32::<4>(bytes[1])],
+                            ];
+                            for (q, &a) in quants.into_iter().zip(pair) {
+                                let mut v = [_mm256_setzero_ps(); 2];
+                                for h in 0..2 {
+                                    let q = _mm256_cvtepi32_ps(q[h]);
+                                    v[h] = if format == BlockFormat::Q4_1 {
+                                        _mm256_fmadd_ps(d[h], q, m[h]) // exact as in `sums`
+                                    } else {
+                                        _mm256_mul_ps(d[h], _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
+                                    };
+                                }
+                                add!(a, v);
+                            }
+                        }
+                    }
+                }
+            }
+            for (total, sum) in totals.iter_mut().zip(sums) {
+                *total = if s == 0 { sum } else { _mm256_add_pd(*total, sum) };
+            }
+        }
+        totals
     }
 }
 

@@ -459,6 +459,16 @@ pub fn rows_times_quantized(
                 };
                 return;
             }
+            #[cfg(target_arch = "x86_64")]
+            if target == Target::Avx2 && target.is_available() && std::arch::is_x86_feature_detected!("f16c") {
+                note(target);
+                // SAFETY: the processor runs AVX2 and FMA (`is_available`) and F16C (checked).
+                #[allow(unsafe_code)]
+                unsafe {
+                    grouped::x86::group_sums_avx2(x, w, first, outs)
+                };
+                return;
+            }
             return isa::run(target, grouped::GroupSums { x, w, first, outs });
         }
         isa::run(target, Outputs { x, w, first, outs });
