@@ -186,6 +186,41 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
     alpha
 }
 
+/// Registers of lanes per step of the exponentials: four, so that their polynomials overlap
+/// ([`exp_weight_vectors`]).
+const EXP_VECTORS: usize = 4;
+
+/// The [`EXP_VECTORS`] registers of lanes `c0..` of `x`.
+///
+/// # Safety
+/// `c0 + EXP_VECTORS · WIDTH ≤ STRIP`.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn load_exp_lanes<I: Isa>(isa: I, x: &Lanes, c0: usize) -> [I::V; EXP_VECTORS] {
+    // SAFETY: the caller's promise.
+    std::array::from_fn(|v| unsafe { isa.load(&x.0, c0 + v * I::WIDTH) })
+}
+
+/// Writes `v` to lanes `c0..` of `x`.
+///
+/// # Safety
+/// As [`load_exp_lanes`].
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn store_exp_lanes<I: Isa>(isa: I, v: [I::V; EXP_VECTORS], x: &mut Lanes, c0: usize) {
+    for (i, v) in v.into_iter().enumerate() {
+        // SAFETY: the caller's promise.
+        unsafe { isa.store(&mut x.0, c0 + i * I::WIDTH, v) };
+    }
+}
+
+/// The steps `c0` of [`EXP_VECTORS`] registers that cover a row of lanes.
+#[inline(always)]
+fn exp_steps<I: Isa>() -> std::iter::StepBy<std::ops::Range<usize>> {
+    const { assert!(STRIP.is_multiple_of(EXP_VECTORS * I::WIDTH)) };
+    (0..STRIP).step_by(EXP_VECTORS * I::WIDTH)
+}
+
 /// `row ← e^{row − shift}` for every row, returning their sum in each lane (added in row order).
 ///
 /// Four registers of lanes at a time through all the rows, so that the sums stay in registers
@@ -193,26 +228,22 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
 /// the values it had just stored).
 #[inline(always)]
 fn exp_rows_summed<I: Isa>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes {
-    const GROUP: usize = 4;
-    const { assert!(STRIP.is_multiple_of(GROUP * I::WIDTH)) };
     let mut total = Lanes::splat(0.0);
-    for c0 in (0..STRIP).step_by(GROUP * I::WIDTH) {
+    for c0 in exp_steps::<I>() {
         #[allow(unsafe_code)]
-        // SAFETY: c0 + GROUP·WIDTH ≤ STRIP, the length of every row (the step divides STRIP).
+        // SAFETY: `exp_steps` keeps every step within the row.
         unsafe {
-            let at = |v: usize| c0 + v * I::WIDTH;
-            let shift: [I::V; GROUP] = std::array::from_fn(|v| isa.load(&shift.0, at(v)));
-            let mut sums = [isa.splat(0.0); GROUP];
+            let shift = load_exp_lanes(isa, shift, c0);
+            let mut sums = [isa.splat(0.0); EXP_VECTORS];
             for row in scores.iter_mut() {
-                let z: [I::V; GROUP] = std::array::from_fn(|v| isa.sub(isa.load(&row.0, at(v)), shift[v]));
-                for (v, e) in exp_weight_vectors(isa, z).into_iter().enumerate() {
-                    isa.store(&mut row.0, at(v), e);
-                    sums[v] = isa.add(sums[v], e);
+                let x = load_exp_lanes(isa, row, c0);
+                let e = exp_weight_vectors(isa, std::array::from_fn(|v| isa.sub(x[v], shift[v])));
+                store_exp_lanes(isa, e, row, c0);
+                for (s, e) in sums.iter_mut().zip(e) {
+                    *s = isa.add(*s, e);
                 }
             }
-            for (v, &s) in sums.iter().enumerate() {
-                isa.store(&mut total.0, at(v), s);
-            }
+            store_exp_lanes(isa, sums, &mut total, c0);
         }
     }
     total
@@ -222,20 +253,14 @@ fn exp_rows_summed<I: Isa>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes
 /// at a time so that their polynomials overlap ([`exp_weight_vectors`]).
 #[inline(always)]
 pub(super) fn exp_shifted<I: Isa>(isa: I, x: &Lanes, shift: &Lanes) -> Lanes {
-    const GROUP: usize = 4;
-    const { assert!(STRIP.is_multiple_of(GROUP * I::WIDTH)) };
     let mut y = Lanes::splat(0.0);
-    for c0 in (0..STRIP).step_by(GROUP * I::WIDTH) {
+    for c0 in exp_steps::<I>() {
         #[allow(unsafe_code)]
-        // SAFETY: c0 + GROUP·WIDTH ≤ STRIP, the length of every row (the step divides STRIP).
+        // SAFETY: `exp_steps` keeps every step within the row.
         unsafe {
-            let z: [I::V; GROUP] = std::array::from_fn(|v| {
-                let at = c0 + v * I::WIDTH;
-                isa.sub(isa.load(&x.0, at), isa.load(&shift.0, at))
-            });
-            for (v, e) in exp_weight_vectors(isa, z).into_iter().enumerate() {
-                isa.store(&mut y.0, c0 + v * I::WIDTH, e);
-            }
+            let (x, shift) = (load_exp_lanes(isa, x, c0), load_exp_lanes(isa, shift, c0));
+            let e = exp_weight_vectors(isa, std::array::from_fn(|v| isa.sub(x[v], shift[v])));
+            store_exp_lanes(isa, e, &mut y, c0);
         }
     }
     y
