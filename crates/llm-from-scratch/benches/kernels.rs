@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the kernels the tape is built on (`cargo bench -p llm-from-scratch`).
 //!
 //! Throughput is in elements/s: for the products an element is one floating-point operation (a
-//! multiply-add counts 2), so `Gelem/s` reads as GFLOP/s; for softmax it is one tensor value. The
+//! multiply-add counts 2), so `Gelem/s` reads as GFLOP/s; for softmax it is one tensor value; the
+//! quantized product reports bytes of weights read. The
 //! workload numbers of `docs/performance.md`
 //! live in `llm-bench`; these track single kernels. Sizes and times are small so that a full run
 //! takes about half a minute.

@@ -22,8 +22,8 @@ use crate::isa::{Isa, Kernel};
 
 use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits, value, values};
 
-/// Rows whose bytes are laid side by side: the outputs one AVX-512 pass sums (two registers of
-/// eight `f64`; two passes of eight with AVX2).
+/// Rows whose bytes are laid side by side: the outputs one pass sums (two registers of eight
+/// `f64` with AVX-512, four of four with AVX2).
 pub const GROUP: usize = 16;
 
 /// Bytes of the largest block ([`BlockFormat::Q8_0`]).
@@ -188,6 +188,7 @@ impl Kernel for GroupSums<'_, '_, '_> {
     #[inline(always)]
     fn run<I: Isa>(self, _isa: I) {
         let Self { x, w, first, outs } = self;
+        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
         let group_bytes = GROUP * w.row_bytes();
         let bytes = &w.bytes[first * w.row_bytes()..];
         for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
@@ -297,7 +298,7 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
 /// The grouped kernel written with AVX-512 instructions — each block's sixteen values of one
 /// input made in one register of `f32` (the scales widened by one instruction), where the compiler
 /// splits [`GroupSums`]'s lanes into two halves of eight — and with AVX2 ones. The same
-/// operations, so the same bits.
+/// roundings in the same order, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub(super) mod x86 {
@@ -312,6 +313,7 @@ pub(super) mod x86 {
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
         let group_bytes = GROUP * w.row_bytes();
         let bytes = &w.bytes[first * w.row_bytes()..];
         for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
@@ -377,7 +379,9 @@ pub(super) mod x86 {
                                 let v = if format == BlockFormat::Q4_1 {
                                     // `d · q + m` rounded once, which is `value`'s two roundings:
                                     // a half's 11 significant bits times 4 bits fit in `f32`'s 24,
-                                    // so `d · q` is exact (one instruction fewer per input, 8 %)
+                                    // and its range (2⁻²⁴ up to 65504 · 15) in `f32`'s normal
+                                    // numbers, so `d · q` is exact (one instruction fewer per
+                                    // input, 8 %)
                                     _mm512_fmadd_ps(d, q, m)
                                 } else {
                                     _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
@@ -406,6 +410,7 @@ pub(super) mod x86 {
     /// The processor has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in super::super) unsafe fn group_sums_avx2(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
         let group_bytes = GROUP * w.row_bytes();
         let bytes = &w.bytes[first * w.row_bytes()..];
         for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
@@ -596,6 +601,48 @@ mod tests {
                         assert_eq!(bits(&got), bits(&want), "{format:?} {rows}×{cols} on {target:?}");
                     }
                 }
+            }
+        }
+    }
+
+    /// The explicit kernels called directly — the dispatch falls back to the compiled loops where
+    /// F16C is missing, and records the same target either way — on scales and minimums of +0,
+    /// −0, the smallest subnormal, the largest finite half and ±∞, and inputs of ±0: every output
+    /// the plain loops' bits (NaN for NaN: its payload is not specified).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_explicit_kernels_sum_as_the_plain_loops_even_on_special_halves() {
+        let specials: [u16; 6] = [0x0000, 0x8000, 0x0001, 0x7bff, 0x7c00, 0xfc00];
+        let same =
+            |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || x.is_nan() && y.is_nan());
+        for format in FORMATS {
+            let (rows, cols) = (48, 96);
+            let mut bytes = stored(format, rows, cols, 11);
+            for (i, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate().filter(|(i, _)| i % 7 == 0) {
+                block[..2].copy_from_slice(&specials[i / 7 % 6].to_le_bytes());
+                if format == BlockFormat::Q4_1 {
+                    block[2..4].copy_from_slice(&specials[(i / 7 + 1) % 6].to_le_bytes());
+                }
+            }
+            group_rows(format, &mut bytes, rows, cols).unwrap();
+            let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
+            let mut x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
+            (x[3], x[40]) = (-0.0, 0.0);
+            let mut want = vec![0.0; rows];
+            crate::isa::run(Target::Portable, GroupSums { x: &x, w: &w, first: 0, outs: &mut want });
+            assert!(want.iter().any(|v| v.is_finite()) && want.iter().any(|v| !v.is_finite()), "{format:?}");
+            if Target::Avx512.is_available() {
+                let mut got = vec![0.0; rows];
+                // SAFETY: the processor runs AVX-512 (checked).
+                unsafe { x86::group_sums(&x, &w, 0, &mut got) };
+                assert!(same(&got, &want), "{format:?} AVX-512");
+            }
+            if Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("f16c") {
+                let mut got = vec![0.0; rows];
+                // SAFETY: the processor runs AVX2, FMA and F16C (checked).
+                unsafe { x86::group_sums_avx2(&x, &w, 0, &mut got) };
+                assert!(same(&got, &want), "{format:?} AVX2");
             }
         }
     }

@@ -21,7 +21,8 @@
 //! scales together and their bytes interleaved, so that one 16-byte load holds one input of sixteen
 //! outputs (two, for the 4-bit formats). The same bytes, the same size; [`QuantRows::stored_row`]
 //! gives a row back as stored. The grouped product is written once as plain loops over sixteen
-//! lanes, compiled per target, and once in AVX-512 instructions. Rows as stored
+//! lanes, compiled per target, and again in AVX-512 and in AVX2 (with F16C) instructions, with the
+//! same roundings. Rows as stored
 //! ([`QuantRows::new`], and the rows after a matrix's last whole group) take a kernel that reads
 //! eight bytes of each of eight rows and transposes them as words, compiled per target too: a
 //! model's matrices are grouped, so it only sums the few rows after their last whole group. (It
