@@ -270,26 +270,26 @@ pub(super) fn exp_shifted<I: Isa>(isa: I, x: &Lanes, shift: &Lanes) -> Lanes {
 /// [`TILE`] columns: tile `t` holds, for each of the `w` keys, its values in columns
 /// `t·TILE..(t+1)·TILE` (zeros past `d`).
 pub(super) fn pack_values(packed: &mut Vec<[f64; TILE]>, v: &[f64], (w, d, stride): (usize, usize, usize)) {
-    let (full, rest) = (d / TILE, d % TILE);
-    let row = |j: usize| &v[j * stride..j * stride + d];
     if stride != d {
         // rows apart: ask for all of them first, so that their loads overlap
         crate::fetch::fetch_rows(v, (0, w), d, stride);
     }
-    packed.clear();
-    for t in 0..full {
-        packed.extend((0..w).map(|j| {
-            let mut tile = [0.0; TILE];
-            tile.copy_from_slice(&row(j)[t * TILE..(t + 1) * TILE]);
-            tile
-        }));
-    }
-    if rest > 0 {
-        packed.extend((0..w).map(|j| {
-            let mut tile = [0.0; TILE];
-            tile[..rest].copy_from_slice(&row(j)[full * TILE..]);
-            tile
-        }));
+    // every entry is written below; row by row, each row read once from front to back
+    packed.resize(d.div_ceil(TILE) * w, [0.0; TILE]);
+    for j in 0..w {
+        let row = &v[j * stride..j * stride + d];
+        let mut values = row.chunks_exact(TILE);
+        for (t, values) in (&mut values).enumerate() {
+            packed[t * w + j].copy_from_slice(values); // a fixed length: no call to `memmove`
+        }
+        let rest = values.remainder();
+        if !rest.is_empty() {
+            let tile = &mut packed[d / TILE * w + j];
+            *tile = [0.0; TILE];
+            for (t, &x) in tile.iter_mut().zip(rest) {
+                *t = x;
+            }
+        }
     }
 }
 
