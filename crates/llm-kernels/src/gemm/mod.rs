@@ -16,7 +16,8 @@
 //! single-threaded products on a fixed split of its output rows, which beats the crate's own
 //! threads there, each over blocks of 256 of its inner dimension added one after the other; the
 //! splits depend only on the sizes. One row times a matrix (decoding) does split `k`, into blocks
-//! of a fixed 64 rows whose partial sums are added in block order, which is just as independent of
+//! of a fixed 64 rows (each sum a chain of fused multiply-adds) whose partial sums are added in
+//! block order, which is just as independent of
 //! the thread count: results are bitwise the same on 1 thread or many (tests check 1 against 2).
 //! Tiny products (under [`SMALL_PRODUCT`] multiply-adds) run a plain loop.
 

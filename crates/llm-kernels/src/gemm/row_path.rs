@@ -27,8 +27,10 @@ const ROWS_PER_TASK: usize = 64;
 ///
 /// Tasks take blocks of [`ROWS_PER_TASK`] whole rows, so each reads one contiguous stretch of
 /// memory (blocks of columns would read a short piece of every row and leave the prefetcher
-/// guessing). Each task sums its rows into a partial result, and the partials are added in block
-/// order at the end: the same sums in the same order whatever the thread count.
+/// guessing). Each task sums its rows into a partial result, each term a fused multiply-add
+/// `s ← a·w + s` (rounded once, as in the micro-kernels of the general path, and one instruction
+/// where two would round twice), and the partials are added in block order at the end: the same
+/// sums in the same order whatever the thread count.
 pub(super) fn row_times_matrix(
     target: Target,
     dst: &mut [f64],
@@ -82,7 +84,7 @@ const COLUMNS_AT_ONCE: usize = 8;
 /// [`row_times_matrix`] for a right side stored transposed: each output `j` is the row times
 /// column `j`, a contiguous stretch of `k` values. It performs exactly the sums of
 /// [`row_times_matrix`] on the transposed copy — within each block of [`ROWS_PER_TASK`] rows,
-/// `s = 0; s += a·w` in row order, then the blocks' sums added in block order — so the result is
+/// `s = 0; s ← a·w + s` fused in row order, then the blocks' sums added in block order — so the result is
 /// the same bits, without writing the copy (226 MB for a real model's head, on every token).
 /// [`COLUMNS_AT_ONCE`] outputs run interleaved, so that their sums overlap instead of each
 /// waiting on its own additions.
@@ -106,7 +108,7 @@ pub(super) fn row_times_transposed(
                 for (i, &a) in block.iter().enumerate() {
                     let p = b * ROWS_PER_TASK + i;
                     for (c, partial) in partials.iter_mut().enumerate().take(group.len()) {
-                        *partial += a * column(first + c)[p];
+                        *partial = a.mul_add(column(first + c)[p], *partial);
                     }
                 }
                 for (total, partial) in totals.iter_mut().zip(partials) {
@@ -169,8 +171,9 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
     Ok(outputs)
 }
 
-/// `sums += Σ a · row` over `(a, row)` pairs, in order; compiled for `target` (the same
-/// operations in the same order on every target, so the same bits).
+/// `sums += Σ a · row` over `(a, row)` pairs, in order, each term a fused multiply-add; compiled
+/// for `target` (the same operations in the same order on every target, so the same bits; on
+/// x86-64's baseline, the portable target, each fused multiply-add is a call into the C library).
 fn axpy_rows<'a>(target: Target, sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
     isa::run(target, AxpyRows { sums, rows });
 }
@@ -187,7 +190,7 @@ impl<'a, R: Iterator<Item = (f64, &'a [f64])>> Kernel for AxpyRows<'_, R> {
     fn run<I: Isa>(self, _isa: I) {
         for (a, row) in self.rows {
             for (sum, &w) in self.sums.iter_mut().zip(row) {
-                *sum += a * w;
+                *sum = a.mul_add(w, *sum);
             }
         }
     }

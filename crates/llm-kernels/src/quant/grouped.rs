@@ -202,7 +202,7 @@ impl Kernel for GroupSums<'_, '_, '_> {
     }
 }
 
-/// The sixteen outputs of one group: for each run of [`INPUTS_PER_SUM`] inputs `s = 0; s += x·w`
+/// The sixteen outputs of one group: for each run of [`INPUTS_PER_SUM`] inputs `s = 0; s ← x·w + s`
 /// in input order (`block` adds one block's 32 terms), then the runs' sums in order.
 #[inline(always)]
 fn sums<const B: usize, F: GroupedBlock<B>>(group: &[u8], x: &[f64]) -> [f64; GROUP] {
@@ -236,9 +236,9 @@ fn halves(head: &[u8]) -> [f32; GROUP] {
 /// of zero-sized types, not functions passed by value: a function called through a pointer or
 /// a closure is compiled for the baseline, outside the target's function.)
 trait GroupedBlock<const B: usize> {
-    /// `partial[c] += xs[i] · value i of row c`, `i` in input order: each value made by the
-    /// parent module's `value` (and so as `gguf::dequantize_into` makes it), the product and the
-    /// sum rounded apart. Plain loops over the sixteen lanes, which the compiler makes vector
+    /// `partial[c] ← xs[i] · value i of row c + partial[c]`, `i` in input order: each value made
+    /// by the parent module's `value` (and so as `gguf::dequantize_into` makes it), the product
+    /// and the sum one fused multiply-add. Plain loops over the sixteen lanes, which the compiler makes vector
     /// instructions for the target they are compiled in.
     fn add(grouped: &[u8; B], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]);
 }
@@ -257,7 +257,7 @@ impl GroupedBlock<{ 34 * GROUP }> for Q8_0 {
         let d = halves(head);
         for (line, &a) in values.chunks_exact(GROUP).zip(xs) {
             for c in 0..GROUP {
-                partial[c] += a * value(BlockFormat::Q8_0, d[c], 0.0, line[c]);
+                partial[c] = a.mul_add(value(BlockFormat::Q8_0, d[c], 0.0, line[c]), partial[c]);
             }
         }
     }
@@ -270,10 +270,10 @@ impl GroupedBlock<{ 18 * GROUP }> for Q4_0 {
         let d = halves(head);
         for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
-                partial[c] += pair[0] * value(BlockFormat::Q4_0, d[c], 0.0, line[c] & 0x0f);
+                partial[c] = pair[0].mul_add(value(BlockFormat::Q4_0, d[c], 0.0, line[c] & 0x0f), partial[c]);
             }
             for c in 0..GROUP {
-                partial[c] += pair[1] * value(BlockFormat::Q4_0, d[c], 0.0, line[c] >> 4);
+                partial[c] = pair[1].mul_add(value(BlockFormat::Q4_0, d[c], 0.0, line[c] >> 4), partial[c]);
             }
         }
     }
@@ -286,10 +286,10 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
         let (d, m) = (halves(head), halves(&head[2 * GROUP..]));
         for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
-                partial[c] += pair[0] * value(BlockFormat::Q4_1, d[c], m[c], line[c] & 0x0f);
+                partial[c] = pair[0].mul_add(value(BlockFormat::Q4_1, d[c], m[c], line[c] & 0x0f), partial[c]);
             }
             for c in 0..GROUP {
-                partial[c] += pair[1] * value(BlockFormat::Q4_1, d[c], m[c], line[c] >> 4);
+                partial[c] = pair[1].mul_add(value(BlockFormat::Q4_1, d[c], m[c], line[c] >> 4), partial[c]);
             }
         }
     }
@@ -350,8 +350,8 @@ pub(super) mod x86 {
                         let (a, v) = (_mm512_set1_pd($a), $v);
                         let v0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
                         let v1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-                        low = _mm512_add_pd(low, _mm512_mul_pd(a, v0));
-                        high = _mm512_add_pd(high, _mm512_mul_pd(a, v1));
+                        low = _mm512_fmadd_pd(a, v0, low);
+                        high = _mm512_fmadd_pd(a, v1, high);
                     }};
                 }
                 // the sixteen bytes of one line, widened to integers
@@ -453,8 +453,8 @@ pub(super) mod x86 {
                         for (h, v) in v.into_iter().enumerate() {
                             let low = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
                             let high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-                            sums[2 * h] = _mm256_add_pd(sums[2 * h], _mm256_mul_pd(a, low));
-                            sums[2 * h + 1] = _mm256_add_pd(sums[2 * h + 1], _mm256_mul_pd(a, high));
+                            sums[2 * h] = _mm256_fmadd_pd(a, low, sums[2 * h]);
+                            sums[2 * h + 1] = _mm256_fmadd_pd(a, high, sums[2 * h + 1]);
                         }
                     }};
                 }

@@ -9,7 +9,7 @@
 //!
 //! [`row_times_quantized`] computes `out[j] = Σₖ x[k] · w[j][k]` with exactly the sums of
 //! [`crate::gemm`]'s one-row path on the dequantized, transposed matrix (the path a decoder's
-//! `f64` weights take for one token): within each block of 64 inputs `s = 0; s += x·w` in input
+//! `f64` weights take for one token): within each block of 64 inputs `s = 0; s ← x·w + s` in input
 //! order, then the blocks' sums added in block order. So a model decoding from its quantized
 //! blocks produces the same bits as the same model decoding from `f64` weights — while reading
 //! 0.625 bytes per weight (`Q4_1`: 20 bytes for 32) instead of 8. The order fixes the
@@ -31,11 +31,11 @@
 //! they took about 12 with their copies, and they went.)
 //!
 //! What bounds it: per weight, the dequantization (integer to `f32`, scale, minimum), the
-//! widening to `f64`, and a multiply and an add in `f64` that cannot fuse (the one-row path rounds
-//! twice) — about twelve vector instructions per sixteen weights. While a model decodes, the
-//! grouped AVX-512 kernel gets through about 13 G weights/s on each core of the AMD EPYC of
-//! `docs/performance.md` (the gathers from stored rows ran 4.3), where that machine's memory would
-//! deliver 70–80 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not by
+//! widening to `f64`, and a fused multiply-add in `f64` (the one-row path's term) — about nine
+//! vector instructions per sixteen weights. On one core of the AMD EPYC of `docs/performance.md`
+//! the grouped AVX-512 kernel gets through about 16 G weights/s (14 while the path rounded the
+//! product and the sum apart; the gathers from stored rows ran 4.3), where that machine's memory
+//! would deliver 70–80 G weights/s at 0.625 bytes each. The kernel is bound by arithmetic, not by
 //! reading the weights.
 
 use std::ops::Range;
@@ -515,7 +515,7 @@ impl Kernel for Outputs<'_, '_, '_> {
                 let mut partial = [0.0; LANES];
                 for (&a, line) in inputs.iter().zip(&panel) {
                     for (p, &v) in partial.iter_mut().zip(line) {
-                        *p += a * v;
+                        *p = a.mul_add(v, *p);
                     }
                 }
                 for (total, p) in totals.iter_mut().zip(partial) {

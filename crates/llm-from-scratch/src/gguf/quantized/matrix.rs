@@ -383,7 +383,7 @@ impl QuantizedMatrix {
 
     /// The plain twin of [`QuantizedMatrix::row_times`] (for a product of at least
     /// [`SMALL_PRODUCT`] multiply-adds): each stored row dequantized as [`dequantize_into`] does
-    /// it, then `s = 0; s += x·w` over each block of 64 inputs and the blocks' sums added in
+    /// it, then `s = 0; s ← x·w + s` (fused) over each block of 64 inputs and the blocks' sums added in
     /// order — the sums the kernel arranges eight outputs at a time.
     ///
     /// # Errors
@@ -406,7 +406,7 @@ impl QuantizedMatrix {
                 let sums = x.chunks(64).zip(w.chunks(64)).map(|(a, w)| {
                     let mut s = 0.0;
                     for (a, w) in a.iter().zip(w) {
-                        s += a * w;
+                        s = a.mul_add(*w, s);
                     }
                     s
                 });
