@@ -262,3 +262,34 @@ fn every_kernel_target_matches_naive_on_the_product_and_the_row_path() {
     // the row path performs the same operations on every target
     assert!(row_results.windows(2).all(|w| w[0] == w[1]));
 }
+
+#[test]
+fn the_row_paths_sum_each_output_as_fused_multiply_adds_in_blocks_of_64() {
+    // the order the quantized decoder repeats to give the f64 decoder's bits: within each block
+    // of 64 inputs s = 0; s ← a·w + s rounded once, then the blocks' sums added in order
+    let (k, n) = (300, 130);
+    let (a, b) = (filled(k, 21), filled(k * n, 22));
+    let chain = |w: &dyn Fn(usize, usize) -> f64| -> Vec<u64> {
+        (0..n)
+            .map(|j| {
+                let blocks =
+                    (0..k).step_by(64).map(|p0| (p0..(p0 + 64).min(k)).fold(0.0, |s, p| a[p].mul_add(w(p, j), s)));
+                blocks.reduce(|total, s| total + s).unwrap_or(0.0).to_bits()
+            })
+            .collect()
+    };
+    let stored = chain(&|p, j| b[p * n + j]);
+    let transposed = chain(&|p, j| b[j * k + p]);
+    let row = MatRef::row_major(&a, 1, k).unwrap();
+    for target in llm_kernels::target::Target::available() {
+        for (rhs, want, path) in [
+            (MatRef::row_major(&b, k, n).unwrap(), &stored, "row path"),
+            (MatRef::row_major(&b, n, k).unwrap().t(), &transposed, "transposed row path"),
+        ] {
+            let mut out = vec![0.0; n];
+            llm_kernels::target::with_target(target, || matmul(&mut out, row, rhs, false, true)).unwrap().unwrap();
+            let got: Vec<u64> = out.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(&got, want, "{target}, {path}");
+        }
+    }
+}
