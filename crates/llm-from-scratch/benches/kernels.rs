@@ -2,7 +2,7 @@
 //!
 //! Throughput is in elements/s: for the products an element is one floating-point operation (a
 //! multiply-add counts 2), so `Gelem/s` reads as GFLOP/s; for softmax it is one tensor value; the
-//! quantized product reports bytes of weights read. The
+//! quantized product and the tied head report bytes of weights read. The
 //! workload numbers of `docs/performance.md`
 //! live in `llm-bench`; these track single kernels. Sizes and times are small so that a full run
 //! takes about half a minute.
@@ -159,12 +159,35 @@ fn quantized_row(c: &mut Criterion) {
     group.finish();
 }
 
+/// One row times the transpose of a stored row-major matrix, on one thread: a tied LM head
+/// `h · Eᵀ` reading the embedding table `E [V, d]` as stored (here V = 8192, d = 576: 37.7 MB of
+/// weights, more than the last-level cache of the benchmark machines; the one-row paths of
+/// `gemm` sum in their own order, so this shape has its own kernel).
+fn row_times_transposed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("row_times_transposed");
+    group.sampling_mode(SamplingMode::Flat);
+    let (vocabulary, width) = (8192, 576);
+    let table = random_values(vocabulary * width, 10);
+    let h = random_values(width, 11);
+    let mut out = vec![0.0; vocabulary];
+    let row = MatRef::row_major(&h, 1, width).expect("the row fits");
+    let transposed = MatRef::row_major(&table, vocabulary, width).expect("the table fits").t();
+    group.throughput(Throughput::Bytes((table.len() * 8) as u64));
+    group.bench_function(BenchmarkId::new("tied_head_one_thread", vocabulary), |bench| {
+        bench.iter(|| {
+            kernels::matmul(&mut out, black_box(row), black_box(transposed), false, false).expect("shapes chain");
+            black_box(&out);
+        });
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = matrix_product, weight_gradient, softmax, matmul_op, quantized_row
+    targets = matrix_product, weight_gradient, softmax, matmul_op, quantized_row, row_times_transposed
 }
 criterion_main!(benches);

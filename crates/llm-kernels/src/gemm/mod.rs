@@ -206,7 +206,7 @@ pub fn matmul_scaled(
         return Ok(());
     }
     if takes_transposed_row_path(m, k, n, rhs.row_stride, rhs.col_stride) {
-        row_times_transposed(dst, lhs, rhs, scale, accumulate, parallel);
+        row_times_transposed(target, dst, lhs, rhs, scale, accumulate, parallel);
         return Ok(());
     }
     if splits_rows(m, k, n) {

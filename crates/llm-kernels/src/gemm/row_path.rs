@@ -28,9 +28,9 @@ const ROWS_PER_TASK: usize = 64;
 /// Tasks take blocks of [`ROWS_PER_TASK`] whole rows, so each reads one contiguous stretch of
 /// memory (blocks of columns would read a short piece of every row and leave the prefetcher
 /// guessing). Each task sums its rows into a partial result, each term a fused multiply-add
-/// `s ← a·w + s` (rounded once, as in the micro-kernels of the general path, and one instruction
-/// where two would round twice), and the partials are added in block order at the end: the same
-/// sums in the same order whatever the thread count.
+/// `s ← a·w + s` (rounded once, as in the general path's AVX2 and AVX-512 micro-kernels, and one
+/// instruction where two would round twice), and the partials are added in block order at the
+/// end: the same sums in the same order whatever the thread count.
 pub(super) fn row_times_matrix(
     target: Target,
     dst: &mut [f64],
@@ -84,11 +84,13 @@ const COLUMNS_AT_ONCE: usize = 8;
 /// [`row_times_matrix`] for a right side stored transposed: each output `j` is the row times
 /// column `j`, a contiguous stretch of `k` values. It performs exactly the sums of
 /// [`row_times_matrix`] on the transposed copy — within each block of [`ROWS_PER_TASK`] rows,
-/// `s = 0; s ← a·w + s` fused in row order, then the blocks' sums added in block order — so the result is
-/// the same bits, without writing the copy (226 MB for a real model's head, on every token).
+/// `s = 0; s ← a·w + s` fused in row order, then the blocks' sums added in block order — so the
+/// result is the same bits, without writing the copy (226 MB for a real model's head, on every
+/// token).
 /// [`COLUMNS_AT_ONCE`] outputs run interleaved, so that their sums overlap instead of each
 /// waiting on its own additions.
 pub(super) fn row_times_transposed(
+    target: Target,
     dst: &mut [f64],
     lhs: MatRef<'_>,
     rhs: MatRef<'_>,
@@ -97,18 +99,48 @@ pub(super) fn row_times_transposed(
     parallel: bool,
 ) {
     let row: Vec<f64> = (0..lhs.cols).map(|p| scale * lhs.at(0, p)).collect();
-    let k = row.len();
-    let column = |j: usize| &rhs.data[j * rhs.col_stride..][..k];
     let task = |(t, outs): (usize, &mut [f64])| {
+        isa::run(target, TransposedColumns { row: &row, rhs, first: t * COLUMNS_PER_TASK, outs, accumulate });
+    };
+    if parallel && dst.len() > COLUMNS_PER_TASK {
+        dst.par_chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
+    } else {
+        dst.chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
+    }
+}
+
+/// Outputs `first..first + outs.len()` of [`row_times_transposed`], compiled per target: the same
+/// operations in the same order on every target. (Compiled once for the build's baseline, which on
+/// x86-64 has no FMA instruction, each fused multiply-add was a call into the C library: the tied
+/// head of a real model took 30 ms a token instead of 6–7.)
+struct TransposedColumns<'a> {
+    row: &'a [f64],
+    rhs: MatRef<'a>,
+    first: usize,
+    outs: &'a mut [f64],
+    accumulate: bool,
+}
+
+impl Kernel for TransposedColumns<'_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        let Self { row, rhs, first, outs, accumulate } = self;
+        let k = row.len();
         for (g, group) in outs.chunks_mut(COLUMNS_AT_ONCE).enumerate() {
-            let first = t * COLUMNS_PER_TASK + g * COLUMNS_AT_ONCE;
+            // output j reads column j of the right side: k values from j·col_stride
+            let start = first + g * COLUMNS_AT_ONCE;
+            let mut columns: [&[f64]; COLUMNS_AT_ONCE] = [&[]; COLUMNS_AT_ONCE];
+            for (c, column) in columns.iter_mut().enumerate().take(group.len()) {
+                *column = &rhs.data[(start + c) * rhs.col_stride..][..k];
+            }
             let mut totals = [0.0; COLUMNS_AT_ONCE];
             for (b, block) in row.chunks(ROWS_PER_TASK).enumerate() {
                 let mut partials = [0.0; COLUMNS_AT_ONCE];
                 for (i, &a) in block.iter().enumerate() {
                     let p = b * ROWS_PER_TASK + i;
-                    for (c, partial) in partials.iter_mut().enumerate().take(group.len()) {
-                        *partial = a.mul_add(column(first + c)[p], *partial);
+                    for (partial, column) in partials.iter_mut().zip(&columns).take(group.len()) {
+                        *partial = a.mul_add(column[p], *partial);
                     }
                 }
                 for (total, partial) in totals.iter_mut().zip(partials) {
@@ -119,11 +151,6 @@ pub(super) fn row_times_transposed(
                 *out = if accumulate { *out + total } else { total };
             }
         }
-    };
-    if parallel && dst.len() > COLUMNS_PER_TASK {
-        dst.par_chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
-    } else {
-        dst.chunks_mut(COLUMNS_PER_TASK).enumerate().for_each(task);
     }
 }
 
@@ -172,8 +199,8 @@ pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) 
 }
 
 /// `sums += Σ a · row` over `(a, row)` pairs, in order, each term a fused multiply-add; compiled
-/// for `target` (the same operations in the same order on every target, so the same bits; on
-/// x86-64's baseline, the portable target, each fused multiply-add is a call into the C library).
+/// for `target` (the same operations in the same order on every target, so the same bits; one
+/// instruction wherever the processor has FMA, a call into the C library on an x86-64 without it).
 fn axpy_rows<'a>(target: Target, sums: &mut [f64], rows: impl Iterator<Item = (f64, &'a [f64])>) {
     isa::run(target, AxpyRows { sums, rows });
 }

@@ -280,6 +280,14 @@ fn the_row_paths_sum_each_output_as_fused_multiply_adds_in_blocks_of_64() {
     };
     let stored = chain(&|p, j| b[p * n + j]);
     let transposed = chain(&|p, j| b[j * k + p]);
+    // the order is visible: the product and the sum rounded apart give other bits here
+    let unfused: Vec<u64> = (0..n)
+        .map(|j| {
+            let blocks = (0..k).step_by(64).map(|p0| (p0..(p0 + 64).min(k)).fold(0.0, |s, p| s + a[p] * b[p * n + j]));
+            blocks.reduce(|total, s| total + s).unwrap_or(0.0).to_bits()
+        })
+        .collect();
+    assert_ne!(unfused, stored);
     let row = MatRef::row_major(&a, 1, k).unwrap();
     for target in llm_kernels::target::Target::available() {
         for (rhs, want, path) in [
