@@ -174,6 +174,20 @@ fn pairs<'o, const F: u8>(
     }
 }
 
+/// The whole groups of `w` from output `first` on (a multiple of [`GROUP`]), each with its
+/// sixteen outputs in `outs`: the walk every grouped kernel makes. Inlined into each, so that it
+/// is compiled with the kernel's instructions.
+#[inline(always)]
+fn groups<'w, 'o>(
+    w: &QuantRows<'w>,
+    first: usize,
+    outs: &'o mut [f64],
+) -> impl Iterator<Item = (&'w [u8], &'o mut [f64])> {
+    debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
+    let group_bytes = GROUP * w.row_bytes();
+    w.bytes[first * w.row_bytes()..].chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP))
+}
+
 /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
 /// groups), compiled per target: the one-row path's sums, sixteen outputs at a time.
 pub(super) struct GroupSums<'x, 'w, 'o> {
@@ -188,10 +202,7 @@ impl Kernel for GroupSums<'_, '_, '_> {
     #[inline(always)]
     fn run<I: Isa>(self, _isa: I) {
         let Self { x, w, first, outs } = self;
-        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
-        let group_bytes = GROUP * w.row_bytes();
-        let bytes = &w.bytes[first * w.row_bytes()..];
-        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+        for (group, outs) in groups(w, first, outs) {
             let totals = match w.format {
                 BlockFormat::Q8_0 => sums::<{ 34 * GROUP }, Q8_0>(group, x),
                 BlockFormat::Q4_0 => sums::<{ 18 * GROUP }, Q4_0>(group, x),
@@ -304,7 +315,7 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
 pub(super) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, QuantRows};
+    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, QuantRows, groups};
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
     /// groups).
@@ -313,10 +324,7 @@ pub(super) mod x86 {
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
-        let group_bytes = GROUP * w.row_bytes();
-        let bytes = &w.bytes[first * w.row_bytes()..];
-        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+        for (group, outs) in groups(w, first, outs) {
             let (low, high) = sums(w.format, group, x);
             // SAFETY: sixteen outputs.
             unsafe {
@@ -410,10 +418,7 @@ pub(super) mod x86 {
     /// The processor has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in super::super) unsafe fn group_sums_avx2(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
-        let group_bytes = GROUP * w.row_bytes();
-        let bytes = &w.bytes[first * w.row_bytes()..];
-        for (group, outs) in bytes.chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP)) {
+        for (group, outs) in groups(w, first, outs) {
             for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums_avx2(w.format, group, x)) {
                 // SAFETY: four outputs.
                 unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), sums) };
