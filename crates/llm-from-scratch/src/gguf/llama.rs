@@ -43,6 +43,7 @@
 //! weights exist once.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -178,17 +179,32 @@ pub fn gguf_llama_from_bytes(bytes: &[u8], rope: GgufRope) -> Result<Decoder, Gg
 pub fn llama_from_gguf(file: &Gguf<'_>, rope: GgufRope) -> Result<Decoder, GgufError> {
     let (config, plan, infos) = checked_plan(file, rope)?;
     // the tensors are independent, so the pool's threads dequantize them in any order; the
-    // values are collected in the plan's order, and the first error in that order is returned
-    let values: Vec<Result<Vec<f64>, GgufError>> = plan
+    // values are collected in the plan's order, and the first error in that order is returned.
+    // After an error, tensors later in the plan are skipped (`None`): each skipped one comes
+    // after a failed one, so the loop below returns before it meets one.
+    let failed = AtomicUsize::new(usize::MAX);
+    let values: Vec<Option<Result<Vec<f64>, GgufError>>> = plan
         .par_iter()
         .zip(infos)
-        .map(|(p, info)| match p.layout {
-            Layout::AsStored => file.dequantize(&p.gguf),
-            Layout::Transposed(heads) => transposed(file, info, heads),
+        .enumerate()
+        .map(|(i, (p, info))| {
+            if i > failed.load(Ordering::Relaxed) {
+                return None;
+            }
+            let values = match p.layout {
+                Layout::AsStored => file.dequantize(&p.gguf),
+                Layout::Transposed(heads) => transposed(file, info, heads),
+            };
+            if values.is_err() {
+                failed.fetch_min(i, Ordering::Relaxed);
+            }
+            Some(values)
         })
         .collect();
     let mut list = Vec::with_capacity(plan.len());
     for (p, values) in plan.iter().zip(values) {
+        // a skipped tensor follows a failed one, whose error was returned
+        let Some(values) = values else { break };
         let tensor = Tensor::new(&p.shape, values?).map_err(ModelError::from)?;
         list.push(NamedParameter::new(p.ours.clone(), TensorValue::leaf(tensor, true)));
     }
@@ -245,7 +261,7 @@ pub(super) fn hugging_face_row(row: usize, head_width: usize) -> usize {
 
 /// The weight `info` (dimensions `[in, out]`: `out` stored rows of `in` values) as our `[in, out]`
 /// matrix: stored row `r` becomes column `r` (or its Hugging Face position among `heads` heads).
-/// One row is dequantized at a time, so no second copy of the matrix is made.
+/// [`ROWS_AT_ONCE`] rows are dequantized at a time, so no second copy of the matrix is made.
 fn transposed(file: &Gguf<'_>, info: &TensorInfo<'_>, heads: Option<usize>) -> Result<Vec<f64>, GgufError> {
     let (inputs, outputs) = (info.dims()[0], info.dims()[1]);
     let bytes = file.tensor_bytes(info.name())?;
@@ -259,7 +275,11 @@ fn transposed(file: &Gguf<'_>, info: &TensorInfo<'_>, heads: Option<usize>) -> R
 }
 
 /// `W [inputs, outputs]` (zeros where no row lands) whose column `column(r)` is stored row `r`
-/// for `r < rows` (`rows ≤ outputs`), each row's `inputs` values written by `dequantize_row`.
+/// for `r < rows`, each row's `inputs` values written by `dequantize_row`.
+///
+/// `column` must map `0..rows` into `0..outputs` (the caller's dimensions are checked against the
+/// configuration, whose head count divides the outputs); with no inputs or no outputs there is
+/// nothing to write.
 fn rows_as_columns(
     [inputs, outputs]: [usize; 2],
     rows: usize,
@@ -267,10 +287,13 @@ fn rows_as_columns(
     column: impl Fn(usize) -> usize,
 ) -> Result<Vec<f64>, GgufError> {
     let mut w = vec![0.0; inputs * outputs];
+    if inputs == 0 || outputs == 0 {
+        return Ok(w);
+    }
     let mut block = vec![0.0; ROWS_AT_ONCE * inputs];
     for first in (0..rows).step_by(ROWS_AT_ONCE) {
         let these = first..rows.min(first + ROWS_AT_ONCE);
-        for (r, values) in these.clone().zip(block.chunks_exact_mut(inputs.max(1))) {
+        for (r, values) in these.clone().zip(block.chunks_exact_mut(inputs)) {
             dequantize_row(r, values)?;
         }
         let columns: Vec<usize> = these.map(&column).collect();
@@ -284,8 +307,9 @@ fn rows_as_columns(
 }
 
 /// Stored rows [`transposed`] dequantizes before writing them as columns: each row of `W` then
-/// receives this many neighbouring values at a time (within one head for W_Q and W_K), where one
-/// row at a time wrote one value per cache line, rows of `W` apart.
+/// receives this many neighbouring values at a time (in Hugging Face's order, two runs of half as
+/// many, half a head apart), where one row at a time wrote one value per cache line, rows of `W`
+/// apart.
 const ROWS_AT_ONCE: usize = 16;
 
 #[cfg(test)]
