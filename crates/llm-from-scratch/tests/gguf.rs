@@ -121,6 +121,24 @@ fn tiny_models_give_the_reference_logits_in_both_row_orders() {
 }
 
 #[test]
+fn loading_gives_the_same_bits_on_any_number_of_threads() {
+    // the tensors are dequantized on the pool's threads: each one alone, whatever thread takes it
+    let bytes = tiny();
+    let bits = |threads: usize, rope: GgufRope| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| {
+            let model = gguf_llama_from_bytes(&bytes, rope).unwrap();
+            logits(&model, &[3, 1, 4, 1, 5]).iter().map(|v| v.to_bits()).collect::<Vec<u64>>()
+        })
+    };
+    for rope in [GgufRope::AsStored, GgufRope::HuggingFace] {
+        let one = bits(1, rope);
+        assert_eq!(bits(2, rope), one, "{rope:?}");
+        assert_eq!(bits(3, rope), one, "{rope:?}");
+    }
+}
+
+#[test]
 fn loading_a_file_equals_loading_its_bytes() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-llama.gguf");
     let from_file = load_gguf_llama(path, GgufRope::AsStored).unwrap();
