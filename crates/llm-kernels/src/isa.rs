@@ -51,9 +51,13 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn raise_to(self, x: Self::V, floor: Self::V) -> Self::V;
     /// `0` in the lanes where `x < bound`, else `y` (NaN compares false).
     fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V;
-    /// The lanes' bits as 64-bit integers `b`, replaced by `(b + 1023) << 52` (wrapping): `2ᵏ`
-    /// from `1.5·2⁵² + k`, whose low bits hold `k` (see [`crate::exp`]).
-    fn exponent_from_low_bits(self, v: Self::V) -> Self::V;
+    /// `table[b & 15]` in every lane, where `b` is the lane's bits of `index` as an integer: an
+    /// exact lookup (the table of [`crate::exp`]'s `2^{j/16}`, indexed by `1.5·2⁵² + 16·k + j`).
+    fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V;
+    /// The lanes' bits of `x` as integers plus `(b >> 4) << 52` (wrapping), `b` the bits of
+    /// `rounded`: `x · 2ᵏ` for `rounded = 1.5·2⁵² + 16·k + j`, exact where both `x` and the
+    /// result are normal numbers (see [`crate::exp`]).
+    fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V;
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
     /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
@@ -235,8 +239,12 @@ impl<P: Pairs> Isa for P {
         std::array::from_fn(|i| if x[i] < bound[i] { 0.0 } else { y[i] })
     }
     #[inline(always)]
-    fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
-        v.map(|x| f64::from_bits(x.to_bits().wrapping_add(1023) << 52))
+    fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
+        index.map(|i| table[(i.to_bits() & 15) as usize])
+    }
+    #[inline(always)]
+    fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
+        std::array::from_fn(|i| f64::from_bits(x[i].to_bits().wrapping_add((rounded[i].to_bits() >> 4) << 52)))
     }
     #[inline(always)]
     fn outline<K: Kernel>(self, kernel: K) -> K::Output {
@@ -247,12 +255,13 @@ impl<P: Pairs> Isa for P {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd,
-        _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_loadu_pd,
-        _mm256_max_pd, _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_slli_epi64, _mm256_storeu_pd,
-        _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask,
-        _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd,
-        _mm512_set1_epi64, _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
+        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_and_si256, _mm256_andnot_pd,
+        _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd,
+        _mm256_i64gather_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd,
+        _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd,
+        _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd,
+        _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_permutex2var_pd, _mm512_set1_pd,
+        _mm512_slli_epi64, _mm512_srli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel};
@@ -351,11 +360,20 @@ mod x86 {
             unsafe { _mm512_maskz_mov_pd(_mm512_cmp_pd_mask::<_CMP_NLT_UQ>(x, bound), y) }
         }
         #[inline(always)]
-        fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
+        fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
+            // `vpermt2pd` reads the low four bits of each index: the fourth picks the second half
+            // SAFETY: `self` proves the processor has the instructions; both loads lie in `table`.
+            unsafe {
+                let (low, high) = (_mm512_loadu_pd(table.as_ptr()), _mm512_loadu_pd(table.as_ptr().add(8)));
+                _mm512_permutex2var_pd(low, _mm512_castpd_si512(index), high)
+            }
+        }
+        #[inline(always)]
+        fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe {
-                let bits = _mm512_add_epi64(_mm512_castpd_si512(v), _mm512_set1_epi64(1023));
-                _mm512_castsi512_pd(_mm512_slli_epi64::<52>(bits))
+                let k = _mm512_slli_epi64::<52>(_mm512_srli_epi64::<4>(_mm512_castpd_si512(rounded)));
+                _mm512_castsi512_pd(_mm512_add_epi64(_mm512_castpd_si512(x), k))
             }
         }
         #[inline(always)]
@@ -430,11 +448,20 @@ mod x86 {
             unsafe { _mm256_andnot_pd(_mm256_cmp_pd::<_CMP_LT_OQ>(x, bound), y) }
         }
         #[inline(always)]
-        fn exponent_from_low_bits(self, v: Self::V) -> Self::V {
+        fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
+            // AVX2 has no two-register permutation of 64-bit lanes: four loads from the table
+            // SAFETY: `self` proves the processor has the instructions; every index is below 16.
+            unsafe {
+                let i = _mm256_and_si256(_mm256_castpd_si256(index), _mm256_set1_epi64x(15));
+                _mm256_i64gather_pd::<8>(table.as_ptr(), i)
+            }
+        }
+        #[inline(always)]
+        fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe {
-                let bits = _mm256_add_epi64(_mm256_castpd_si256(v), _mm256_set1_epi64x(1023));
-                _mm256_castsi256_pd(_mm256_slli_epi64::<52>(bits))
+                let k = _mm256_slli_epi64::<52>(_mm256_srli_epi64::<4>(_mm256_castpd_si256(rounded)));
+                _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(x), k))
             }
         }
         #[inline(always)]
@@ -455,14 +482,18 @@ mod tests {
     use super::*;
 
     /// Lane by lane, through every operation of the trait: `(a·b + ½)·b`, `(a − b) − a·b`
-    /// raised to −0.5, 0 where `a < b` else `b`, and the bits `(a + 1023) << 52`.
+    /// raised to −0.5, 0 where `a < b` else `b`, [`TABLE`] at `a`'s low four bits, and `b`'s bits
+    /// plus `(a >> 4) << 52`.
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
 
+    /// A table of sixteen different values for [`Isa::lookup16`].
+    const TABLE: [f64; 16] = [-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, -0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 1e300];
+
     impl Kernel for Lanewise<'_> {
-        type Output = [Vec<f64>; 4];
+        type Output = [Vec<f64>; 5];
         #[inline(always)]
-        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 4] {
-            let mut out = [(); 4].map(|()| vec![0.0; self.0.len()]);
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 5] {
+            let mut out = [(); 5].map(|()| vec![0.0; self.0.len()]);
             for at in (0..self.0.len() - self.0.len() % I::WIDTH).step_by(I::WIDTH) {
                 #[allow(unsafe_code)]
                 // SAFETY: at + WIDTH ≤ len (the range stops at the last whole vector).
@@ -472,7 +503,8 @@ mod tests {
                     let difference = isa.neg_mul_add(a, b, isa.sub(a, b));
                     isa.store(&mut out[1], at, isa.raise_to(difference, isa.splat(-0.5)));
                     isa.store(&mut out[2], at, isa.zero_where_less(a, b, b));
-                    isa.store(&mut out[3], at, isa.exponent_from_low_bits(a));
+                    isa.store(&mut out[3], at, isa.lookup16(&TABLE, a));
+                    isa.store(&mut out[4], at, isa.times_power_of_two(b, a));
                 }
             }
             out
@@ -494,9 +526,9 @@ mod tests {
     struct Outlined<'a>(&'a [f64], &'a [f64]);
 
     impl Kernel for Outlined<'_> {
-        type Output = [Vec<f64>; 4];
+        type Output = [Vec<f64>; 5];
         #[inline(always)]
-        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 4] {
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 5] {
             isa.outline(Lanewise(self.0, self.1))
         }
     }
@@ -524,11 +556,12 @@ mod tests {
         a[..4].copy_from_slice(&[f64::NAN, 0.25, f64::NAN, -0.0]);
         b[..4].copy_from_slice(&[0.25, f64::NAN, f64::NAN, 0.0]);
         let raised = |x: f64| if x < -0.5 { -0.5 } else { x };
-        let want: [Vec<f64>; 4] = [
+        let want: [Vec<f64>; 5] = [
             a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
             a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
             a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
-            a.iter().map(|x| f64::from_bits(x.to_bits().wrapping_add(1023) << 52)).collect(),
+            a.iter().map(|x| TABLE[(x.to_bits() & 15) as usize]).collect(),
+            a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add((x.to_bits() >> 4) << 52))).collect(),
         ];
         let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();
         for t in Target::available() {
