@@ -87,8 +87,8 @@ struct AttendRow<'a, 'q> {
 impl Kernel for AttendRow<'_, '_> {
     type Output = ();
     #[inline(always)]
-    fn run<I: Isa>(self, _isa: I) {
-        attend_row_portable(self.query, self.runs, self.scores, self.out);
+    fn run<I: Isa>(self, isa: I) {
+        attend_row_portable(isa, self.query, self.runs, self.scores, self.out);
     }
 }
 
@@ -104,7 +104,7 @@ const AT_ONCE: usize = 2;
 
 /// [`attend_row`] in portable code, compiled once per instruction set.
 #[inline(always)]
-fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
+fn attend_row_portable<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
     let count = score_runs(query, runs, scores);
     let scores = &mut scores[..count];
     let max = scores.iter().copied().fold(query.sink.unwrap_or(f64::NEG_INFINITY), f64::max);
@@ -113,7 +113,7 @@ fn attend_row_portable(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64
         return; // no visible key: attend to nothing (zeros), as in the full pass
     }
     // the sink joins the normaliser but adds nothing to the output
-    let total = exp_shifted_sum_inline(scores, max) + query.sink.map_or(0.0, |s| exp_inline(s - max));
+    let total = exp_shifted_sum_inline(isa, scores, max) + query.sink.map_or(0.0, |s| exp_inline(s - max));
     // a weight of exactly 0 (a hidden key: e^−∞) must be skipped, not multiplied: 0 · NaN = NaN
     // would let a key the query cannot see change its output; rows with none take the loop
     // without the test (one-token decoding over a cache it sees whole)

@@ -222,20 +222,46 @@ struct ExpShiftedSum<'a>(&'a mut [f64], f64);
 impl Kernel for ExpShiftedSum<'_> {
     type Output = f64;
     #[inline(always)]
-    fn run<I: Isa>(self, _isa: I) -> f64 {
-        exp_shifted_sum_inline(self.0, self.1)
+    fn run<I: Isa>(self, isa: I) -> f64 {
+        exp_shifted_sum_inline(isa, self.0, self.1)
     }
 }
 
 /// The body of [`exp_shifted_sum`], inlined into kernels that are already compiled per target.
+///
+/// Eight values at a time: where all eight exponents lie in `[−708, 709]` (in a softmax, nearly
+/// always) they go through [`exp_weight_vectors`] in the target's registers, which gives [`exp`]'s
+/// bits there; a chunk with a value outside (a hidden score's −∞, NaN, the far tails) takes
+/// [`exp_inline`] value by value. The table lookup keeps the compiler from vectorising the
+/// value-by-value loop by itself.
 #[inline(always)]
-pub(crate) fn exp_shifted_sum_inline(values: &mut [f64], shift: f64) -> f64 {
+pub(crate) fn exp_shifted_sum_inline<I: Isa>(isa: I, values: &mut [f64], shift: f64) -> f64 {
+    const { assert!(8 % I::WIDTH == 0) };
     let mut lanes = [0.0; 8];
     let mut chunks = values.chunks_exact_mut(8);
     for chunk in &mut chunks {
-        for (lane, v) in lanes.iter_mut().zip(chunk.iter_mut()) {
-            *v = exp_inline(*v - shift);
-            *lane += *v;
+        let mut x = [0.0; 8];
+        let mut in_range = true;
+        for (x, v) in x.iter_mut().zip(chunk.iter()) {
+            *x = *v - shift;
+            in_range &= (SUBNORMAL..=709.0).contains(x);
+        }
+        if in_range {
+            for at in (0..8).step_by(I::WIDTH) {
+                // SAFETY: at + WIDTH ≤ 8, the length of `x`, `chunk` and `lanes` (WIDTH divides 8).
+                #[allow(unsafe_code)]
+                unsafe {
+                    let [e] = exp_weight_vectors(isa, [isa.load(&x, at)]);
+                    isa.store(chunk, at, e);
+                    let sum = isa.add(isa.load(&lanes, at), e);
+                    isa.store(&mut lanes, at, sum);
+                }
+            }
+        } else {
+            for ((lane, v), x) in lanes.iter_mut().zip(chunk.iter_mut()).zip(x) {
+                *v = exp_inline(x);
+                *lane += *v;
+            }
         }
     }
     let mut tail = 0.0;
@@ -294,10 +320,10 @@ mod tests {
         base.extend([f64::NEG_INFINITY, -750.0, -744.0, 0.0, 3.5, 709.5, f64::NAN]);
         let shift = -1.5;
         let mut portable = base.clone();
-        let sum = exp_shifted_sum_inline(&mut portable, shift);
+        let sum = exp_shifted_sum_inline(Portable, &mut portable, shift);
         assert!(sum.is_nan(), "the NaN input poisons the sum");
         let finite: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
-        let finite_sum = exp_shifted_sum_inline(&mut finite.clone(), shift);
+        let finite_sum = exp_shifted_sum_inline(Portable, &mut finite.clone(), shift);
         for target in crate::target::Target::available() {
             let mut values = base.clone();
             let s = crate::target::with_target(target, || exp_shifted_sum(&mut values, shift)).unwrap();
