@@ -102,7 +102,8 @@ const STREAMS: usize = 4;
 /// Consecutive keys of each stretch scored in one step (eight dot products side by side).
 const AT_ONCE: usize = 2;
 
-/// [`attend_row`] in portable code, compiled once per instruction set.
+/// [`attend_row`] in portable code, compiled once per instruction set; its softmax's
+/// exponentials run in the target's registers (`exp_shifted_sum_inline`).
 #[inline(always)]
 fn attend_row_portable<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
     let count = score_runs(query, runs, scores);

@@ -23,8 +23,9 @@
 //! that hold the table) and four loads on AVX2 (a gather); both are exact, so they change no bit.
 //!
 //! It agrees with `f64::exp` to about an ulp (a test checks 4e-16 relative over the range
-//! softmax uses; the worst seen is 2.2e-16), returns exactly 1 at 0 and exactly 0 below −745.2, and is a pure function of its input:
-//! the same value on every thread and for every slice length. The reduction and the polynomial
+//! softmax uses; the worst seen is 2.2e-16), returns exactly 1 at 0 and exactly 0 below −745.2,
+//! and is a pure function of its input: the same value on every thread and for every slice
+//! length. The reduction and the polynomial
 //! use fused multiply-adds (`a·b + c` rounded once), which halves the work of the polynomial; a
 //! fused multiply-add is exactly specified by IEEE 754, so every compiled version — AVX-512,
 //! AVX2 with FMA, or the portable one, where the processor lacks FMA and the library computes it
@@ -229,11 +230,11 @@ impl Kernel for ExpShiftedSum<'_> {
 
 /// The body of [`exp_shifted_sum`], inlined into kernels that are already compiled per target.
 ///
-/// Eight values at a time: where all eight exponents lie in `[−708, 709]` (in a softmax, nearly
-/// always) they go through [`exp_weight_vectors`] in the target's registers, which gives [`exp`]'s
-/// bits there; a chunk with a value outside (a hidden score's −∞, NaN, the far tails) takes
-/// [`exp_inline`] value by value. The table lookup keeps the compiler from vectorising the
-/// value-by-value loop by itself.
+/// Eight values at a time: where every exponent of a chunk lies in `[−708, 709]` or below −745.2
+/// (a hidden score's −∞) — in a softmax, nearly always — the chunk goes through
+/// [`exp_weight_vectors`] in the target's registers, which gives [`exp`]'s bits there (0 below
+/// −745.2); a chunk with a value elsewhere (NaN, the far tails) takes [`exp_inline`] value by
+/// value. The table lookup keeps the compiler from vectorising the value-by-value loop by itself.
 #[inline(always)]
 pub(crate) fn exp_shifted_sum_inline<I: Isa>(isa: I, values: &mut [f64], shift: f64) -> f64 {
     const { assert!(8 % I::WIDTH == 0) };
@@ -244,7 +245,7 @@ pub(crate) fn exp_shifted_sum_inline<I: Isa>(isa: I, values: &mut [f64], shift: 
         let mut in_range = true;
         for (x, v) in x.iter_mut().zip(chunk.iter()) {
             *x = *v - shift;
-            in_range &= (SUBNORMAL..=709.0).contains(x);
+            in_range &= (SUBNORMAL..=709.0).contains(x) || *x < UNDERFLOW;
         }
         if in_range {
             for at in (0..8).step_by(I::WIDTH) {
@@ -304,20 +305,62 @@ mod tests {
     }
 
     #[test]
-    fn the_table_holds_two_to_the_sixteenths() {
-        for (j, &power) in POWERS.iter().enumerate() {
+    fn the_table_holds_the_doubles_nearest_two_to_the_sixteenths() {
+        // 2^{j/16} to 32 significant digits (mpmath, 200 bits); parsing rounds to the nearest
+        // double, and no value lies within 10⁻³⁰ of a tie, so these are the nearest doubles
+        let exact = [
+            "1.0",
+            "1.0442737824274138403219664787399",
+            "1.0905077326652576592070106557607",
+            "1.1387886347566916537038302838415",
+            "1.1892071150027210667174999705605",
+            "1.2418578120734840485936774687266",
+            "1.2968395546510096659337541177925",
+            "1.3542555469368927282980147401407",
+            "1.4142135623730950488016887242097",
+            "1.476826145939499311386907480374",
+            "1.5422108254079408236122918620907",
+            "1.6104903319492543081795206673574",
+            "1.6817928305074290860622509524664",
+            "1.7562521603732994831121606193753",
+            "1.8340080864093424634870831895883",
+            "1.9152065613971472938726112702958",
+        ];
+        for (j, (&power, digits)) in POWERS.iter().zip(exact).enumerate() {
+            let nearest: f64 = digits.parse().unwrap();
+            assert_eq!(power.to_bits(), nearest.to_bits(), "2^({j}/16): {power} vs {nearest}");
             let library = (j as f64 / STEPS as f64).exp2();
             assert!(power.to_bits().abs_diff(library.to_bits()) <= 1, "2^({j}/16): {power} vs {library}");
         }
-        assert_eq!(POWERS[0], 1.0);
-        assert_eq!(POWERS[8], std::f64::consts::SQRT_2);
+    }
+
+    #[test]
+    fn subnormal_and_near_overflow_results_are_within_an_ulp_of_the_library() {
+        // where 2ᵏ is built in two factors; the bits of adjacent doubles differ by one
+        let mut x = -745.1;
+        while x < -708.0 {
+            for y in [x, x + 0.0123, x + 0.5] {
+                let (got, want) = (exp(y), y.exp());
+                assert!(got.to_bits().abs_diff(want.to_bits()) <= 1, "{y}: {got:e} vs {want:e}");
+            }
+            x += 0.0731;
+        }
+        for y in [709.0, 709.000_000_1, 709.3, 709.5, 709.7, 709.78] {
+            let (got, want) = (exp(y), y.exp());
+            assert!(got.to_bits().abs_diff(want.to_bits()) <= 1, "{y}: {got:e} vs {want:e}");
+        }
     }
 
     #[test]
     fn every_target_agrees_bitwise_with_the_scalar_exp() {
-        // the softmax range, the edges, and a length that leaves a tail after the 8-wide chunks
-        let mut base: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
-        base.extend([f64::NEG_INFINITY, -750.0, -744.0, 0.0, 3.5, 709.5, f64::NAN]);
+        // the softmax range; chunks of eight with −∞ among in-range values (the vector path) and
+        // with values between −745.2 and −708 or above 709 (the value-by-value path); both edges
+        // of the vector path's range; and a length that leaves a tail after the chunks
+        let mut base: Vec<f64> = (0..1000).map(|i| -0.037 * i as f64).collect();
+        base.extend([f64::NEG_INFINITY, -0.25, -750.0, -1.0, f64::NEG_INFINITY, -3.0, -2e300, 0.5]);
+        base.extend([-709.5, 707.5, -0.0, -1.25, -2.5, f64::NEG_INFINITY, -1.0, -2.0]); // x = −708, 709
+        base.extend([-744.0, 0.0, 3.5, 709.5, -1.0, -2.0, -3.0, -4.0]);
+        base.extend([-2.0, f64::NAN, -1.0]);
         let shift = -1.5;
         let mut portable = base.clone();
         let sum = exp_shifted_sum_inline(Portable, &mut portable, shift);
