@@ -4,19 +4,30 @@
 //! A file stores a weight row after row. Decoding one token sums each output in input order (the
 //! one-row path's order, see the parent module), so the vector lanes must hold different outputs
 //! — and in the stored layout the sixteen values of one input lie a row apart. Here every run of
-//! [`GROUP`] rows is rearranged, block by block:
+//! [`GROUP`] rows is rearranged, block by block, and two such groups ([`PAIR`]) share each block:
 //!
 //! ```text
-//! group g, block b (GROUP · block_bytes bytes, the same as the sixteen stored blocks):
-//! Q8_0  [16 scales d: f16][32 × (the 16 rows' i8 of input i)]
-//! Q4_0  [16 scales d: f16][16 × (the 16 rows' byte p)]               byte p = q[2p] | q[2p+1] << 4
-//! Q4_1  [16 scales d: f16][16 minimums m: f16][16 × (the 16 rows' byte p)]
+//! a pair of groups, block b (2 · GROUP · block_bytes bytes, the same as the 32 stored blocks):
+//! Q8_0  [16 d: f16 of group 0][16 d of group 1]                  then 32 lines of 32 bytes
+//! Q4_0  [16 d: f16 of group 0][16 d of group 1]                  then 16 lines of 32 bytes
+//! Q4_1  [16 d][16 m: f16 of group 0][16 d][16 m of group 1]      then 16 lines of 32 bytes
+//! line i: [group 0's 16 rows' byte i][group 1's 16 rows' byte i]
+//! byte i: Q8_0 the i8 of input i; Q4_x q[2i] | q[2i+1] << 4
 //! ```
 //!
-//! A group keeps the bytes of its sixteen stored rows (it is a permutation of them, done in place,
-//! [`group_rows`]), so a matrix takes exactly the bytes its file gives it; rows after the last whole
-//! group stay as stored. In a stored 4-bit block byte `j` holds inputs `j` and `j + 16`; here byte
-//! `p` holds inputs `2p` and `2p + 1`, so each byte loaded gives two consecutive terms of the sums.
+//! A matrix with an odd number of groups ends with a lone group: the same with one group, its
+//! lines 16 bytes. A group keeps the bytes of its sixteen stored rows (it is a permutation of
+//! them, done in place, [`group_rows`]), so a matrix takes exactly the bytes its file gives it;
+//! rows after the last whole group stay as stored. In a stored 4-bit block byte `j` holds inputs
+//! `j` and `j + 16`; here byte `i` holds inputs `2i` and `2i + 1`, so each byte loaded gives two
+//! consecutive terms of the sums.
+//!
+//! The pairs are for the AVX-512 kernel: with one group its sixteen sums are two chains of
+//! additions in two registers, and each step waits for the previous one's latency (four cycles
+//! for a fused multiply-add, one input of sixteen outputs per four cycles); with a pair, four
+//! chains interleave. Where the groups of a pair kept their blocks apart the kernel read two
+//! streams of memory and ran slower than one group from memory (`docs/performance.md`,
+//! 2026-12-04, night); sharing each line, a pair is read front to back.
 
 use crate::isa::{Isa, Kernel};
 
@@ -26,12 +37,20 @@ use super::{BLOCK, BlockFormat, INPUTS_PER_SUM, QuantRows, f16_bits, value, valu
 /// `f64` with AVX-512, four of four with AVX2).
 pub const GROUP: usize = 16;
 
+/// Groups laid side by side a second time: the rows of a pair of groups share each block, the
+/// first group's scales (and minimums), the second's, then each line of values as the first
+/// group's sixteen bytes and the second's. One line is one input of 32 outputs, so a kernel can
+/// sum them at once (four chains of additions with AVX-512, where one group has two and waits on
+/// their latency) while reading the matrix front to back. A matrix with an odd number of groups
+/// ends with a lone one, laid out as above.
+pub const PAIR: usize = 2;
+
 /// Bytes of the largest block ([`BlockFormat::Q8_0`]).
 pub(super) const MAX_BLOCK_BYTES: usize = 34;
 
 /// Rearranges the whole groups of `rows` stored rows in `bytes` (the layout of
-/// [`QuantRows::new`]) into the grouped layout of [`QuantRows::grouped`], in place, each group
-/// through a copy of its own bytes. The inverse is [`QuantRows::stored_row`].
+/// [`QuantRows::new`]) into the grouped layout of [`QuantRows::grouped`], in place, each pair of
+/// groups through a copy of its own bytes. The inverse is [`QuantRows::stored_row`].
 ///
 /// # Errors
 /// As [`QuantRows::new`].
@@ -42,27 +61,31 @@ pub fn group_rows(format: BlockFormat, bytes: &mut [u8], rows: usize, cols: usiz
     if row_bytes == 0 {
         return Ok(());
     }
-    bytes[..whole].par_chunks_mut(GROUP * row_bytes).for_each(|group| {
-        let stored = group.to_vec();
+    bytes[..whole].par_chunks_mut(PAIR * GROUP * row_bytes).for_each(|unit| {
+        let stored = unit.to_vec();
         let block_bytes = format.block_bytes();
-        for (b, out) in group.chunks_exact_mut(GROUP * block_bytes).enumerate() {
+        let groups = unit.len() / (GROUP * row_bytes); // a pair, or a last lone group
+        for (b, out) in unit.chunks_exact_mut(groups * GROUP * block_bytes).enumerate() {
             let block = |c: usize| &stored[c * row_bytes + b * block_bytes..][..block_bytes];
-            group_block(format, block, out);
+            group_block(format, groups, block, out);
         }
     });
     Ok(())
 }
 
-/// Writes the grouped bytes of one block of sixteen rows (`block(c)` = row `c`'s stored block).
-fn group_block<'s>(format: BlockFormat, block: impl Fn(usize) -> &'s [u8], out: &mut [u8]) {
+/// Writes the grouped bytes of one block of a unit of `groups` groups (`block(c)` = row `c`'s
+/// stored block).
+fn group_block<'s>(format: BlockFormat, groups: usize, block: impl Fn(usize) -> &'s [u8], out: &mut [u8]) {
     let head = format.head_bytes();
-    let (heads, lines) = out.split_at_mut(GROUP * head);
-    for c in 0..GROUP {
-        for h in (0..head).step_by(2) {
-            heads[GROUP * h + 2 * c..][..2].copy_from_slice(&block(c)[h..h + 2]);
+    let (heads, lines) = out.split_at_mut(groups * GROUP * head);
+    for (g, heads) in heads.chunks_exact_mut(GROUP * head).enumerate() {
+        for c in 0..GROUP {
+            for h in (0..head).step_by(2) {
+                heads[GROUP * h + 2 * c..][..2].copy_from_slice(&block(g * GROUP + c)[h..h + 2]);
+            }
         }
     }
-    for (p, line) in lines.chunks_exact_mut(GROUP).enumerate() {
+    for (p, line) in lines.chunks_exact_mut(groups * GROUP).enumerate() {
         for (c, byte) in line.iter_mut().enumerate() {
             let qs = &block(c)[head..];
             *byte = match format {
@@ -80,37 +103,67 @@ pub(super) fn nibble(qs: &[u8], i: usize) -> u8 {
     if i < 16 { qs[i] & 0x0f } else { qs[i - 16] >> 4 }
 }
 
-/// Value `i` of row `c` in a grouped 4-bit block's lines: byte `i / 2` of the row, its high half
-/// for odd `i`.
-#[inline(always)]
-fn grouped_nibble(lines: &[u8], c: usize, i: usize) -> u8 {
-    lines[i / 2 * GROUP + c] >> (4 * (i % 2)) & 0x0f
+/// One group's part of a grouped block: its sixteen scales (and sixteen minimums), and its lines
+/// of sixteen bytes, `stride` bytes apart (16 for a lone group, 32 in a pair).
+#[derive(Clone, Copy)]
+struct Part<'a> {
+    heads: &'a [u8],
+    lines: &'a [u8],
+    stride: usize,
 }
 
-/// Row `r`'s block `b` of `w` (grouped; `r` below the last whole group): its scale (and
-/// minimum) bytes, the group's lines of values, and `r`'s lane in them.
+impl<'a> Part<'a> {
+    /// Part `h` of a block of a unit of `groups` groups (`block`: that block's bytes).
+    #[inline(always)]
+    fn of(format: BlockFormat, block: &'a [u8], groups: usize, h: usize) -> Self {
+        let head = GROUP * format.head_bytes();
+        let (heads, lines) = block.split_at(groups * head);
+        Self { heads: &heads[h * head..][..head], lines: &lines[h * GROUP..], stride: groups * GROUP }
+    }
+
+    /// Line `l`: the sixteen rows' byte `l`.
+    #[inline(always)]
+    fn line(&self, l: usize) -> &'a [u8] {
+        &self.lines[l * self.stride..][..GROUP]
+    }
+
+    /// Every line in turn.
+    #[inline(always)]
+    fn lines(self, count: usize) -> impl Iterator<Item = &'a [u8]> {
+        (0..count).map(move |l| self.line(l))
+    }
+
+    /// Value `i` of row `c` in a 4-bit block: byte `i / 2` of the row, its high half for odd `i`.
+    #[inline(always)]
+    fn nibble(&self, c: usize, i: usize) -> u8 {
+        self.line(i / 2)[c] >> (4 * (i % 2)) & 0x0f
+    }
+}
+
+/// Row `r`'s block `b` of `w` (grouped; `r` below the last whole group): its group's part and
+/// `r`'s lane in it.
 #[inline(always)]
-fn place<'a>(w: &QuantRows<'a>, r: usize, b: usize) -> (&'a [u8], &'a [u8], usize) {
-    let (block_bytes, head) = (w.format.block_bytes(), w.format.head_bytes());
-    let at = r / GROUP * GROUP * w.row_bytes() + b * GROUP * block_bytes;
-    let (heads, lines) = w.bytes[at..][..GROUP * block_bytes].split_at(GROUP * head);
-    (heads, lines, r % GROUP)
+fn place<'a>(w: &QuantRows<'a>, r: usize, b: usize) -> (Part<'a>, usize) {
+    let g = r / GROUP;
+    let unit = g / PAIR * PAIR; // the unit's first group
+    let groups = (w.rows / GROUP - unit).min(PAIR);
+    let block_bytes = groups * GROUP * w.format.block_bytes();
+    let block = &w.bytes[unit * GROUP * w.row_bytes() + b * block_bytes..][..block_bytes];
+    (Part::of(w.format, block, groups, g - unit), r % GROUP)
 }
 
 /// The bytes of block `b` of row `r` of `w` (grouped; `r` below the last whole group) as a file
 /// stores them, written into `out`: the inverse of [`group_block`].
 pub(super) fn stored_block<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o mut [u8; MAX_BLOCK_BYTES]) -> &'o [u8] {
     let (format, head) = (w.format, w.format.head_bytes());
-    let (heads, lines, c) = place(w, r, b);
+    let (part, c) = place(w, r, b);
     for h in (0..head).step_by(2) {
-        out[h..h + 2].copy_from_slice(&heads[GROUP * h + 2 * c..][..2]);
+        out[h..h + 2].copy_from_slice(&part.heads[GROUP * h + 2 * c..][..2]);
     }
     for j in 0..format.quant_bytes() {
         out[head + j] = match format {
-            BlockFormat::Q8_0 => lines[j * GROUP + c],
-            BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                grouped_nibble(lines, c, j) | grouped_nibble(lines, c, j + 16) << 4
-            }
+            BlockFormat::Q8_0 => part.line(j)[c],
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 => part.nibble(c, j) | part.nibble(c, j + 16) << 4,
         };
     }
     &out[..format.block_bytes()]
@@ -121,13 +174,14 @@ pub(super) fn stored_block<'o>(w: &QuantRows<'_>, r: usize, b: usize, out: &'o m
 #[inline(always)]
 pub(super) fn block_values(w: &QuantRows<'_>, r: usize, b: usize, out: &mut [f64; BLOCK]) {
     let format = w.format;
-    let (heads, lines, c) = place(w, r, b);
+    let (part, c) = place(w, r, b);
+    let heads = part.heads;
     // half `h` (0: the scale, 1: the minimum) of row `c`
     let half = |h: usize| f16_bits(u16::from_le_bytes([heads[2 * (h * GROUP + c)], heads[2 * (h * GROUP + c) + 1]]));
     let m = if format == BlockFormat::Q4_1 { half(1) } else { 0.0 };
     match format {
-        BlockFormat::Q8_0 => values(format, half(0), m, |i| lines[i * GROUP + c], out),
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 => values(format, half(0), m, |i| grouped_nibble(lines, c, i), out),
+        BlockFormat::Q8_0 => values(format, half(0), m, |i| part.line(i)[c], out),
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 => values(format, half(0), m, |i| part.nibble(c, i), out),
     }
 }
 
@@ -138,13 +192,14 @@ pub(super) fn block_values(w: &QuantRows<'_>, r: usize, b: usize, out: &mut [f64
 pub(super) fn group_values(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize) {
     let mut runs = out.chunks_mut(stride).filter_map(|line| <&mut [f64; GROUP]>::try_from(&mut line[..GROUP]).ok());
     let format = w.format;
-    let (heads, lines, _) = place(w, first, b);
-    let d = halves(heads);
-    let m = if format == BlockFormat::Q4_1 { halves(&heads[2 * GROUP..]) } else { [0.0; GROUP] };
+    let (part, _) = place(w, first, b);
+    let d = halves(part.heads);
+    let m = if format == BlockFormat::Q4_1 { halves(&part.heads[2 * GROUP..]) } else { [0.0; GROUP] };
+    let lines = part.lines(format.quant_bytes());
     // each format's loops apart, so that `value` is compiled for one format, sixteen lanes at once
     match format {
         BlockFormat::Q8_0 => {
-            for (run, line) in (&mut runs).zip(lines.chunks_exact(GROUP)) {
+            for (run, line) in (&mut runs).zip(lines) {
                 for c in 0..GROUP {
                     run[c] = value(BlockFormat::Q8_0, d[c], 0.0, line[c]);
                 }
@@ -158,14 +213,14 @@ pub(super) fn group_values(w: &QuantRows<'_>, first: usize, b: usize, out: &mut 
 /// [`group_values`] of a 4-bit format (`F`, as `BlockFormat as u8`): each line of sixteen bytes
 /// holds two inputs.
 #[inline(always)]
-fn pairs<'o, const F: u8>(
-    lines: &[u8],
+fn pairs<'l, 'o, const F: u8>(
+    lines: impl Iterator<Item = &'l [u8]>,
     d: &[f32; GROUP],
     m: &[f32; GROUP],
     mut runs: impl Iterator<Item = &'o mut [f64; GROUP]>,
 ) {
     let format = if F == BlockFormat::Q4_1 as u8 { BlockFormat::Q4_1 } else { BlockFormat::Q4_0 };
-    for line in lines.chunks_exact(GROUP) {
+    for line in lines {
         let (Some(low), Some(high)) = (runs.next(), runs.next()) else { return };
         for c in 0..GROUP {
             low[c] = value(format, d[c], m[c], line[c] & 0x0f);
@@ -174,22 +229,31 @@ fn pairs<'o, const F: u8>(
     }
 }
 
-/// The whole groups of `w` from output `first` on (a multiple of [`GROUP`]), each with its
-/// sixteen outputs in `outs`: the walk every grouped kernel makes. Inlined into each, so that it
-/// is compiled with the kernel's instructions.
+/// The whole groups of `w` from output `first` on (a multiple of [`PAIR`] · [`GROUP`]), a unit
+/// at a time: a pair of groups, or the last lone one — its bytes, its number of groups and its
+/// outputs in `outs`. The walk every grouped kernel makes; inlined into each, so that it is
+/// compiled with the kernel's instructions.
 #[inline(always)]
-fn groups<'w, 'o>(
+fn units<'w, 'o>(
     w: &QuantRows<'w>,
     first: usize,
     outs: &'o mut [f64],
-) -> impl Iterator<Item = (&'w [u8], &'o mut [f64])> {
+) -> impl Iterator<Item = (&'w [u8], usize, &'o mut [f64])> {
     debug_assert!(outs.len().is_multiple_of(GROUP), "whole groups of outputs");
-    let group_bytes = GROUP * w.row_bytes();
-    w.bytes[first * w.row_bytes()..].chunks_exact(group_bytes).zip(outs.chunks_exact_mut(GROUP))
+    debug_assert!(first.is_multiple_of(PAIR * GROUP), "from the first group of a pair");
+    // a row of no bytes (no inputs) still takes one unit per pair of groups
+    let unit_bytes = (PAIR * GROUP * w.row_bytes()).max(1);
+    let bytes = &w.bytes[first * w.row_bytes()..][..outs.len() * w.row_bytes()];
+    let (mut units, mut outs) = (bytes.chunks(unit_bytes), outs.chunks_mut(PAIR * GROUP));
+    std::iter::from_fn(move || {
+        let outs = outs.next()?;
+        Some((units.next().unwrap_or_default(), outs.len() / GROUP, outs))
+    })
 }
 
-/// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
-/// groups), compiled per target: the one-row path's sums, sixteen outputs at a time.
+/// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
+/// pair of groups, the length whole groups), compiled per target: the one-row path's sums,
+/// sixteen outputs at a time.
 pub(super) struct GroupSums<'x, 'w, 'o> {
     pub(super) x: &'x [f64],
     pub(super) w: &'w QuantRows<'w>,
@@ -202,28 +266,31 @@ impl Kernel for GroupSums<'_, '_, '_> {
     #[inline(always)]
     fn run<I: Isa>(self, _isa: I) {
         let Self { x, w, first, outs } = self;
-        for (group, outs) in groups(w, first, outs) {
-            let totals = match w.format {
-                BlockFormat::Q8_0 => sums::<{ 34 * GROUP }, Q8_0>(group, x),
-                BlockFormat::Q4_0 => sums::<{ 18 * GROUP }, Q4_0>(group, x),
-                BlockFormat::Q4_1 => sums::<{ 20 * GROUP }, Q4_1>(group, x),
-            };
-            outs.copy_from_slice(&totals);
+        for (unit, groups, outs) in units(w, first, outs) {
+            for (h, outs) in outs.chunks_exact_mut(GROUP).enumerate() {
+                let totals = match w.format {
+                    BlockFormat::Q8_0 => sums::<Q8_0>(w.format, unit, groups, h, x),
+                    BlockFormat::Q4_0 => sums::<Q4_0>(w.format, unit, groups, h, x),
+                    BlockFormat::Q4_1 => sums::<Q4_1>(w.format, unit, groups, h, x),
+                };
+                outs.copy_from_slice(&totals);
+            }
         }
     }
 }
 
-/// The sixteen outputs of one group: for each run of [`INPUTS_PER_SUM`] inputs `s = 0; s ← x·w + s`
-/// in input order (`block` adds one block's 32 terms), then the runs' sums in order.
+/// The sixteen outputs of group `h` of a unit of `groups`: for each run of [`INPUTS_PER_SUM`]
+/// inputs `s = 0; s ← x·w + s` in input order (`block` adds one block's 32 terms), then the runs'
+/// sums in order.
 #[inline(always)]
-fn sums<const B: usize, F: GroupedBlock<B>>(group: &[u8], x: &[f64]) -> [f64; GROUP] {
+fn sums<F: GroupedBlock>(format: BlockFormat, unit: &[u8], groups: usize, h: usize, x: &[f64]) -> [f64; GROUP] {
     let mut totals = [0.0; GROUP];
-    let mut blocks = group.chunks_exact(B);
+    let mut blocks = unit.chunks_exact(groups * GROUP * format.block_bytes());
     for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
         let mut partial = [0.0; GROUP];
-        for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
-            if let (Ok(grouped), Ok(xs)) = (grouped.try_into(), xs.try_into()) {
-                F::add(grouped, xs, &mut partial);
+        for (xs, block) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+            if let Ok(xs) = xs.try_into() {
+                F::add(Part::of(format, block, groups, h), xs, &mut partial);
             }
         }
         for (total, p) in totals.iter_mut().zip(partial) {
@@ -243,15 +310,15 @@ fn halves(head: &[u8]) -> [f32; GROUP] {
     out
 }
 
-/// One format's grouped block of `B` bytes: its 32 terms added to the sixteen sums. (A trait
-/// of zero-sized types, not functions passed by value: a function called through a pointer or
-/// a closure is compiled for the baseline, outside the target's function.)
-trait GroupedBlock<const B: usize> {
+/// One format's part of a grouped block: its 32 terms added to the sixteen sums. (A trait of
+/// zero-sized types, not functions passed by value: a function called through a pointer or a
+/// closure is compiled for the baseline, outside the target's function.)
+trait GroupedBlock {
     /// `partial[c] ← xs[i] · value i of row c + partial[c]`, `i` in input order: each value made
     /// by the parent module's `value` (and so as `gguf::dequantize_into` makes it), the product
     /// and the sum one fused multiply-add. Plain loops over the sixteen lanes, which the compiler makes vector
     /// instructions for the target they are compiled in.
-    fn add(grouped: &[u8; B], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]);
+    fn add(part: Part<'_>, xs: &[f64; BLOCK], partial: &mut [f64; GROUP]);
 }
 
 #[allow(non_camel_case_types)] // ggml's names
@@ -261,12 +328,11 @@ struct Q4_0;
 #[allow(non_camel_case_types)]
 struct Q4_1;
 
-impl GroupedBlock<{ 34 * GROUP }> for Q8_0 {
+impl GroupedBlock for Q8_0 {
     #[inline(always)]
-    fn add(grouped: &[u8; 34 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
-        let (head, values) = grouped.split_at(2 * GROUP);
-        let d = halves(head);
-        for (line, &a) in values.chunks_exact(GROUP).zip(xs) {
+    fn add(part: Part<'_>, xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let d = halves(part.heads);
+        for (line, &a) in part.lines(BLOCK).zip(xs) {
             for c in 0..GROUP {
                 partial[c] = a.mul_add(value(BlockFormat::Q8_0, d[c], 0.0, line[c]), partial[c]);
             }
@@ -274,12 +340,11 @@ impl GroupedBlock<{ 34 * GROUP }> for Q8_0 {
     }
 }
 
-impl GroupedBlock<{ 18 * GROUP }> for Q4_0 {
+impl GroupedBlock for Q4_0 {
     #[inline(always)]
-    fn add(grouped: &[u8; 18 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
-        let (head, values) = grouped.split_at(2 * GROUP);
-        let d = halves(head);
-        for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
+    fn add(part: Part<'_>, xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let d = halves(part.heads);
+        for (line, pair) in part.lines(BLOCK / 2).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
                 partial[c] = pair[0].mul_add(value(BlockFormat::Q4_0, d[c], 0.0, line[c] & 0x0f), partial[c]);
             }
@@ -290,12 +355,11 @@ impl GroupedBlock<{ 18 * GROUP }> for Q4_0 {
     }
 }
 
-impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
+impl GroupedBlock for Q4_1 {
     #[inline(always)]
-    fn add(grouped: &[u8; 20 * GROUP], xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
-        let (head, values) = grouped.split_at(4 * GROUP);
-        let (d, m) = (halves(head), halves(&head[2 * GROUP..]));
-        for (line, pair) in values.chunks_exact(GROUP).zip(xs.chunks_exact(2)) {
+    fn add(part: Part<'_>, xs: &[f64; BLOCK], partial: &mut [f64; GROUP]) {
+        let (d, m) = (halves(part.heads), halves(&part.heads[2 * GROUP..]));
+        for (line, pair) in part.lines(BLOCK / 2).zip(xs.chunks_exact(2)) {
             for c in 0..GROUP {
                 partial[c] = pair[0].mul_add(value(BlockFormat::Q4_1, d[c], m[c], line[c] & 0x0f), partial[c]);
             }
@@ -306,26 +370,39 @@ impl GroupedBlock<{ 20 * GROUP }> for Q4_1 {
     }
 }
 
-/// The grouped kernel written with AVX-512 instructions — each block's sixteen values of one
-/// input made in one register of `f32` (the scales widened by one instruction), where the compiler
-/// splits [`GroupSums`]'s lanes into two halves of eight — and with AVX2 ones. The same
-/// roundings in the same order, so the same bits.
+/// The grouped kernel written with AVX-512 instructions — a pair of groups at a time, its values
+/// made in `f64` where they are the same numbers (`pair_sums`), a lone group's in one register of
+/// `f32` (the scales widened by one instruction), where the compiler splits [`GroupSums`]'s lanes
+/// into two halves of eight — and with AVX2 ones. The same values and sums in the same order, so
+/// the same bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub(super) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, QuantRows, groups};
+    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, PAIR, QuantRows, units};
 
-    /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` and the length whole
-    /// groups).
+    /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
+    /// pair of groups, the length whole groups).
     ///
     /// # Safety
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        for (group, outs) in groups(w, first, outs) {
-            let (low, high) = sums(w.format, group, x);
+        for (unit, groups, outs) in units(w, first, outs) {
+            if groups == PAIR {
+                let sums = match w.format {
+                    BlockFormat::Q8_0 => pair_sums::<{ BlockFormat::Q8_0 as u8 }>(unit, x),
+                    BlockFormat::Q4_0 => pair_sums::<{ BlockFormat::Q4_0 as u8 }>(unit, x),
+                    BlockFormat::Q4_1 => pair_sums::<{ BlockFormat::Q4_1 as u8 }>(unit, x),
+                };
+                for (eight, sums) in outs.chunks_exact_mut(8).zip(sums) {
+                    // SAFETY: eight outputs.
+                    unsafe { _mm512_storeu_pd(eight.as_mut_ptr(), sums) };
+                }
+                continue;
+            }
+            let (low, high) = sums(w.format, unit, x);
             // SAFETY: sixteen outputs.
             unsafe {
                 _mm512_storeu_pd(outs.as_mut_ptr(), low);
@@ -334,7 +411,180 @@ pub(super) mod x86 {
         }
     }
 
-    /// The sixteen sums of one group (rows 0–7, rows 8–15), in the order of [`super::sums`].
+    /// Whether every `Q4_1` value `d · q + m` of a grouped block's sixteen rows (its head: sixteen
+    /// scales, sixteen minimums) is exact in `f32`, by the halves' exponents alone — so that the
+    /// same sum in `f64` gives the bits of `value`'s `f32` roundings.
+    ///
+    /// A half is `D·2^a` with an integer `|D| ≤ 2047` and `a = max(e, 1) − 25` for its exponent
+    /// field `e`. With `d = D·2^a`, `m = M·2^b` and `q ≤ 15`, `d·q + m` is an integer multiple of
+    /// `2^min(a, b)`, at most `30 705·2^(a − b) + 2047` of them when `a ≥ b` and
+    /// `30 705 + 2047·2^(b − a)` when `b > a`: below `2²⁴`, so exact in `f32`, when `a − b ≤ 9`
+    /// and `b − a ≤ 12`. Infinite and NaN halves (`e = 31`) are left to the `f32` path.
+    #[target_feature(enable = "avx2")]
+    pub(in super::super) fn exact_q4_1(head: &[u8; 4 * GROUP]) -> bool {
+        // SAFETY: 32 bytes each.
+        let (d, m) = unsafe {
+            (_mm256_loadu_si256(head.as_ptr().cast()), _mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast()))
+        };
+        let field = _mm256_set1_epi16(31);
+        let (d, m) =
+            (_mm256_and_si256(_mm256_srli_epi16::<10>(d), field), _mm256_and_si256(_mm256_srli_epi16::<10>(m), field));
+        let infinite = _mm256_or_si256(_mm256_cmpeq_epi16(d, field), _mm256_cmpeq_epi16(m, field));
+        let one = _mm256_set1_epi16(1);
+        let apart = _mm256_sub_epi16(_mm256_max_epi16(d, one), _mm256_max_epi16(m, one)); // a − b
+        let far = _mm256_or_si256(
+            _mm256_cmpgt_epi16(apart, _mm256_set1_epi16(9)),
+            _mm256_cmpgt_epi16(_mm256_set1_epi16(-12), apart),
+        );
+        let bad = _mm256_or_si256(infinite, far);
+        _mm256_testz_si256(bad, bad) == 1
+    }
+
+    /// The thirty-two sums of a pair of groups (rows 0–7, 8–15 of the first, then of the second),
+    /// in the order of [`super::sums`]: four chains of additions, where one group alone has two
+    /// and waits on their latency.
+    ///
+    /// Each value is made in `f64` and equals `value`'s: `Q8_0`'s `d · q` and `Q4_0`'s
+    /// `d · (q − 8)` are exact in `f32` (at most 19 significant bits), so exact in `f64` too;
+    /// `Q4_1`'s `d · q + m` is, where [`exact_q4_1`] says so for both groups' block, and is made in
+    /// `f32` and widened where it does not. A 4-bit value is looked up in a register of the sixteen
+    /// numbers `0..16` (or `−8..8`), its byte as the index (`vpermt2pd` reads the low four bits).
+    /// Compiled per format (`F`, as `BlockFormat as u8`), so that no format is tested in a loop.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn pair_sums<const F: u8>(unit: &[u8], x: &[f64]) -> [__m512d; 4] {
+        let format = match F {
+            0 => BlockFormat::Q8_0,
+            1 => BlockFormat::Q4_0,
+            _ => BlockFormat::Q4_1,
+        };
+        let block_bytes = GROUP * format.block_bytes();
+        let head_bytes = GROUP * format.head_bytes();
+        let mut totals = [_mm512_setzero_pd(); 4];
+        let mut blocks = unit.chunks_exact(PAIR * block_bytes);
+        let shift = if format == BlockFormat::Q4_0 { -8.0 } else { 0.0 };
+        let numbers = |from: f64| {
+            _mm512_setr_pd(from, from + 1.0, from + 2.0, from + 3.0, from + 4.0, from + 5.0, from + 6.0, from + 7.0)
+        };
+        let (table_low, table_high) = (numbers(shift), numbers(shift + 8.0));
+        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
+            let mut sums = [_mm512_setzero_pd(); 4];
+            for (xs, block) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+                let (heads, lines) = block.split_at(PAIR * head_bytes);
+                let heads = [&heads[..head_bytes], &heads[head_bytes..]];
+                // the halves at byte `at` of each group's head, in `f64`: [rows 0–7, 8–15] of each
+                macro_rules! widened {
+                    ($at:expr) => {{
+                        let mut out = [_mm512_setzero_pd(); 4];
+                        for (h, head) in heads.iter().enumerate() {
+                            // SAFETY: sixteen halves.
+                            let v = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add($at).cast()) });
+                            out[2 * h] = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+                            out[2 * h + 1] =
+                                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
+                        }
+                        out
+                    }};
+                }
+                // a line's eight bytes of each register's rows (the line: 16 of the first group's
+                // rows, 16 of the second's)
+                macro_rules! bytes {
+                    ($line:expr) => {{
+                        let line: &[u8] = $line;
+                        debug_assert_eq!(line.len(), PAIR * GROUP);
+                        let mut out = [_mm_setzero_si128(); 4];
+                        for (j, o) in out.iter_mut().enumerate() {
+                            // SAFETY: the line's 32 bytes.
+                            *o = unsafe { _mm_loadl_epi64(line.as_ptr().add(8 * j).cast()) };
+                        }
+                        out
+                    }};
+                }
+                let lines = lines.chunks_exact(PAIR * GROUP);
+                let mut exact = true;
+                if format == BlockFormat::Q4_1 {
+                    for head in heads {
+                        exact &= <&[u8; 4 * GROUP]>::try_from(head).is_ok_and(|head| exact_q4_1(head));
+                    }
+                }
+                let d = widened!(0);
+                match format {
+                    BlockFormat::Q8_0 => {
+                        for (line, &a) in lines.zip(xs) {
+                            let (a, q) = (_mm512_set1_pd(a), bytes!(line));
+                            for j in 0..4 {
+                                let q = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(q[j]));
+                                sums[j] = _mm512_fmadd_pd(a, _mm512_mul_pd(d[j], q), sums[j]);
+                            }
+                        }
+                    }
+                    BlockFormat::Q4_0 | BlockFormat::Q4_1 if exact => {
+                        let m =
+                            if format == BlockFormat::Q4_1 { widened!(2 * GROUP) } else { [_mm512_setzero_pd(); 4] };
+                        for (line, pair) in lines.zip(xs.chunks_exact(2)) {
+                            // each byte in a lane of its own, once for both of its values
+                            let bytes = bytes!(line).map(|eight| _mm512_cvtepu8_epi64(eight));
+                            for (i, &a) in pair.iter().enumerate() {
+                                let a = _mm512_set1_pd(a);
+                                for (j, &index) in bytes.iter().enumerate() {
+                                    let index = if i == 0 { index } else { _mm512_srli_epi64::<4>(index) };
+                                    let q = _mm512_permutex2var_pd(table_low, index, table_high);
+                                    let v = if format == BlockFormat::Q4_1 {
+                                        _mm512_fmadd_pd(d[j], q, m[j])
+                                    } else {
+                                        _mm512_mul_pd(d[j], q)
+                                    };
+                                    sums[j] = _mm512_fmadd_pd(a, v, sums[j]);
+                                }
+                            }
+                        }
+                    }
+                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                        // values made in `f32` as in `sums`, then widened
+                        let mut dm = [[_mm512_setzero_ps(); 2]; 2];
+                        for (h, head) in heads.iter().enumerate() {
+                            // SAFETY: 32 bytes of halves each.
+                            dm[h] = unsafe {
+                                [
+                                    _mm512_cvtph_ps(_mm256_loadu_si256(head.as_ptr().cast())),
+                                    _mm512_cvtph_ps(_mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast())),
+                                ]
+                            };
+                        }
+                        for (line, pair) in lines.zip(xs.chunks_exact(2)) {
+                            debug_assert_eq!(line.len(), PAIR * GROUP);
+                            for (i, &a) in pair.iter().enumerate() {
+                                let a = _mm512_set1_pd(a);
+                                for (h, [d, m]) in dm.into_iter().enumerate() {
+                                    // SAFETY: group `h`'s sixteen bytes of the line's 32.
+                                    let bytes = _mm512_cvtepu8_epi32(unsafe {
+                                        _mm_loadu_si128(line.as_ptr().add(h * GROUP).cast())
+                                    });
+                                    let q = if i == 0 {
+                                        _mm512_and_si512(bytes, _mm512_set1_epi32(0x0f))
+                                    } else {
+                                        _mm512_srli_epi32::<4>(bytes)
+                                    };
+                                    let v = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(q), m);
+                                    let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+                                    let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+                                        _mm512_castps_pd(v),
+                                    )));
+                                    sums[2 * h] = _mm512_fmadd_pd(a, low, sums[2 * h]);
+                                    sums[2 * h + 1] = _mm512_fmadd_pd(a, high, sums[2 * h + 1]);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for (total, sum) in totals.iter_mut().zip(sums) {
+                *total = if s == 0 { sum } else { _mm512_add_pd(*total, sum) };
+            }
+        }
+        totals
+    }
+
+    /// The sixteen sums of a lone group (rows 0–7, rows 8–15), in the order of [`super::sums`].
     #[target_feature(enable = "avx512f,avx2,fma")]
     fn sums(format: BlockFormat, group: &[u8], x: &[f64]) -> (__m512d, __m512d) {
         let block_bytes = GROUP * format.block_bytes();
@@ -418,93 +668,111 @@ pub(super) mod x86 {
     /// The processor has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(in super::super) unsafe fn group_sums_avx2(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
-        for (group, outs) in groups(w, first, outs) {
-            for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums_avx2(w.format, group, x)) {
+        for (unit, groups, outs) in units(w, first, outs) {
+            let sums = sums_avx2(w.format, unit, groups, x);
+            for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums.as_flattened()) {
                 // SAFETY: four outputs.
-                unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), sums) };
+                unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), *sums) };
             }
         }
     }
 
-    /// The sixteen sums of one group, four rows to a register, in the order of [`super::sums`].
+    /// The sixteen sums of each group of a unit of `groups`, four rows to a register, in the
+    /// order of [`super::sums`]: block by block, each group's part in turn, so that the unit is
+    /// read once, front to back.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn sums_avx2(format: BlockFormat, group: &[u8], x: &[f64]) -> [__m256d; 4] {
+    fn sums_avx2(format: BlockFormat, unit: &[u8], groups: usize, x: &[f64]) -> [[__m256d; 4]; PAIR] {
         let block_bytes = GROUP * format.block_bytes();
         let head_bytes = GROUP * format.head_bytes();
-        let mut totals = [_mm256_setzero_pd(); 4];
-        let mut blocks = group.chunks_exact(block_bytes);
+        let mut totals = [[_mm256_setzero_pd(); 4]; PAIR];
+        let mut blocks = unit.chunks_exact(groups * block_bytes);
         for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-            let mut sums = [_mm256_setzero_pd(); 4];
-            for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
-                let (head, lines) = grouped.split_at(head_bytes);
-                // eight halves from byte `at` of the head, widened
-                macro_rules! halves {
-                    ($at:expr) => {{
-                        let halves: &[u8] = &head[$at..][..GROUP];
-                        // SAFETY: sixteen bytes.
-                        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) })
-                    }};
-                }
-                let d = [halves!(0), halves!(GROUP)];
-                let m = if format == BlockFormat::Q4_1 {
-                    [halves!(2 * GROUP), halves!(3 * GROUP)]
-                } else {
-                    [_mm256_setzero_ps(); 2]
-                };
-                // sums += x_i · (value i of the sixteen rows, f32 widened)
-                macro_rules! add {
-                    ($a:expr, $v:expr) => {{
-                        let (a, v): (__m256d, [__m256; 2]) = (_mm256_set1_pd($a), $v);
-                        for (h, v) in v.into_iter().enumerate() {
-                            let low = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-                            let high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
-                            sums[2 * h] = _mm256_fmadd_pd(a, low, sums[2 * h]);
-                            sums[2 * h + 1] = _mm256_fmadd_pd(a, high, sums[2 * h + 1]);
+            // one variable per group, not an array indexed by it, so that the sums stay in registers
+            let [mut first, mut second] = [[_mm256_setzero_pd(); 4]; PAIR];
+            for (xs, block) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
+                let (heads, lines) = block.split_at(groups * head_bytes);
+                let stride = groups * GROUP;
+                // `sums` plus one group's terms of the block: its scales (and minimums) `head`,
+                // its sixteen bytes at the start of each line of `lines` (a macro, not a function:
+                // a function with the kernel's target features may not be inlined always)
+                macro_rules! part {
+                    ($head:expr, $lines:expr, $sums:ident) => {{
+                        let (head, lines): (&[u8], &[u8]) = ($head, $lines);
+                        let sums = &mut $sums;
+                        // eight halves from byte `at` of the head, widened
+                        macro_rules! halves {
+                            ($at:expr) => {{
+                                let halves: &[u8] = &head[$at..][..GROUP];
+                                // SAFETY: sixteen bytes.
+                                _mm256_cvtph_ps(unsafe { _mm_loadu_si128(halves.as_ptr().cast()) })
+                            }};
                         }
-                    }};
-                }
-                // the eight bytes of rows 8h..8h + 8 in line `l`
-                macro_rules! line {
-                    ($l:expr, $h:expr) => {{
-                        let line: &[u8] = &lines[$l * GROUP + 8 * $h..][..8];
-                        // SAFETY: eight bytes.
-                        unsafe { _mm_loadl_epi64(line.as_ptr().cast()) }
-                    }};
-                }
-                match format {
-                    BlockFormat::Q8_0 => {
-                        for (i, &a) in xs.iter().enumerate() {
-                            let q = [line!(i, 0), line!(i, 1)];
-                            let v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[0])), d[0]);
-                            let v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[1])), d[1]);
-                            add!(a, [v0, v1]);
-                        }
-                    }
-                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                        for (p, pair) in xs.chunks_exact(2).enumerate() {
-                            let bytes = [_mm256_cvtepu8_epi32(line!(p, 0)), _mm256_cvtepu8_epi32(line!(p, 1))];
-                            let low = _mm256_set1_epi32(0x0f);
-                            let quants = [
-                                [_mm256_and_si256(bytes[0], low), _mm256_and_si256(bytes[1], low)],
-                                [_mm256_srli_epi32::<4>(bytes[0]), _mm256_srli_epi32::<4>(bytes[1])],
-                            ];
-                            for (q, &a) in quants.into_iter().zip(pair) {
-                                let mut v = [_mm256_setzero_ps(); 2];
-                                for h in 0..2 {
-                                    let q = _mm256_cvtepi32_ps(q[h]);
-                                    v[h] = if format == BlockFormat::Q4_1 {
-                                        _mm256_fmadd_ps(d[h], q, m[h]) // exact as in `sums`
-                                    } else {
-                                        _mm256_mul_ps(d[h], _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
-                                    };
+                        let d = [halves!(0), halves!(GROUP)];
+                        let m = if format == BlockFormat::Q4_1 {
+                            [halves!(2 * GROUP), halves!(3 * GROUP)]
+                        } else {
+                            [_mm256_setzero_ps(); 2]
+                        };
+                        // sums += x_i · (value i of the sixteen rows, f32 widened)
+                        macro_rules! add {
+                            ($a:expr, $v:expr) => {{
+                                let (a, v): (__m256d, [__m256; 2]) = (_mm256_set1_pd($a), $v);
+                                for (h, v) in v.into_iter().enumerate() {
+                                    let low = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+                                    let high = _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v));
+                                    sums[2 * h] = _mm256_fmadd_pd(a, low, sums[2 * h]);
+                                    sums[2 * h + 1] = _mm256_fmadd_pd(a, high, sums[2 * h + 1]);
                                 }
-                                add!(a, v);
+                            }};
+                        }
+                        // the eight bytes of rows 8h..8h + 8 in line `l`
+                        macro_rules! line {
+                            ($l:expr, $h:expr) => {{
+                                let line: &[u8] = &lines[$l * stride + 8 * $h..][..8];
+                                // SAFETY: eight bytes.
+                                unsafe { _mm_loadl_epi64(line.as_ptr().cast()) }
+                            }};
+                        }
+                        match format {
+                            BlockFormat::Q8_0 => {
+                                for (i, &a) in xs.iter().enumerate() {
+                                    let q = [line!(i, 0), line!(i, 1)];
+                                    let v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[0])), d[0]);
+                                    let v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[1])), d[1]);
+                                    add!(a, [v0, v1]);
+                                }
+                            }
+                            BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                                for (p, pair) in xs.chunks_exact(2).enumerate() {
+                                    let bytes = [_mm256_cvtepu8_epi32(line!(p, 0)), _mm256_cvtepu8_epi32(line!(p, 1))];
+                                    let low = _mm256_set1_epi32(0x0f);
+                                    let quants = [
+                                        [_mm256_and_si256(bytes[0], low), _mm256_and_si256(bytes[1], low)],
+                                        [_mm256_srli_epi32::<4>(bytes[0]), _mm256_srli_epi32::<4>(bytes[1])],
+                                    ];
+                                    for (q, &a) in quants.into_iter().zip(pair) {
+                                        let mut v = [_mm256_setzero_ps(); 2];
+                                        for h in 0..2 {
+                                            let q = _mm256_cvtepi32_ps(q[h]);
+                                            v[h] = if format == BlockFormat::Q4_1 {
+                                                _mm256_fmadd_ps(d[h], q, m[h]) // exact as in `sums`
+                                            } else {
+                                                _mm256_mul_ps(d[h], _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
+                                            };
+                                        }
+                                        add!(a, v);
+                                    }
+                                }
                             }
                         }
-                    }
+                    }};
+                }
+                part!(&heads[..head_bytes], lines, first);
+                if groups == PAIR {
+                    part!(&heads[head_bytes..][..head_bytes], &lines[GROUP..], second);
                 }
             }
-            for (total, sum) in totals.iter_mut().zip(sums) {
+            for (total, sum) in totals.as_flattened_mut().iter_mut().zip(first.into_iter().chain(second)) {
                 *total = if s == 0 { sum } else { _mm256_add_pd(*total, sum) };
             }
         }
@@ -648,6 +916,117 @@ mod tests {
                 // SAFETY: the processor runs AVX2, FMA and F16C (checked).
                 unsafe { x86::group_sums_avx2(&x, &w, 0, &mut got) };
                 assert!(same(&got, &want), "{format:?} AVX2");
+            }
+        }
+    }
+
+    /// The exponents' rule of `x86::exact_q4_1`, one scale and minimum at a time.
+    fn exact_by_exponents(d: u16, m: u16) -> bool {
+        let (e, f) = (d >> 10 & 31, m >> 10 & 31);
+        let apart = i32::from(e.max(1)) - i32::from(f.max(1));
+        e < 31 && f < 31 && (-12..=9).contains(&apart)
+    }
+
+    /// Where the rule says exact, `d·q + m` in `f32` (`value`) is the same number as in `f64`,
+    /// for every pair of exponents, the extreme fractions and both signs; the explicit test of a
+    /// block's sixteen rows agrees with the rule; and just past each bound some value is not
+    /// exact, so the rule could not be looser.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_exactness_rule_holds_and_is_tight() {
+        let fractions = [0u16, 1, 511, 1023];
+        let halves = || {
+            (0..32u16).flat_map(move |e| fractions.into_iter().flat_map(move |f| [e << 10 | f, 0x8000 | e << 10 | f]))
+        };
+        let mut past = [false; 2]; // an inexact value at a − b = 10, at b − a = 13
+        for d in halves() {
+            for m in halves() {
+                let (df, mf) = (f16_bits(d), f16_bits(m));
+                let exact = (0..16u8).all(|q| {
+                    let v = value(BlockFormat::Q4_1, df, mf, q);
+                    v.to_bits() == f64::from(df).mul_add(f64::from(q), f64::from(mf)).to_bits()
+                });
+                let rule = exact_by_exponents(d, m);
+                assert!(!rule || exact, "{d:#06x} {m:#06x}");
+                let apart = i32::from((d >> 10 & 31).max(1)) - i32::from((m >> 10 & 31).max(1));
+                if !exact && (d >> 10 & 31) < 31 && (m >> 10 & 31) < 31 {
+                    past[0] |= apart == 10;
+                    past[1] |= apart == -13;
+                }
+                if Target::Avx2.is_available() {
+                    let mut head = [0u8; 4 * GROUP];
+                    for c in 0..GROUP {
+                        // row 5 carries the pair under test; the others an exact pair
+                        let (dc, mc) = if c == 5 { (d, m) } else { (0x2000, 0xa400) };
+                        head[2 * c..][..2].copy_from_slice(&dc.to_le_bytes());
+                        head[2 * (GROUP + c)..][..2].copy_from_slice(&mc.to_le_bytes());
+                    }
+                    // SAFETY: the processor runs AVX2 (checked).
+                    #[allow(unsafe_code)]
+                    let got = unsafe { x86::exact_q4_1(&head) };
+                    assert_eq!(got, rule, "{d:#06x} {m:#06x}");
+                }
+            }
+        }
+        assert_eq!(past, [true, true]);
+    }
+
+    /// Blocks of a real model's kind (a scale and a minimum near it) take the `f64` values in the
+    /// AVX-512 pair kernel; a few rows whose minimum is far larger send their pair's block to the
+    /// `f32` values. Both give the plain loops' bits, beside a lone last group and a tail.
+    #[test]
+    fn a_pair_sums_as_the_plain_loops_whether_its_values_are_made_in_f64_or_in_f32() {
+        let (rows, cols) = (83, 256); // two pairs, a lone group, three rows after it
+        let mut bytes = stored(BlockFormat::Q4_1, rows, cols, 13);
+        for (i, block) in bytes.chunks_exact_mut(20).enumerate() {
+            let d = 0.001 + (i % 97) as f32 * 1e-4;
+            let m = if i % 61 == 7 { d * 40_000.0 } else { -d * (7.0 + (i % 5) as f32 * 0.1) };
+            let half = |v: f32| {
+                let bits = v.to_bits();
+                (bits >> 16 & 0x8000) as u16 | ((((bits >> 23 & 0xff) - 112) << 10) | (bits >> 13 & 0x3ff)) as u16
+            };
+            block[..2].copy_from_slice(&half(d).to_le_bytes());
+            block[2..4].copy_from_slice(&half(m).to_le_bytes());
+        }
+        let original = bytes.clone();
+        group_rows(BlockFormat::Q4_1, &mut bytes, rows, cols).unwrap();
+        let a = QuantRows::new(BlockFormat::Q4_1, &original, rows, cols).unwrap();
+        let b = QuantRows::grouped(BlockFormat::Q4_1, &bytes, rows, cols).unwrap();
+        let x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
+        let mut want = vec![0.0; rows];
+        with_target(Target::Portable, || row_times_quantized(&x, &a, &mut want, false)).unwrap().unwrap();
+        // both kinds of pair block are there: the rule, block by block, on the stored rows
+        let pair_blocks = (0..2 * PAIR * GROUP).step_by(PAIR * GROUP).flat_map(|r0| {
+            let a = &a;
+            (0..cols / BLOCK).map(move |blk| {
+                (r0..r0 + PAIR * GROUP).all(|r| {
+                    let block = &a.row(r)[blk * 20..];
+                    exact_by_exponents(
+                        u16::from_le_bytes([block[0], block[1]]),
+                        u16::from_le_bytes([block[2], block[3]]),
+                    )
+                })
+            })
+        });
+        let exact: Vec<bool> = pair_blocks.collect();
+        assert!(exact.iter().any(|&e| e) && exact.iter().any(|&e| !e), "{exact:?}");
+        for target in Target::available() {
+            let mut got = vec![0.0; rows];
+            with_target(target, || row_times_quantized(&x, &b, &mut got, false)).unwrap().unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{target:?}");
+        }
+    }
+
+    /// Rows of no inputs: every grouped output is the empty sum.
+    #[test]
+    fn rows_of_no_inputs_sum_to_zero_on_every_target() {
+        for format in FORMATS {
+            let w = QuantRows::grouped(format, &[], 40, 0).unwrap();
+            for target in Target::available() {
+                let mut got = vec![f64::NAN; 40];
+                with_target(target, || row_times_quantized(&[], &w, &mut got, true)).unwrap().unwrap();
+                assert_eq!(got, vec![0.0; 40], "{format:?} {target:?}");
             }
         }
     }
