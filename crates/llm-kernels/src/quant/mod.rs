@@ -19,10 +19,11 @@
 //! In a file those values lie a row apart. A model therefore rearranges its blocks once, in place,
 //! into the [`Layout::Grouped`] layout ([`group_rows`]): each run of [`GROUP`] = 16 rows with their
 //! scales together and their bytes interleaved, so that one 16-byte load holds one input of sixteen
-//! outputs (two, for the 4-bit formats). The same bytes, the same size; [`QuantRows::stored_row`]
-//! gives a row back as stored. The grouped product is written once as plain loops over sixteen
-//! lanes, compiled per target, and again in AVX-512 and in AVX2 (with F16C) instructions, with the
-//! same roundings. Rows as stored
+//! outputs (two, for the 4-bit formats), and each [`PAIR`] of groups sharing each line, so that
+//! the AVX-512 kernel reads 32 outputs' values front to back. The same bytes, the same size;
+//! [`QuantRows::stored_row`] gives a row back as stored. The grouped product is written once as
+//! plain loops over sixteen lanes, compiled per target, and again in AVX-512 and in AVX2 (with
+//! F16C) instructions, with the same values and sums. Rows as stored
 //! ([`QuantRows::new`], and the rows after a matrix's last whole group) take a kernel that reads
 //! eight bytes of each of eight rows and transposes them as words, compiled per target too: a
 //! model's matrices are grouped, so it only sums the few rows after their last whole group. (It
@@ -56,7 +57,7 @@ use crate::target::active;
 use crate::target::{Target, note};
 
 mod grouped;
-pub use grouped::{GROUP, group_rows};
+pub use grouped::{GROUP, PAIR, group_rows};
 
 /// The block formats the products here read, as ggml stores them.
 ///
@@ -143,8 +144,9 @@ pub enum QuantError {
 pub enum Layout {
     /// Row after row, as a GGUF file stores them.
     Stored,
-    /// Each run of [`GROUP`] rows with their bytes side by side, block by block (see
-    /// [`group_rows`]); rows after the last whole group as stored.
+    /// Each run of [`GROUP`] rows with their bytes side by side, block by block, and each
+    /// [`PAIR`] of such groups sharing each line (see [`group_rows`]); rows after the last whole
+    /// group as stored.
     Grouped,
 }
 

@@ -78,8 +78,9 @@ impl QuantizedLlama {
     /// [`crate::gguf::llama_from_gguf`], then the matrices kept where they are in `bytes`, which the
     /// model keeps (with [`GgufRope::HuggingFace`] the rows of W_Q and W_K are first put in that
     /// order, in place). The blocks of every matrix are then rearranged in place, each run of 16
-    /// rows side by side ([`llm_kernels::quant::group_rows`]), so that decoding loads one input of
-    /// 16 outputs at once: the same bytes, no copy. Types the product kernels do not read — F32,
+    /// rows side by side and two such runs sharing each line ([`llm_kernels::quant::group_rows`]),
+    /// so that decoding loads one input of 16 outputs at once (32 with AVX-512): the same bytes,
+    /// no copy. Types the product kernels do not read — F32,
     /// F16, BF16, Q4_K, Q6_K — are dequantized once, and so are the gains.
     ///
     /// # Errors
