@@ -371,11 +371,9 @@ impl GroupedBlock for Q4_1 {
     }
 }
 
-/// The grouped kernel written with AVX-512 instructions — a pair of groups at a time, its values
-/// made in `f64` where they are the same numbers (`pair_sums`), a lone group's in one register of
-/// `f32` (the scales widened by one instruction), where the compiler splits [`GroupSums`]'s lanes
-/// into two halves of eight — and with AVX2 ones. The same values and sums in the same order, so
-/// the same bits.
+/// The grouped kernel written with AVX-512 instructions — a pair of groups at a time (or a lone
+/// last group), its values made in `f64` where they are the same numbers (`unit_sums`) — and with
+/// AVX2 ones. The same values and sums in the same order as [`GroupSums`], so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub(super) mod x86 {
@@ -391,20 +389,20 @@ pub(super) mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
         for (unit, groups, outs) in units(w, first, outs) {
-            if groups == PAIR {
-                let sums = match w.format {
-                    BlockFormat::Q8_0 => pair_sums::<{ BlockFormat::Q8_0 as u8 }>(unit, x),
-                    BlockFormat::Q4_0 => pair_sums::<{ BlockFormat::Q4_0 as u8 }>(unit, x),
-                    BlockFormat::Q4_1 => pair_sums::<{ BlockFormat::Q4_1 as u8 }>(unit, x),
-                };
-                for (eight, sums) in outs.chunks_exact_mut(8).zip(sums) {
-                    // SAFETY: eight outputs.
-                    unsafe { _mm512_storeu_pd(eight.as_mut_ptr(), sums) };
-                }
-                continue;
-            }
-            let (low, high) = sums(w.format, unit, x);
-            for (eight, sums) in outs.chunks_exact_mut(8).zip([low, high]) {
+            const { assert!(PAIR == 2) };
+            const Q8: u8 = BlockFormat::Q8_0 as u8;
+            const Q4: u8 = BlockFormat::Q4_0 as u8;
+            const Q4M: u8 = BlockFormat::Q4_1 as u8;
+            let sums = match (w.format, groups) {
+                (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2>(unit, x),
+                (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2>(unit, x),
+                (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2>(unit, x),
+                (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1>(unit, x),
+                (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1>(unit, x),
+                (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1>(unit, x),
+            };
+            // two registers of eight outputs per group
+            for (eight, sums) in outs.chunks_exact_mut(8).zip(sums) {
                 // SAFETY: eight outputs.
                 unsafe { _mm512_storeu_pd(eight.as_mut_ptr(), sums) };
             }
@@ -442,18 +440,21 @@ pub(super) mod x86 {
         _mm256_testz_si256(bad, bad) == 1
     }
 
-    /// The thirty-two sums of a pair of groups (rows 0–7, 8–15 of the first, then of the second),
-    /// in the order of [`super::sums`]: four chains of additions, where one group alone has two
-    /// and waits on their latency.
+    /// The sums of a unit of `G` groups — a pair, or a lone last group — in the order of
+    /// [`super::sums`]: two registers of eight outputs per group (rows 0–7, 8–15 of the first,
+    /// then of the second), so a pair has four chains of additions where one group has two and
+    /// waits on their latency. Registers past `2·G` stay zero.
     ///
     /// Each value is made in `f64` and equals `value`'s: `Q8_0`'s `d · q` and `Q4_0`'s
     /// `d · (q − 8)` are exact in `f32` (at most 19 significant bits), so exact in `f64` too;
-    /// `Q4_1`'s `d · q + m` is, where [`exact_q4_1`] says so for both groups' block, and is made in
-    /// `f32` and widened where it does not. A 4-bit value is looked up in a register of the sixteen
-    /// numbers `0..16` (or `−8..8`), its byte as the index (`vpermt2pd` reads the low four bits).
-    /// Compiled per format (`F`, as `BlockFormat as u8`), so that no format is tested in a loop.
+    /// `Q4_1`'s `d · q + m` is, where [`exact_q4_1`] says so for every group's block, and is made
+    /// in `f32` and widened where it does not. A 4-bit value is looked up in a register of the
+    /// sixteen numbers `0..16` (or `−8..8`), its byte as the index (`vpermt2pd` reads the low four
+    /// bits). Compiled per format (`F`, as `BlockFormat as u8`) and group count, so that neither is
+    /// tested in a loop.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    fn pair_sums<const F: u8>(unit: &[u8], x: &[f64]) -> [__m512d; 4] {
+    fn unit_sums<const F: u8, const G: usize>(unit: &[u8], x: &[f64]) -> [__m512d; 2 * PAIR] {
+        const { assert!(G >= 1 && G <= PAIR) };
         let format = match F {
             0 => BlockFormat::Q8_0,
             1 => BlockFormat::Q4_0,
@@ -461,22 +462,28 @@ pub(super) mod x86 {
         };
         let block_bytes = GROUP * format.block_bytes();
         let head_bytes = GROUP * format.head_bytes();
-        let mut totals = [_mm512_setzero_pd(); 4];
-        let mut blocks = unit.chunks_exact(PAIR * block_bytes);
+        let mut totals = [_mm512_setzero_pd(); 2 * PAIR];
+        let mut blocks = unit.chunks_exact(G * block_bytes);
         let shift = if format == BlockFormat::Q4_0 { -8.0 } else { 0.0 };
         let numbers = |from: f64| {
             _mm512_setr_pd(from, from + 1.0, from + 2.0, from + 3.0, from + 4.0, from + 5.0, from + 6.0, from + 7.0)
         };
         let (table_low, table_high) = (numbers(shift), numbers(shift + 8.0));
         for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-            let mut sums = [_mm512_setzero_pd(); 4];
+            let mut sums = [_mm512_setzero_pd(); 2 * PAIR];
             for (xs, block) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
-                let (heads, lines) = block.split_at(PAIR * head_bytes);
-                let heads = [&heads[..head_bytes], &heads[head_bytes..]];
+                let (heads, lines) = block.split_at(G * head_bytes);
+                let heads = {
+                    let mut each: [&[u8]; G] = [&[]; G];
+                    for (h, head) in each.iter_mut().enumerate() {
+                        *head = &heads[h * head_bytes..][..head_bytes];
+                    }
+                    each
+                };
                 // the halves at byte `at` of each group's head, in `f64`: [rows 0–7, 8–15] of each
                 macro_rules! widened {
                     ($at:expr) => {{
-                        let mut out = [_mm512_setzero_pd(); 4];
+                        let mut out = [_mm512_setzero_pd(); 2 * PAIR];
                         for (h, head) in heads.iter().enumerate() {
                             // SAFETY: sixteen halves.
                             let v = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add($at).cast()) });
@@ -487,21 +494,21 @@ pub(super) mod x86 {
                         out
                     }};
                 }
-                // a line's eight bytes of each register's rows (the line: 16 of the first group's
-                // rows, 16 of the second's)
+                // a line's eight bytes of each register's rows (the line: each group's sixteen
+                // rows in turn)
                 macro_rules! bytes {
                     ($line:expr) => {{
                         let line: &[u8] = $line;
-                        debug_assert_eq!(line.len(), PAIR * GROUP);
-                        let mut out = [_mm_setzero_si128(); 4];
-                        for (j, o) in out.iter_mut().enumerate() {
-                            // SAFETY: the line's 32 bytes.
+                        debug_assert_eq!(line.len(), G * GROUP);
+                        let mut out = [_mm_setzero_si128(); 2 * PAIR];
+                        for (j, o) in out.iter_mut().enumerate().take(2 * G) {
+                            // SAFETY: the line's `G · 16` bytes.
                             *o = unsafe { _mm_loadl_epi64(line.as_ptr().add(8 * j).cast()) };
                         }
                         out
                     }};
                 }
-                let lines = lines.chunks_exact(PAIR * GROUP);
+                let lines = lines.chunks_exact(G * GROUP);
                 let mut exact = true;
                 if format == BlockFormat::Q4_1 {
                     for head in heads {
@@ -513,21 +520,24 @@ pub(super) mod x86 {
                     BlockFormat::Q8_0 => {
                         for (line, &a) in lines.zip(xs) {
                             let (a, q) = (_mm512_set1_pd(a), bytes!(line));
-                            for j in 0..4 {
+                            for j in 0..2 * G {
                                 let q = _mm512_cvtepi32_pd(_mm256_cvtepi8_epi32(q[j]));
                                 sums[j] = _mm512_fmadd_pd(a, _mm512_mul_pd(d[j], q), sums[j]);
                             }
                         }
                     }
                     BlockFormat::Q4_0 | BlockFormat::Q4_1 if exact => {
-                        let m =
-                            if format == BlockFormat::Q4_1 { widened!(2 * GROUP) } else { [_mm512_setzero_pd(); 4] };
+                        let m = if format == BlockFormat::Q4_1 {
+                            widened!(2 * GROUP)
+                        } else {
+                            [_mm512_setzero_pd(); 2 * PAIR]
+                        };
                         for (line, pair) in lines.zip(xs.chunks_exact(2)) {
                             // each byte in a lane of its own, once for both of its values
                             let bytes = bytes!(line).map(|eight| _mm512_cvtepu8_epi64(eight));
                             for (i, &a) in pair.iter().enumerate() {
                                 let a = _mm512_set1_pd(a);
-                                for (j, &index) in bytes.iter().enumerate() {
+                                for (j, &index) in bytes.iter().enumerate().take(2 * G) {
                                     let index = if i == 0 { index } else { _mm512_srli_epi64::<4>(index) };
                                     let q = _mm512_permutex2var_pd(table_low, index, table_high);
                                     let v = if format == BlockFormat::Q4_1 {
@@ -541,9 +551,9 @@ pub(super) mod x86 {
                         }
                     }
                     BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                        // values made in `f32` as in `sums`, then widened (only `Q4_1`'s come here,
-                        // `Q4_0`'s being always exact; written for both all the same)
-                        let mut dm = [[_mm512_setzero_ps(); 2]; 2];
+                        // values made in `f32` as in `super::sums`, then widened (only `Q4_1`'s come
+                        // here, `Q4_0`'s being always exact; written for both all the same)
+                        let mut dm = [[_mm512_setzero_ps(); 2]; PAIR];
                         for (h, head) in heads.iter().enumerate() {
                             // SAFETY: 32 bytes of halves (the scales), and for `Q4_1` 32 more (the
                             // minimums).
@@ -559,11 +569,11 @@ pub(super) mod x86 {
                             };
                         }
                         for (line, pair) in lines.zip(xs.chunks_exact(2)) {
-                            debug_assert_eq!(line.len(), PAIR * GROUP);
+                            debug_assert_eq!(line.len(), G * GROUP);
                             for (i, &a) in pair.iter().enumerate() {
                                 let a = _mm512_set1_pd(a);
-                                for (h, [d, m]) in dm.into_iter().enumerate() {
-                                    // SAFETY: group `h`'s sixteen bytes of the line's 32.
+                                for (h, [d, m]) in dm.into_iter().enumerate().take(G) {
+                                    // SAFETY: group `h`'s sixteen bytes of the line's `G · 16`.
                                     let bytes = _mm512_cvtepu8_epi32(unsafe {
                                         _mm_loadu_si128(line.as_ptr().add(h * GROUP).cast())
                                     });
@@ -590,87 +600,11 @@ pub(super) mod x86 {
                     }
                 }
             }
-            for (total, sum) in totals.iter_mut().zip(sums) {
+            for (total, sum) in totals.iter_mut().zip(sums).take(2 * G) {
                 *total = if s == 0 { sum } else { _mm512_add_pd(*total, sum) };
             }
         }
         totals
-    }
-
-    /// The sixteen sums of a lone group (rows 0–7, rows 8–15), in the order of [`super::sums`].
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    fn sums(format: BlockFormat, group: &[u8], x: &[f64]) -> (__m512d, __m512d) {
-        let block_bytes = GROUP * format.block_bytes();
-        let head_bytes = GROUP * format.head_bytes();
-        let (mut total_low, mut total_high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-        let mut blocks = group.chunks_exact(block_bytes);
-        for (s, inputs) in x.chunks(INPUTS_PER_SUM).enumerate() {
-            let (mut low, mut high) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-            for (xs, grouped) in inputs.chunks_exact(BLOCK).zip(&mut blocks) {
-                let (head, lines) = grouped.split_at(head_bytes);
-                // SAFETY: 32 bytes of halves each (16 for the scales, 16 more for the minimums).
-                let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().cast()) });
-                let m = if format == BlockFormat::Q4_1 {
-                    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast()) })
-                } else {
-                    _mm512_setzero_ps()
-                };
-                // sums += x_i · (value i of the sixteen rows, f32 widened)
-                macro_rules! add {
-                    ($a:expr, $v:expr) => {{
-                        let (a, v) = (_mm512_set1_pd($a), $v);
-                        let v0 = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-                        let v1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-                        low = _mm512_fmadd_pd(a, v0, low);
-                        high = _mm512_fmadd_pd(a, v1, high);
-                    }};
-                }
-                // the sixteen bytes of one line, widened to integers
-                macro_rules! line {
-                    ($l:expr) => {{
-                        let line: &[u8] = &lines[$l * GROUP..][..GROUP];
-                        // SAFETY: sixteen bytes.
-                        unsafe { _mm_loadu_si128(line.as_ptr().cast()) }
-                    }};
-                }
-                match format {
-                    BlockFormat::Q8_0 => {
-                        for (i, &a) in xs.iter().enumerate() {
-                            let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(line!(i)));
-                            add!(a, _mm512_mul_ps(q, d));
-                        }
-                    }
-                    BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                        for (p, pair) in xs.chunks_exact(2).enumerate() {
-                            let bytes = _mm512_cvtepu8_epi32(line!(p));
-                            let quants =
-                                [_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)), _mm512_srli_epi32::<4>(bytes)];
-                            for (q, &a) in quants.into_iter().zip(pair) {
-                                let q = _mm512_cvtepi32_ps(q);
-                                let v = if format == BlockFormat::Q4_1 {
-                                    // `d · q + m` rounded once, which is `value`'s two roundings:
-                                    // a half's 11 significant bits times 4 bits fit in `f32`'s 24,
-                                    // and its range (2⁻²⁴ up to 65504 · 15) in `f32`'s normal
-                                    // numbers, so `d · q` is exact (one instruction fewer per
-                                    // input, 8 %)
-                                    _mm512_fmadd_ps(d, q, m)
-                                } else {
-                                    _mm512_mul_ps(d, _mm512_sub_ps(q, _mm512_set1_ps(8.0)))
-                                };
-                                add!(a, v);
-                            }
-                        }
-                    }
-                }
-            }
-            if s == 0 {
-                (total_low, total_high) = (low, high);
-            } else {
-                total_low = _mm512_add_pd(total_low, low);
-                total_high = _mm512_add_pd(total_high, high);
-            }
-        }
-        (total_low, total_high)
     }
 
     /// [`group_sums`] with AVX2 instructions: the sixteen values of one input made in two
