@@ -53,7 +53,7 @@ pub(crate) trait Isa: Copy + Send + Sync {
     fn zero_where_less(self, x: Self::V, bound: Self::V, y: Self::V) -> Self::V;
     /// `table[b & 15]` in every lane, where `b` is the lane's bits of `index` as an integer: an
     /// exact lookup (the table of [`crate::exp`]'s `2^{j/16}`, indexed by `1.5·2⁵² + 16·k + j`).
-    fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V;
+    fn lookup16(self, table: &Table16, index: Self::V) -> Self::V;
     /// The lanes' bits of `x` as integers plus `(b >> 4) << 52` (wrapping), `b` the bits of
     /// `rounded`: `x · 2ᵏ` for `rounded = 1.5·2⁵² + 16·k + j`, exact where both `x` and the
     /// result are normal numbers (see [`crate::exp`]).
@@ -64,6 +64,37 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// body is compiled for the baseline before it is inlined, and its intrinsics would stay
     /// calls.)
     fn outline<K: Kernel>(self, kernel: K) -> K::Output;
+}
+
+/// Sixteen `f64` for [`Isa::lookup16`], kept twice: as they are, and with each value's bits cut
+/// into its low and high 32 bits, eight values to a row. AVX2 has no permutation of 64-bit lanes
+/// across a register by a variable index, but it has one of eight 32-bit lanes (`vpermd`): two
+/// of them, one over the low halves and one over the high, then a blend, pick one of eight
+/// values exactly, with no load per lane. (With a gather's four loads instead, the exponential
+/// over a row, `exp_shifted_sum` on AVX2, took 1.53 ns a value against 1.35 on a Zen 5 core.)
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Table16 {
+    /// The values, for the targets that index them directly.
+    values: [f64; 16],
+    /// `low[h][i]`: the low 32 bits of value `8·h + i`.
+    low: [[u32; 8]; 2],
+    /// `high[h][i]`: the high 32 bits of value `8·h + i`.
+    high: [[u32; 8]; 2],
+}
+
+impl Table16 {
+    /// The table of `values`, its halves cut at compile time.
+    pub(crate) const fn new(values: [f64; 16]) -> Self {
+        let (mut low, mut high) = ([[0; 8]; 2], [[0; 8]; 2]);
+        let mut i = 0;
+        while i < 16 {
+            let bits = values[i].to_bits();
+            low[i / 8][i % 8] = bits as u32;
+            high[i / 8][i % 8] = (bits >> 32) as u32;
+            i += 1;
+        }
+        Table16 { values, low, high }
+    }
 }
 
 /// A kernel body, compiled once per target by [`run`].
@@ -239,8 +270,8 @@ impl<P: Pairs> Isa for P {
         std::array::from_fn(|i| if x[i] < bound[i] { 0.0 } else { y[i] })
     }
     #[inline(always)]
-    fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
-        index.map(|i| table[(i.to_bits() & 15) as usize])
+    fn lookup16(self, table: &Table16, index: Self::V) -> Self::V {
+        index.map(|i| table.values[(i.to_bits() & 15) as usize])
     }
     #[inline(always)]
     fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
@@ -255,16 +286,17 @@ impl<P: Pairs> Isa for P {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_and_si256, _mm256_andnot_pd,
-        _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd,
-        _mm256_i64gather_pd, _mm256_loadu_pd, _mm256_max_pd, _mm256_mul_pd, _mm256_set1_epi64x, _mm256_set1_pd,
-        _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd,
-        _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd,
-        _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd, _mm512_permutex2var_pd, _mm512_set1_pd,
-        _mm512_slli_epi64, _mm512_srli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
+        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd,
+        _mm256_blend_epi32, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd,
+        _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_loadu_si256, _mm256_max_pd, _mm256_mul_pd,
+        _mm256_permutevar8x32_epi32, _mm256_set1_pd, _mm256_shuffle_epi32, _mm256_slli_epi64, _mm256_srli_epi64,
+        _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd,
+        _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd,
+        _mm512_mul_pd, _mm512_permutex2var_pd, _mm512_set1_pd, _mm512_slli_epi64, _mm512_srli_epi64, _mm512_storeu_pd,
+        _mm512_sub_pd,
     };
 
-    use super::{Isa, Kernel};
+    use super::{Isa, Kernel, Table16};
 
     /// Proof that the processor has AVX-512F, AVX2 and FMA; only [`super::Checked::run`] makes
     /// one, after checking.
@@ -360,11 +392,12 @@ mod x86 {
             unsafe { _mm512_maskz_mov_pd(_mm512_cmp_pd_mask::<_CMP_NLT_UQ>(x, bound), y) }
         }
         #[inline(always)]
-        fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
+        fn lookup16(self, table: &Table16, index: Self::V) -> Self::V {
             // `vpermt2pd` reads the low four bits of each index: the fourth picks the second half
             // SAFETY: `self` proves the processor has the instructions; both loads lie in `table`.
             unsafe {
-                let (low, high) = (_mm512_loadu_pd(table.as_ptr()), _mm512_loadu_pd(table.as_ptr().add(8)));
+                let values = table.values.as_ptr();
+                let (low, high) = (_mm512_loadu_pd(values), _mm512_loadu_pd(values.add(8)));
                 _mm512_permutex2var_pd(low, _mm512_castpd_si512(index), high)
             }
         }
@@ -448,12 +481,27 @@ mod x86 {
             unsafe { _mm256_andnot_pd(_mm256_cmp_pd::<_CMP_LT_OQ>(x, bound), y) }
         }
         #[inline(always)]
-        fn lookup16(self, table: &[f64; 16], index: Self::V) -> Self::V {
-            // AVX2 has no two-register permutation of 64-bit lanes: four loads from the table
-            // SAFETY: `self` proves the processor has the instructions; every index is below 16.
+        fn lookup16(self, table: &Table16, index: Self::V) -> Self::V {
+            // `vpermd` reads the low three bits of each 32-bit index: with the lane's index in both
+            // its halves, one permutation over the low halves of eight values and one over the
+            // high halves, blended, give one of those eight values whole; the fourth bit, moved to
+            // the sign, picks between the first eight and the second
+            // SAFETY: `self` proves the processor has the instructions; every load lies in `table`.
             unsafe {
-                let i = _mm256_and_si256(_mm256_castpd_si256(index), _mm256_set1_epi64x(15));
-                _mm256_i64gather_pd::<8>(table.as_ptr(), i)
+                let index = _mm256_castpd_si256(index);
+                let both = _mm256_shuffle_epi32::<0b10_10_00_00>(index);
+                // a macro, not a closure: a closure's intrinsics would be calls (see `Kernel`)
+                macro_rules! pick {
+                    ($h:literal) => {
+                        _mm256_blend_epi32::<0b1010_1010>(
+                            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(table.low[$h].as_ptr().cast()), both),
+                            _mm256_permutevar8x32_epi32(_mm256_loadu_si256(table.high[$h].as_ptr().cast()), both),
+                        )
+                    };
+                }
+                let (first, second) = (pick!(0), pick!(1));
+                let fourth_bit = _mm256_castsi256_pd(_mm256_slli_epi64::<60>(index));
+                _mm256_blendv_pd(_mm256_castsi256_pd(first), _mm256_castsi256_pd(second), fourth_bit)
             }
         }
         #[inline(always)]
@@ -487,7 +535,8 @@ mod tests {
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
 
     /// A table of sixteen different values for [`Isa::lookup16`].
-    const TABLE: [f64; 16] = [-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, -0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 1e300];
+    const TABLE: Table16 =
+        Table16::new([-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, -0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 1e300]);
 
     impl Kernel for Lanewise<'_> {
         type Output = [Vec<f64>; 5];
@@ -560,7 +609,7 @@ mod tests {
             a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
             a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
             a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
-            a.iter().map(|x| TABLE[(x.to_bits() & 15) as usize]).collect(),
+            a.iter().map(|x| TABLE.values[(x.to_bits() & 15) as usize]).collect(),
             a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add((x.to_bits() >> 4) << 52))).collect(),
         ];
         let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();
@@ -569,6 +618,46 @@ mod tests {
             for (op, (got, want)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(bits(got), bits(want), "{t}, operation {op}");
             }
+        }
+    }
+
+    /// [`Isa::lookup16`] of [`TABLE`] at each index.
+    struct Lookup<'a>(&'a [f64]);
+
+    impl Kernel for Lookup<'_> {
+        type Output = Vec<f64>;
+        #[inline(always)]
+        fn run<I: Isa>(self, isa: I) -> Vec<f64> {
+            let mut out = vec![0.0; self.0.len()];
+            for at in (0..self.0.len() - self.0.len() % I::WIDTH).step_by(I::WIDTH) {
+                #[allow(unsafe_code)]
+                // SAFETY: at + WIDTH ≤ len (the range stops at the last whole vector).
+                unsafe {
+                    isa.store(&mut out, at, isa.lookup16(&TABLE, isa.load(self.0, at)))
+                };
+            }
+            out
+        }
+    }
+
+    #[test]
+    fn the_lookup_reads_the_low_four_bits_and_nothing_else() {
+        // every index in every lane, under upper bits of all kinds: none, all, the exponential's
+        // `1.5·2⁵² + n` for negative and positive `n`, and one bit at a time from bit 4 to 63
+        let mut uppers: Vec<u64> = vec![0, u64::MAX << 4, 6_755_399_441_055_744f64.to_bits() & !15];
+        uppers.push((6_755_399_441_055_744f64 - 11_200.0).to_bits() & !15);
+        uppers.extend((4..64).map(|b| 1u64 << b));
+        let mut indices = Vec::new();
+        for upper in &uppers {
+            for lane in 0..8 {
+                // the sixteen indices rotated, so that each lands in each lane
+                indices.extend((0..16).map(|j| f64::from_bits(upper | ((j + lane) % 16))));
+            }
+        }
+        let want: Vec<u64> = indices.iter().map(|x| TABLE.values[(x.to_bits() & 15) as usize].to_bits()).collect();
+        for t in Target::available() {
+            let got: Vec<u64> = run(t, Lookup(&indices)).iter().map(|x| x.to_bits()).collect();
+            assert_eq!(got, want, "{t}");
         }
     }
 }
