@@ -10,7 +10,7 @@ front, so that a run of both can be compared line by line:
 Set-up (not part of the build or the tests; nothing in `.ci/run` needs it):
 
     python3 -m venv /tmp/peer
-    /tmp/peer/bin/pip install torch==2.15.0 jax==0.10.2 jaxlib==0.10.2
+    /tmp/peer/bin/pip install torch==2.15.0 jax==0.10.2 jaxlib==0.10.2 gguf==0.17.1
     /tmp/peer/bin/python crates/llm-bench/peer/peer.py [workload ...] [--threads N] [--kernels TARGET]
 
 (PyPI's torch wheel for Linux brings about 2.8 GB of CUDA libraries with it, unused on CPU.)
@@ -58,7 +58,7 @@ The workloads follow docs/performance.md:
   only) with the chapter's learning rate; four batches rotate and the model keeps training.
 - real-prefill, real-decode (PyTorch only): SmolLM2-135M-Instruct from its GGUF file (`--model`, else
   `LLM_MODEL`, else where `scripts/fetch-model` puts it; skipped with one line when absent), every
-  weight dequantized to float64 with the `gguf` package (add `gguf==0.17.1` to the set-up above), a
+  weight dequantized to float64 with the `gguf` package (in the set-up above), a
   plain LLaMA forward (RMSNorm, RoPE on pairs (2i, 2i+1) as the file stores W_Q and W_K, grouped-query
   `F.scaled_dot_product_attention`, SwiGLU, tied head) with a preallocated KV cache written in place.
   `prefill`: the logits of all 256 positions of a prompt; `token`: one token against the cache of
