@@ -76,9 +76,11 @@ pub(crate) trait Isa: Copy + Send + Sync {
 pub(crate) struct Table16 {
     /// The values, for the targets that index them directly.
     values: [f64; 16],
-    /// `low[h][i]`: the low 32 bits of value `8·h + i`.
+    /// `low[h][i]`: the low 32 bits of value `8·h + i` (read by AVX2 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     low: [[u32; 8]; 2],
-    /// `high[h][i]`: the high 32 bits of value `8·h + i`.
+    /// `high[h][i]`: the high 32 bits of value `8·h + i` (read by AVX2 only).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     high: [[u32; 8]; 2],
 }
 
