@@ -71,7 +71,8 @@ pub(crate) trait Isa: Copy + Send + Sync {
 /// across a register by a variable index, but it has one of eight 32-bit lanes (`vpermd`): two
 /// of them, one over the low halves and one over the high, then a blend, pick one of eight
 /// values exactly, with no load per lane. (With a gather's four loads instead, the exponential
-/// over a row, `exp_shifted_sum` on AVX2, took 1.53 ns a value against 1.35 on a Zen 5 core.)
+/// over a row, `exp_shifted_sum` on AVX2, took 1.52–1.57 ns a value against 1.36–1.37 on a Zen 4
+/// core.)
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Table16 {
     /// The values, for the targets that index them directly.
