@@ -776,7 +776,8 @@ mod tests {
     }
 
     #[test]
-    fn grouped_rows_dequantize_as_stored() {
+    fn grouped_rows_dequantize_as_stored_on_every_target() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for format in FORMATS {
             let (rows, cols) = (53, 64); // a pair, a lone group, five rows as stored
             let original = stored(format, rows, cols, 5);
@@ -786,13 +787,33 @@ mod tests {
             let b = QuantRows::grouped(format, &grouped, rows, cols).unwrap();
             for range in [0..rows, 3..35, 17..37, 32..48, 30..53] {
                 let n = range.len() * cols;
-                let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
-                dequantize_rows(&a, range.clone(), &mut x).unwrap();
-                dequantize_rows(&b, range.clone(), &mut y).unwrap();
-                assert_eq!(x, y, "{format:?} rows {range:?}");
-                dequantize_rows_transposed(&a, range.clone(), &mut x).unwrap();
-                dequantize_rows_transposed(&b, range.clone(), &mut y).unwrap();
-                assert_eq!(x, y, "{format:?} rows {range:?} transposed");
+                // the stored rows on the portable target, then both layouts on every target
+                let (mut want, mut want_t) = (vec![0.0; n], vec![0.0; n]);
+                with_target(Target::Portable, || {
+                    dequantize_rows(&a, range.clone(), &mut want).unwrap();
+                    dequantize_rows_transposed(&a, range.clone(), &mut want_t).unwrap();
+                })
+                .unwrap();
+                for (k, r) in (0..cols).flat_map(|k| (0..range.len()).map(move |r| (k, r))) {
+                    assert_eq!(want_t[k * range.len() + r].to_bits(), want[r * cols + k].to_bits());
+                }
+                for target in Target::available() {
+                    for w in [&a, &b] {
+                        let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+                        with_target(target, || {
+                            dequantize_rows(w, range.clone(), &mut x).unwrap();
+                            dequantize_rows_transposed(w, range.clone(), &mut y).unwrap();
+                        })
+                        .unwrap();
+                        let layout = w.layout();
+                        assert_eq!(bits(&x), bits(&want), "{format:?} {layout:?} rows {range:?} on {target:?}");
+                        assert_eq!(
+                            bits(&y),
+                            bits(&want_t),
+                            "{format:?} {layout:?} rows {range:?} transposed, {target:?}"
+                        );
+                    }
+                }
             }
         }
     }

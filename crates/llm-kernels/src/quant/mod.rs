@@ -337,14 +337,31 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
     if out.len() != expected {
         return Err(QuantError::Length { what: "dequantized panel", actual: out.len(), expected });
     }
-    let mut values = [0.0; BLOCK];
-    for (r, dst) in rows.zip(out.chunks_exact_mut(w.cols.max(1))) {
-        for (b, dst) in dst.chunks_exact_mut(BLOCK).enumerate() {
-            w.block_values(r, b, &mut values);
-            dst.copy_from_slice(&values);
+    isa::run(active(), Dequantize { w, rows, out });
+    Ok(())
+}
+
+/// [`dequantize_rows`]' loop, compiled per target (a plain function, or a closure, would be
+/// compiled for the baseline: two lanes at a time where AVX-512 makes sixteen).
+struct Dequantize<'w, 'o> {
+    w: &'w QuantRows<'w>,
+    rows: Range<usize>,
+    out: &'o mut [f64],
+}
+
+impl Kernel for Dequantize<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        let Self { w, rows, out } = self;
+        let mut values = [0.0; BLOCK];
+        for (r, dst) in rows.zip(out.chunks_exact_mut(w.cols.max(1))) {
+            for (b, dst) in dst.chunks_exact_mut(BLOCK).enumerate() {
+                w.block_values(r, b, &mut values);
+                dst.copy_from_slice(&values);
+            }
         }
     }
-    Ok(())
 }
 
 /// Stored rows `rows` of `w`, dequantized and transposed into `out` (`cols × rows.len()`,
@@ -357,7 +374,6 @@ pub fn dequantize_rows(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -
 /// # Errors
 /// As [`dequantize_rows`].
 pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -> Result<(), QuantError> {
-    const SIDE: usize = 8;
     if rows.end > w.rows || rows.start > rows.end {
         return Err(QuantError::Length { what: "rows to dequantize", actual: rows.end, expected: w.rows });
     }
@@ -368,12 +384,34 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
     if n == 0 {
         return Ok(());
     }
+    let target = isa::Checked::new(active());
     out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
+        target.run(TransposedBlock { w, rows: rows.clone(), b, lines });
+    });
+    Ok(())
+}
+
+/// Block `b` of stored rows `rows` of `w`, written transposed into `lines` (its 32 inputs' lines
+/// of `rows.len()` values): [`dequantize_rows_transposed`]'s task, compiled per target.
+struct TransposedBlock<'w, 'o> {
+    w: &'w QuantRows<'w>,
+    rows: Range<usize>,
+    b: usize,
+    lines: &'o mut [f64],
+}
+
+impl Kernel for TransposedBlock<'_, '_> {
+    type Output = ();
+    #[inline(always)]
+    fn run<I: Isa>(self, _isa: I) {
+        const SIDE: usize = 8;
+        let Self { w, rows, b, lines } = self;
+        let n = rows.len();
         let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
         let mut i0 = 0;
         while i0 < n {
             let r = rows.start + i0;
-            if r.is_multiple_of(GROUP) && r + GROUP <= w.grouped_rows() && i0 + GROUP <= rows.len() {
+            if r.is_multiple_of(GROUP) && r + GROUP <= w.grouped_rows() && i0 + GROUP <= n {
                 // a whole group: its values already lie input by input
                 grouped::group_values(w, r, b, &mut lines[i0..], n);
                 i0 += GROUP;
@@ -382,8 +420,9 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
                     w.block_values(r + i, b, values);
                 }
                 for (c, line) in lines.chunks_exact_mut(n).enumerate() {
-                    let run: [f64; SIDE] = std::array::from_fn(|i| square[i][c]);
-                    line[i0..i0 + SIDE].copy_from_slice(&run);
+                    for (i, values) in square.iter().enumerate() {
+                        line[i0 + i] = values[c];
+                    }
                 }
                 i0 += SIDE;
             } else {
@@ -394,8 +433,7 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
                 i0 += 1;
             }
         }
-    });
-    Ok(())
+    }
 }
 
 /// Inputs per partial sum: the block of the one-row path in [`crate::gemm`], whose order the
