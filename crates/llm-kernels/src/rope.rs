@@ -7,7 +7,7 @@
 //! one function compiled for the target. Its tests hold the two to the same bits.
 
 use crate::isa::{Checked, Isa, Kernel};
-use crate::rows::{BlockWritten, RowBlock, RowOut, Written};
+use crate::rows::{BlockWritten, FillRow, RowBlock, RowOut, Written};
 use crate::target::Target;
 
 /// Which coordinates form a rotated pair.
@@ -157,35 +157,39 @@ impl<'o, R: RotationRows> Kernel for RotateRows<'_, 'o, R> {
     #[inline(always)]
     fn run<I: Isa>(self, _isa: I) -> BlockWritten<'o> {
         let RotateRows { layout, rows, out, sign } = self;
-        match layout {
-            PairLayout::Apart => rotate_block(rows, out, sign, rotate_row_apart),
-            PairLayout::Adjacent => rotate_block(rows, out, sign, rotate_row_adjacent),
-        }
+        let fetch = rows.fetch_ahead();
+        out.fill_rows(&mut TurnRows { layout, rows, sign, fetch, last: None })
     }
 }
 
-/// Every row of `out` turned by `rotate_row` (a row loop above, passed as itself, so that it is
-/// inlined). Where the rows say so ([`RotationRows::fetch_ahead`]), the loop asks the memory for
-/// the input [`AHEAD`] rows further on before turning a row, guessing that the rows keep the step
-/// between the last two: a rotation that splits heads reads its rows 2 KiB apart, where the
-/// processor's own prefetching does not follow, and a row's work is short, so that few rows'
-/// loads are in flight at once. A wrong guess (where the rows change plane) costs a wasted fetch,
-/// never a different result.
-#[inline(always)]
-fn rotate_block<'o>(
-    rows: &mut impl RotationRows,
-    out: RowBlock<'o>,
+/// Every row of a block turned by the row loop of `layout` ([`FillRow`], not a closure, so that
+/// the loop is inlined into the kernel and compiled for its target). Where the rows say so
+/// ([`RotationRows::fetch_ahead`]), it asks the memory for the input [`AHEAD`] rows further on
+/// before turning a row, guessing that the rows keep the step between the last two: a rotation
+/// that splits heads reads its rows 2 KiB apart, where the processor's own prefetching does not
+/// follow, and a row's work is short, so that few rows' loads are in flight at once. A wrong
+/// guess (where the rows change plane) costs a wasted fetch, never a different result.
+struct TurnRows<'r, R> {
+    layout: PairLayout,
+    rows: &'r mut R,
     sign: f64,
-    rotate_row: impl for<'a> Fn(&[f64], &[f64], &[f64], RowOut<'a>, f64) -> Written<'a>,
-) -> BlockWritten<'o> {
-    let (fetch, mut last) = (rows.fetch_ahead(), None);
-    out.write_rows(|r, row| {
-        let (cos, sin, input) = rows.row(r);
+    fetch: bool,
+    /// Where the last row's input began.
+    last: Option<usize>,
+}
+
+impl<R: RotationRows> FillRow for TurnRows<'_, R> {
+    #[inline(always)]
+    fn fill<'o>(&mut self, r: usize, row: RowOut<'o>) -> Written<'o> {
+        let (cos, sin, input) = self.rows.row(r);
         assert_eq!(input.len(), row.len(), "an input row as wide as the output's");
-        if let (true, Some(last)) = (fetch, last) {
+        if let (true, Some(last)) = (self.fetch, self.last) {
             prefetch_ahead(input, last);
         }
-        last = Some(input.as_ptr().addr());
-        rotate_row(cos, sin, input, row, sign)
-    })
+        self.last = Some(input.as_ptr().addr());
+        match self.layout {
+            PairLayout::Apart => rotate_row_apart(cos, sin, input, row, self.sign),
+            PairLayout::Adjacent => rotate_row_adjacent(cos, sin, input, row, self.sign),
+        }
+    }
 }

@@ -47,6 +47,25 @@ impl<'a> RowBlock<'a> {
         }
         BlockWritten(PhantomData)
     }
+
+    /// [`RowBlock::write_rows`] with a [`FillRow`] in place of a closure: its `fill`, inlined,
+    /// runs with the instruction set of the kernel that calls this. (A closure is compiled for the
+    /// baseline where it is written, and a long one is called, not inlined: RoPE's rows ran in
+    /// two-lane registers where AVX-512 has eight lanes.)
+    #[inline(always)]
+    pub fn fill_rows(self, fill: &mut impl FillRow) -> BlockWritten<'a> {
+        for (k, row) in self.values.chunks_exact_mut(self.row_len).enumerate() {
+            let Written(_) = fill.fill(self.first + k, RowOut(row));
+        }
+        BlockWritten(PhantomData)
+    }
+}
+
+/// What writes each row of a [`RowBlock`] for [`RowBlock::fill_rows`]: row `r` (its index in the
+/// whole output), written whole, its receipt returned.
+pub trait FillRow {
+    /// Writes `row`, output row `r`.
+    fn fill<'r>(&mut self, r: usize, row: RowOut<'r>) -> Written<'r>;
 }
 
 impl<'a> RowOut<'a> {
@@ -163,8 +182,8 @@ pub fn build_rows<S>(
     }
     // SAFETY: the capacity holds `len` values. The blocks cover `0..len`, and as `len` and the
     // block size are multiples of `row_len`, each block is whole rows. `fill` returned each
-    // block's `BlockWritten`, which only `RowBlock::write_rows` makes, after handing every row of
-    // the block to its closure as a `RowOut` and receiving that row's `Written`; a `Written`
+    // block's `BlockWritten`, which only `RowBlock::write_rows` and `RowBlock::fill_rows` make,
+    // after handing every row of the block on as a `RowOut` and receiving that row's `Written`; a `Written`
     // (invariant in its lifetime, with a private field) only a `RowOut` method makes, after
     // writing every value of its row. A panic in `fill` leaves the length at 0.
     #[allow(unsafe_code)]
