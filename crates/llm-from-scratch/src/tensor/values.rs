@@ -5,6 +5,7 @@
 //! thousand values is faster on one thread than the hand-off to another, so short passes stay
 //! serial; the threshold depends only on the length.
 
+use llm_kernels::rows::{RowTasks, build_rows};
 use rayon::prelude::*;
 
 /// From this many values on, a pass runs on every thread (the SwiGLU hidden layer of chapter 37's
@@ -45,6 +46,30 @@ pub(crate) fn zip_values(a: &[f64], b: &[f64], f: impl Fn(f64, f64) -> f64 + Syn
     out
 }
 
+/// Rows of `width` values (`len / width` of them), row `r` written by `f(r, row, spare)` — `spare`
+/// a second row of scratch — into storage that is never filled first: each row is computed in
+/// a scratch row and copied once ([`llm_kernels::rows::build_rows`]), where a vector of zeros
+/// would be written over whole before the real values (a pass of its own, on one thread, while
+/// the others wait). On every thread from [`PARALLEL_VALUES`] values on, `rows_per_task` rows a
+/// task; each row is computed alone, so the bits do not depend on the threads.
+pub(crate) fn map_rows(
+    (len, width): (usize, usize),
+    rows_per_task: usize,
+    f: impl Fn(usize, &mut [f64], &mut [f64]) + Sync + Send,
+) -> Vec<f64> {
+    if width == 0 || len == 0 {
+        return vec![0.0; len];
+    }
+    let tasks = RowTasks { rows_per_task, parallel: len >= PARALLEL_VALUES };
+    let scratch = || (vec![0.0; width], vec![0.0; width]);
+    build_rows((len, width), tasks, scratch, |(row_buf, spare), block| {
+        block.write_rows(|r, row| {
+            f(r, row_buf, spare);
+            row.copy_from(row_buf)
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +97,36 @@ mod tests {
                 assert_eq!(zipped.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_zip);
             }
         }
+    }
+
+    #[test]
+    fn rows_are_written_whole_and_alike_on_any_thread_count() {
+        // rows of 37 (a last task shorter than the others), past the parallel threshold and under
+        // it; each row made in the scratch row from the spare one, whatever either held before
+        let width = 37;
+        for rows in [PARALLEL_VALUES / width * 3 + 5, 3] {
+            let x: Vec<f64> = (0..rows * width).map(|i| (i as f64 * 0.29).sin()).collect();
+            let f = |r: usize, row: &mut [f64], spare: &mut [f64]| {
+                for (j, s) in spare.iter_mut().enumerate() {
+                    *s = x[r * width + j].exp();
+                }
+                for (j, v) in row.iter_mut().enumerate() {
+                    *v = spare[j] * r as f64 - spare[width - 1 - j];
+                }
+            };
+            let want: Vec<u64> = (0..rows)
+                .flat_map(|r| {
+                    let (mut row, mut spare) = (vec![0.0; width], vec![0.0; width]);
+                    f(r, &mut row, &mut spare);
+                    row.into_iter().map(f64::to_bits)
+                })
+                .collect();
+            for threads in [1, 2, 3] {
+                let got = pool(threads).install(|| map_rows((rows * width, width), 64, f));
+                assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want, "{rows} rows, {threads} threads");
+            }
+        }
+        assert!(map_rows((0, 4), 64, |_, _, _| unreachable!()).is_empty());
+        assert!(map_rows((0, 0), 64, |_, _, _| unreachable!()).is_empty());
     }
 }

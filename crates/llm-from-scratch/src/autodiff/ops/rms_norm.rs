@@ -1,11 +1,9 @@
 //! RMS normalisation over the last axis: `y = x / sqrt(mean(x²) + ε) ⊙ g`.
 
-use rayon::prelude::*;
-
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::values::PARALLEL_VALUES;
+use crate::tensor::values::map_rows;
 
 impl TensorValue {
     /// RMS-normalises every row (last axis) and multiplies by the gain `g` of shape `[d]`.
@@ -48,54 +46,42 @@ impl TensorValue {
             });
         }
         let (x, g) = (self.read("rms_norm")?, gain.read("rms_norm")?);
-        let mut out = vec![0.0; x.len()];
-        if d > 0 {
-            // rows are independent: in row blocks on every thread when there are many
-            for_row_blocks(&mut out, x.as_slice(), d, |orow, xrow| {
-                let r = inverse_rms(xrow, eps);
-                for ((o, &xi), &gi) in orow.iter_mut().zip(xrow).zip(g.as_slice()) {
-                    *o = xi * r * gi;
-                }
-            });
-        }
+        // rows are independent: in row blocks on every thread when there are many, each into
+        // storage never filled before
+        let (xs, gs) = (x.as_slice(), g.as_slice());
+        let out = map_rows((x.len(), d), ROWS_PER_TASK, |row, orow, _| {
+            let xrow = &xs[row * d..(row + 1) * d];
+            let r = inverse_rms(xrow, eps);
+            for ((o, &xi), &gi) in orow.iter_mut().zip(xrow).zip(gs) {
+                *o = xi * r * gi;
+            }
+        });
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record("rms_norm", vec![self.clone(), gain.clone()], out, move |ctx| {
             // forward: y_i = x_i · r · g_i with r = (Σ_j x_j²/d + ε)^(−1/2)
             //   =>  dg_i = Σ_rows dy_i · x_i · r
             //   =>  dx_i = r · g_i · dy_i − (r³/d) · x_i · Σ_j dy_j · g_j · x_j
             let (x, g, dy) = (ctx.input(0)?, ctx.input(1)?, ctx.grad());
-            let mut dx = vec![0.0; x.len()];
             let mut dg = vec![0.0; d];
             if d == 0 {
                 return Ok(vec![
-                    Some(Tensor::from_parts(x.shape().to_vec(), dx)),
+                    Some(Tensor::from_parts(x.shape().to_vec(), vec![0.0; x.len()])),
                     Some(Tensor::from_parts(vec![0], dg)),
                 ]);
             }
-            // dx row by row (independent rows, on every thread when there are many); the gain's
-            // adjoint sums over the rows, in row order on this thread
-            let rows = x.len() / d;
-            let mut r_of = vec![0.0; rows];
+            // each row's r once; dx row by row (independent rows, on every thread when there are
+            // many, into storage never filled before); the gain's adjoint sums over the rows, in
+            // row order on this thread
             let (xs, dys, gs) = (x.as_slice(), dy.as_slice(), g.as_slice());
-            let dx_rows = |row: usize, dxrow: &mut [f64], r_slot: &mut f64| {
-                let (xrow, dyrow) = (&xs[row * d..(row + 1) * d], &dys[row * d..(row + 1) * d]);
-                let r = inverse_rms(xrow, eps);
+            let r_of: Vec<f64> = xs.chunks(d).map(|xrow| inverse_rms(xrow, eps)).collect();
+            let dx = map_rows((x.len(), d), ROWS_PER_TASK, |row, dxrow, _| {
+                let (xrow, dyrow, r) = (&xs[row * d..(row + 1) * d], &dys[row * d..(row + 1) * d], r_of[row]);
                 let dot: f64 = xrow.iter().zip(dyrow).zip(gs).map(|((x, dy), g)| x * dy * g).sum();
                 let coef = r * r * r / d as f64 * dot;
                 for i in 0..d {
                     dxrow[i] = r * gs[i] * dyrow[i] - coef * xrow[i];
                 }
-                *r_slot = r;
-            };
-            if x.len() < PARALLEL_VALUES {
-                dx.chunks_mut(d).zip(&mut r_of).enumerate().for_each(|(row, (dxrow, r))| dx_rows(row, dxrow, r));
-            } else {
-                dx.par_chunks_mut(d)
-                    .zip(&mut r_of)
-                    .enumerate()
-                    .with_min_len(ROWS_PER_TASK)
-                    .for_each(|(row, (dxrow, r))| dx_rows(row, dxrow, r));
-            }
+            });
             for ((xrow, dyrow), &r) in xs.chunks(d).zip(dys.chunks(d)).zip(&r_of) {
                 for i in 0..d {
                     dg[i] += dyrow[i] * xrow[i] * r;
@@ -106,18 +92,8 @@ impl TensorValue {
     }
 }
 
-/// Rows per task of a parallel pass over the rows.
+/// Rows per task of a parallel pass over the rows (from `PARALLEL_VALUES` values on).
 const ROWS_PER_TASK: usize = 64;
-
-/// `f(out_row, x_row)` for every row of `d` values; in blocks of [`ROWS_PER_TASK`] rows on every
-/// thread from [`PARALLEL_VALUES`] values on (each row is computed alone: the same bits either way).
-fn for_row_blocks(out: &mut [f64], x: &[f64], d: usize, f: impl Fn(&mut [f64], &[f64]) + Sync) {
-    if x.len() < PARALLEL_VALUES {
-        out.chunks_mut(d).zip(x.chunks(d)).for_each(|(o, x)| f(o, x));
-    } else {
-        out.par_chunks_mut(d).zip(x.par_chunks(d)).with_min_len(ROWS_PER_TASK).for_each(|(o, x)| f(o, x));
-    }
-}
 
 /// `1 / sqrt(mean(x²) + ε)`; a zero row with ε = 0 gives +∞·0 — guarded to return 0 output.
 fn inverse_rms(row: &[f64], eps: f64) -> f64 {

@@ -9,12 +9,11 @@
 //!
 //! A NaN input stays NaN (it is propagated, never hidden).
 
-use rayon::prelude::*;
-
 use crate::autodiff::TensorValue;
 use crate::autodiff::ops::masked_fill::expand;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::exp::exp_shifted_sum;
+use crate::tensor::values::map_rows;
 use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
@@ -123,55 +122,35 @@ impl TensorValue {
             }
         };
         let x = self.read(op)?;
-        let mut out = vec![0.0; x.len()];
-        if width > 0 {
-            let chunk = width * ROWS_PER_TASK;
-            // the workers' exponentials run on the target read here
-            let target = llm_kernels::active();
-            let task = |c: usize, o: &mut [f64], xs: &[f64]| {
-                let mut row_buf = vec![0.0; width];
-                for (r, (orow, xrow)) in o.chunks_mut(width).zip(xs.chunks(width)).enumerate() {
-                    match &masked {
-                        None => softmax_row(xrow, orow),
-                        Some(m) => {
-                            let start = c * chunk + r * width;
-                            for ((b, &v), &hide) in row_buf.iter_mut().zip(xrow).zip(&m[start..start + width]) {
-                                *b = if hide { f64::NEG_INFINITY } else { v };
-                            }
-                            softmax_row(&row_buf, orow);
-                        }
+        // each row into storage never filled before (`map_rows`, whose workers run the
+        // exponentials on the caller's target)
+        let xs = x.as_slice();
+        let out = map_rows((x.len(), width), ROWS_PER_TASK, |r, orow, row_buf| {
+            let (start, xrow) = (r * width, &xs[r * width..(r + 1) * width]);
+            match &masked {
+                None => softmax_row(xrow, orow),
+                Some(m) => {
+                    for ((b, &v), &hide) in row_buf.iter_mut().zip(xrow).zip(&m[start..start + width]) {
+                        *b = if hide { f64::NEG_INFINITY } else { v };
                     }
+                    softmax_row(row_buf, orow);
                 }
-            };
-            out.par_chunks_mut(chunk)
-                .zip(x.as_slice().par_chunks(chunk))
-                .enumerate()
-                .for_each(|(c, (o, xs))| target.within(|| task(c, o, xs)));
-        }
+            }
+        });
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {
             // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
             // (masked entries are skipped: dx_j = 0, and their dy_j takes no part in the sum)
             let (y, g) = (ctx.output()?, ctx.grad());
-            let mut dx = vec![0.0; y.len()];
-            if width > 0 {
-                let chunk = width * ROWS_PER_TASK;
-                dx.par_chunks_mut(chunk)
-                    .zip(y.as_slice().par_chunks(chunk))
-                    .zip(g.as_slice().par_chunks(chunk))
-                    .enumerate()
-                    .for_each(|(c, ((d, ys), gs))| {
-                        for (r, ((drow, yrow), grow)) in
-                            d.chunks_mut(width).zip(ys.chunks(width)).zip(gs.chunks(width)).enumerate()
-                        {
-                            let start = c * chunk + r * width;
-                            match &masked {
-                                None => softmax_row_backward(yrow, grow, drow),
-                                Some(m) => masked_softmax_row_backward(yrow, grow, &m[start..start + width], drow),
-                            }
-                        }
-                    });
-            }
+            let (ys, gs) = (y.as_slice(), g.as_slice());
+            let dx = map_rows((y.len(), width), ROWS_PER_TASK, |r, drow, _| {
+                let rows = r * width..(r + 1) * width;
+                let (yrow, grow) = (&ys[rows.clone()], &gs[rows.clone()]);
+                match &masked {
+                    None => softmax_row_backward(yrow, grow, drow),
+                    Some(m) => masked_softmax_row_backward(yrow, grow, &m[rows], drow),
+                }
+            });
             Ok(vec![Some(Tensor::from_parts(y.shape().to_vec(), dx))])
         }))
     }
