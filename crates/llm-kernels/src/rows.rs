@@ -41,11 +41,16 @@ impl<'a> RowBlock<'a> {
     /// Inlined into its caller, so that a kernel compiled for one instruction set can run the
     /// whole block, and `fill` with it, in one call.
     #[inline(always)]
-    pub fn write_rows(self, mut fill: impl for<'r> FnMut(usize, RowOut<'r>) -> Written<'r>) -> BlockWritten<'a> {
-        for (k, row) in self.values.chunks_exact_mut(self.row_len).enumerate() {
-            let Written(_) = fill(self.first + k, RowOut(row));
+    pub fn write_rows(self, fill: impl for<'r> FnMut(usize, RowOut<'r>) -> Written<'r>) -> BlockWritten<'a> {
+        /// A closure as a [`FillRow`].
+        struct Closure<F>(F);
+        impl<F: for<'r> FnMut(usize, RowOut<'r>) -> Written<'r>> FillRow for Closure<F> {
+            #[inline(always)]
+            fn fill<'r>(&mut self, r: usize, row: RowOut<'r>) -> Written<'r> {
+                (self.0)(r, row)
+            }
         }
-        BlockWritten(PhantomData)
+        self.fill_rows(&mut Closure(fill))
     }
 
     /// [`RowBlock::write_rows`] with a [`FillRow`] in place of a closure: its `fill`, inlined,
@@ -182,10 +187,10 @@ pub fn build_rows<S>(
     }
     // SAFETY: the capacity holds `len` values. The blocks cover `0..len`, and as `len` and the
     // block size are multiples of `row_len`, each block is whole rows. `fill` returned each
-    // block's `BlockWritten`, which only `RowBlock::write_rows` and `RowBlock::fill_rows` make,
-    // after handing every row of the block on as a `RowOut` and receiving that row's `Written`; a `Written`
-    // (invariant in its lifetime, with a private field) only a `RowOut` method makes, after
-    // writing every value of its row. A panic in `fill` leaves the length at 0.
+    // block's `BlockWritten`, which only `RowBlock::fill_rows` makes (`write_rows` through it),
+    // after handing every row of the block on as a `RowOut` and receiving that row's `Written`;
+    // a `Written` (invariant in its lifetime, with a private field) only a `RowOut` method makes,
+    // after writing every value of its row. A panic in `fill` leaves the length at 0.
     #[allow(unsafe_code)]
     unsafe {
         out.set_len(len)
