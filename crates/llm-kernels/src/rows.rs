@@ -243,6 +243,42 @@ mod tests {
         }
     }
 
+    /// A [`FillRow`] that writes row `r` as `r, r + 1, …` and counts the rows it was given.
+    struct Counting(usize);
+
+    impl FillRow for Counting {
+        fn fill<'r>(&mut self, r: usize, row: RowOut<'r>) -> Written<'r> {
+            self.0 += 1;
+            let values: Vec<f64> = (0..row.len()).map(|j| (r + j) as f64).collect();
+            row.copy_from(&values)
+        }
+    }
+
+    #[test]
+    fn a_fill_row_writes_each_row_of_a_task_once_in_order() {
+        for parallel in [false, true] {
+            // 7 rows of 3 in tasks of 2: a last task of one row; each task's state counts its rows
+            let tasks = RowTasks { rows_per_task: 2, parallel };
+            let counts = std::sync::Mutex::new(Vec::new());
+            let out = build_rows(
+                (7 * 3, 3),
+                tasks,
+                || Counting(0),
+                |state, block| {
+                    let before = state.0;
+                    let written = block.fill_rows(state);
+                    counts.lock().unwrap().push(state.0 - before);
+                    written
+                },
+            );
+            let want: Vec<f64> = (0..7).flat_map(|r| (0..3).map(move |j| (r + j) as f64)).collect();
+            assert_eq!(out, want, "parallel: {parallel}");
+            let mut counts = counts.into_inner().unwrap();
+            counts.sort_unstable();
+            assert_eq!(counts, [1, 2, 2, 2], "rows per task, parallel: {parallel}");
+        }
+    }
+
     #[test]
     fn too_few_pairs_panic_instead_of_leaving_values_unwritten() {
         let tasks = RowTasks { rows_per_task: 2, parallel: false };

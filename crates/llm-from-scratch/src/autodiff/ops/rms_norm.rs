@@ -1,9 +1,11 @@
 //! RMS normalisation over the last axis: `y = x / sqrt(mean(x²) + ε) ⊙ g`.
 
+use rayon::prelude::*;
+
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::values::map_rows;
+use crate::tensor::values::{PARALLEL_VALUES, map_rows};
 
 impl TensorValue {
     /// RMS-normalises every row (last axis) and multiplies by the gain `g` of shape `[d]`.
@@ -69,11 +71,15 @@ impl TensorValue {
                     Some(Tensor::from_parts(vec![0], dg)),
                 ]);
             }
-            // each row's r once; dx row by row (independent rows, on every thread when there are
-            // many, into storage never filled before); the gain's adjoint sums over the rows, in
-            // row order on this thread
+            // each row's r once, then dx row by row (both on every thread when there are many
+            // rows, dx into storage never filled before); the gain's adjoint sums over the rows,
+            // in row order on this thread
             let (xs, dys, gs) = (x.as_slice(), dy.as_slice(), g.as_slice());
-            let r_of: Vec<f64> = xs.chunks(d).map(|xrow| inverse_rms(xrow, eps)).collect();
+            let r_of: Vec<f64> = if xs.len() < PARALLEL_VALUES {
+                xs.chunks(d).map(|xrow| inverse_rms(xrow, eps)).collect()
+            } else {
+                xs.par_chunks(d).with_min_len(ROWS_PER_TASK).map(|xrow| inverse_rms(xrow, eps)).collect()
+            };
             let dx = map_rows((x.len(), d), ROWS_PER_TASK, |row, dxrow, _| {
                 let (xrow, dyrow, r) = (&xs[row * d..(row + 1) * d], &dys[row * d..(row + 1) * d], r_of[row]);
                 let dot: f64 = xrow.iter().zip(dyrow).zip(gs).map(|((x, dy), g)| x * dy * g).sum();
@@ -92,7 +98,7 @@ impl TensorValue {
     }
 }
 
-/// Rows per task of a parallel pass over the rows (from `PARALLEL_VALUES` values on).
+/// Rows per task of a parallel pass over the rows (from [`PARALLEL_VALUES`] values on).
 const ROWS_PER_TASK: usize = 64;
 
 /// `1 / sqrt(mean(x²) + ε)`; a zero row with ε = 0 gives +∞·0 — guarded to return 0 output.
