@@ -26,10 +26,12 @@ use thiserror::Error;
 use crate::target::{Target, active, note};
 
 mod row_path;
+mod stripes;
 mod targets;
 
 pub use row_path::row_times_matrices;
 use row_path::{row_times_matrix, row_times_transposed, takes_row_path, takes_transposed_row_path};
+pub use stripes::{StripeLayout, matmul_in_stripes};
 
 /// Shapes a product cannot take: the views do not chain, or a view reads past its storage.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -268,6 +270,24 @@ unsafe fn gemm_in_depth_blocks(
     scale: f64,
     accumulate: bool,
 ) {
+    // SAFETY: the caller's promise, with rows of n values one after the other
+    unsafe { gemm_in_depth_blocks_strided(target, dst, rhs.cols, lhs, rhs, scale, accumulate) }
+}
+
+/// [`gemm_in_depth_blocks`] into a destination whose rows start `dst_stride` values apart.
+///
+/// # Safety
+/// As [`gemm_raw_strided`], and `k > 0`.
+#[allow(unsafe_code)]
+unsafe fn gemm_in_depth_blocks_strided(
+    target: Target,
+    dst: *mut f64,
+    dst_stride: usize,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    scale: f64,
+    accumulate: bool,
+) {
     let k = lhs.cols;
     debug_assert!(k > 0, "a split product has an inner dimension (k ≥ 2·max(m, n) ≥ 128)");
     for p0 in (0..k).step_by(SPLIT_DEPTH) {
@@ -275,7 +295,7 @@ unsafe fn gemm_in_depth_blocks(
         // columns p0..p0 + depth of the left side, the same rows of the right side
         let (left, right) = (lhs.t().rows_from(p0).rows_to(depth).t(), rhs.rows_from(p0).rows_to(depth));
         // SAFETY: the caller's promise for `dst`; the views are sub-views of checked ones.
-        unsafe { gemm_raw(target, dst, left, right, scale, accumulate || p0 > 0, false) };
+        unsafe { gemm_raw_strided(target, dst, dst_stride, left, right, scale, accumulate || p0 > 0, false) };
     }
 }
 
@@ -354,56 +374,6 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
     // products above cover all m·n values (k > 0 here), so each is initialised.
     unsafe { out.set_len(len) };
     Ok(out)
-}
-
-/// `lhs · rhs` (`m × n`) written into columns `first..first + n` of `dst`, a row-major matrix of
-/// `m` rows of `dst_cols` values; the other columns are left as they are. The values are those
-/// [`matmul`] gives (the same sums, bitwise).
-///
-/// For the product of a few rows with a matrix that comes in panels of its columns — the logits
-/// of a prefill, panel by panel of a vocabulary — this saves a buffer and a copy of every
-/// panel's output, and the kernel's threads, not one thread after them, write the destination's
-/// rows. Products the general kernel does not run (small ones, one row, split ones) are computed
-/// apart and copied in.
-///
-/// # Errors
-/// [`ShapeError`] if the dimensions do not chain, `dst` does not hold `m · dst_cols` values or the
-/// columns pass `dst_cols`.
-#[allow(unsafe_code)]
-pub fn matmul_into_columns(
-    dst: &mut [f64],
-    dst_cols: usize,
-    first: usize,
-    lhs: MatRef<'_>,
-    rhs: MatRef<'_>,
-    parallel: bool,
-) -> Result<()> {
-    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    let fits = first.checked_add(n).is_some_and(|end| end <= dst_cols) && m.checked_mul(dst_cols) == Some(dst.len());
-    if lhs.cols != rhs.rows || !fits {
-        return Err(ShapeError {
-            lhs: vec![m, k],
-            rhs: vec![rhs.rows, n],
-            reason: "need lhs [m,k], rhs [k,n] and a destination of m rows of at least first + n columns",
-        });
-    }
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    let target = active();
-    if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) || splits_rows(m, k, n) {
-        let part = matmul_new(lhs, rhs, parallel)?;
-        for (row, values) in dst.chunks_exact_mut(dst_cols).zip(part.chunks_exact(n)) {
-            row[first..first + n].copy_from_slice(values);
-        }
-        return Ok(());
-    }
-    note(target);
-    // SAFETY: row i of the product goes to dst[i·dst_cols + first..][..n], inside `dst` (checked
-    // above: first + n ≤ dst_cols and m·dst_cols values), which is exclusively borrowed; the
-    // views were checked by `MatRef::new` and chain (checked above).
-    unsafe { gemm_raw_strided(target, dst[first..].as_mut_ptr(), dst_cols, lhs, rhs, 1.0, false, parallel) };
-    Ok(())
 }
 
 /// Whether [`matmul_scaled`] runs `m × k · rhs` on one of its one-row paths.
@@ -504,70 +474,6 @@ mod tests {
     //! The paths' choices and views; the products themselves are held to the teaching crate's
     //! naive loop by its tests (`tensor::matmul`).
     use super::*;
-
-    #[test]
-    fn a_product_into_columns_is_the_product_bitwise_on_every_path_and_target() {
-        use crate::target::{Target, with_target};
-        let value = |i: usize| ((i * 7919 % 1000) as f64 - 500.0) / 77.0;
-        let values = |len: usize, seed: usize| (0..len).map(|i| value(i + seed)).collect::<Vec<_>>();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-        // the general kernel (plain and transposed right side; one thread and, above gemm-f64's
-        // threshold, several), a small product, one row (plain and transposed), a split one, and
-        // empty sizes (nothing to write; no inner dimension: zeros)
-        let shapes = [
-            (40, 70, 90, false),
-            (40, 70, 90, true),
-            (128, 256, 300, false),
-            (3, 4, 5, false),
-            (1, 300, 80, false),
-            (1, 300, 80, true),
-            (64, 600, 20, false),
-            (0, 5, 7, false),
-            (6, 5, 0, false),
-            (6, 0, 7, false),
-        ];
-        for (m, k, n, transposed) in shapes {
-            let (a, b) = (values(m * k, 1), values(k * n, 2));
-            let lhs = MatRef::row_major(&a, m, k).unwrap();
-            let rhs = if transposed {
-                MatRef::row_major(&b, n, k).unwrap().t()
-            } else {
-                MatRef::row_major(&b, k, n).unwrap()
-            };
-            for target in Target::available() {
-                for parallel in [false, true] {
-                    let run = || {
-                        with_target(target, || {
-                            let mut want = vec![0.0; m * n];
-                            matmul(&mut want, lhs, rhs, false, parallel).unwrap();
-                            // columns in the middle, and at the right edge
-                            let cols = n + 13;
-                            for first in [6, cols - n] {
-                                let mut got = vec![-1.5; m * cols];
-                                matmul_into_columns(&mut got, cols, first, lhs, rhs, parallel).unwrap();
-                                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                                for (i, row) in got.chunks_exact(cols).enumerate() {
-                                    let want = &want[i * n..(i + 1) * n];
-                                    assert_eq!(bits(&row[first..first + n]), bits(want), "{m}×{k}·{k}×{n} {target:?}");
-                                    let mut others = row[..first].iter().chain(&row[first + n..]);
-                                    assert!(others.all(|&x| x == -1.5), "other columns untouched");
-                                }
-                            }
-                        })
-                        .unwrap()
-                    };
-                    pool.install(run);
-                }
-            }
-        }
-        // columns past the destination, a destination of the wrong length, sizes that do not chain
-        let (a, b) = (values(4 * 6, 1), values(6 * 5, 2));
-        let (lhs, rhs) = (MatRef::row_major(&a, 4, 6).unwrap(), MatRef::row_major(&b, 6, 5).unwrap());
-        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, 4, lhs, rhs, false).is_err());
-        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, usize::MAX, lhs, rhs, false).is_err());
-        assert!(matmul_into_columns(&mut [0.0; 3 * 8], 8, 0, lhs, rhs, false).is_err());
-        assert!(matmul_into_columns(&mut [0.0; 4 * 8], 8, 0, rhs, lhs, false).is_err());
-    }
 
     #[test]
     fn a_wide_output_or_a_short_inner_dimension_stays_whole() {

@@ -791,7 +791,7 @@ mod tests {
                 let (mut want, mut want_t) = (vec![0.0; n], vec![0.0; n]);
                 with_target(Target::Portable, || {
                     dequantize_rows(&a, range.clone(), &mut want).unwrap();
-                    dequantize_rows_transposed(&a, range.clone(), &mut want_t).unwrap();
+                    dequantize_rows_transposed(&a, range.clone(), &mut want_t, true).unwrap();
                 })
                 .unwrap();
                 for (k, r) in (0..cols).flat_map(|k| (0..range.len()).map(move |r| (k, r))) {
@@ -802,7 +802,7 @@ mod tests {
                         let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
                         with_target(target, || {
                             dequantize_rows(w, range.clone(), &mut x).unwrap();
-                            dequantize_rows_transposed(w, range.clone(), &mut y).unwrap();
+                            dequantize_rows_transposed(w, range.clone(), &mut y, false).unwrap();
                         })
                         .unwrap();
                         let layout = w.layout();

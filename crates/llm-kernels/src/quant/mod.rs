@@ -369,11 +369,17 @@ impl Kernel for Dequantize<'_, '_> {
 /// decoder's `f64` weight, for a prefill's product. One task per block of 32 inputs writes those
 /// 32 rows of `out`, a group's sixteen outputs at a time where `w` keeps them side by side, else
 /// eight at a time (whole cache lines), so each weight is read from its blocks once and written
-/// once.
+/// once. With `parallel` the tasks are spread over the current rayon pool; without, they run on
+/// the calling thread (a stripe of a product that is itself one task of many).
 ///
 /// # Errors
 /// As [`dequantize_rows`].
-pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &mut [f64]) -> Result<(), QuantError> {
+pub fn dequantize_rows_transposed(
+    w: &QuantRows<'_>,
+    rows: Range<usize>,
+    out: &mut [f64],
+    parallel: bool,
+) -> Result<(), QuantError> {
     if rows.end > w.rows || rows.start > rows.end {
         return Err(QuantError::Length { what: "rows to dequantize", actual: rows.end, expected: w.rows });
     }
@@ -385,9 +391,12 @@ pub fn dequantize_rows_transposed(w: &QuantRows<'_>, rows: Range<usize>, out: &m
         return Ok(());
     }
     let target = isa::Checked::new(active());
-    out.par_chunks_mut(BLOCK * n).enumerate().for_each(|(b, lines)| {
-        target.run(TransposedBlock { w, rows: rows.clone(), b, lines });
-    });
+    let block = |(b, lines): (usize, &mut [f64])| target.run(TransposedBlock { w, rows: rows.clone(), b, lines });
+    if parallel {
+        out.par_chunks_mut(BLOCK * n).enumerate().for_each(block);
+    } else {
+        out.chunks_mut(BLOCK * n).enumerate().for_each(block);
+    }
     Ok(())
 }
 
@@ -749,8 +758,8 @@ mod tests {
         assert!(row_times_quantized(&[0.0; 32], &w, &mut [0.0; 3], false).is_err());
         assert!(dequantize_rows(&w, 1..3, &mut [0.0; 64]).is_err());
         assert!(dequantize_rows(&w, 0..1, &mut [0.0; 33]).is_err());
-        assert!(dequantize_rows_transposed(&w, 1..3, &mut [0.0; 64]).is_err());
-        assert!(dequantize_rows_transposed(&w, 0..1, &mut [0.0; 33]).is_err());
+        assert!(dequantize_rows_transposed(&w, 1..3, &mut [0.0; 64], true).is_err());
+        assert!(dequantize_rows_transposed(&w, 0..1, &mut [0.0; 33], false).is_err());
     }
 
     #[test]
@@ -768,13 +777,13 @@ mod tests {
             let mut plain = vec![0.0; 19 * cols];
             dequantize_rows(&w, 1..rows, &mut plain).unwrap();
             let mut transposed = vec![0.0; 19 * cols];
-            dequantize_rows_transposed(&w, 1..rows, &mut transposed).unwrap();
+            dequantize_rows_transposed(&w, 1..rows, &mut transposed, true).unwrap();
             for (r, row) in plain.chunks_exact(cols).enumerate() {
                 for (k, v) in row.iter().enumerate() {
                     assert_eq!(transposed[k * 19 + r].to_bits(), v.to_bits(), "{format:?} row {r} input {k}");
                 }
             }
-            assert!(dequantize_rows_transposed(&w, 3..3, &mut []).is_ok());
+            assert!(dequantize_rows_transposed(&w, 3..3, &mut [], false).is_ok());
         }
     }
 }

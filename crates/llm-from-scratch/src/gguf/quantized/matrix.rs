@@ -1,13 +1,10 @@
 //! [`QuantizedMatrix`]: a weight kept as the file stores it — `out` rows of `in` values, in
 //! blocks — and multiplied by rows without ever being written out in `f64`.
 
-use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
-use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, matmul, matmul_into_columns, matmul_new};
+use llm_kernels::gemm::{MatRef, SMALL_PRODUCT, ShapeError, StripeLayout, matmul, matmul_in_stripes};
 use llm_kernels::quant::{self, BlockFormat, QuantRows};
 
 use crate::gguf::{GgufError, TensorType, dequantize_into};
@@ -51,13 +48,6 @@ fn block_format(t: TensorType) -> Option<BlockFormat> {
         _ => None,
     }
 }
-
-/// A matrix of at most this many values (16 MiB of `f64`) is dequantized whole for a prefill:
-/// every weight of a block of SmolLM2-135M; larger ones (its embedding table, 28 M values) in
-/// panels of [`PANEL_VALUES`].
-const WHOLE_VALUES: usize = 1 << 21;
-/// Values dequantized at once for a prefill's panel of a larger matrix (16 MiB of `f64`).
-const PANEL_VALUES: usize = 1 << 21;
 
 impl QuantizedMatrix {
     /// `rows` stored rows of `cols` values of type `t` in `bytes`, as a GGUF file stores a
@@ -285,11 +275,12 @@ impl QuantizedMatrix {
         Ok(outs)
     }
 
-    /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: the matrix is dequantized into `f64`
-    /// and multiplied by the matrix product — whole up to 2²¹ values, with the layout of the
-    /// decoder's `f64` weight, so bitwise its product; a larger one (an embedding table used as
-    /// the head) in panels of 2²¹ values, which the product blocks differently from the whole:
-    /// equal within rounding. One row takes [`QuantizedMatrix::row_times`].
+    /// `x · Wᵀ` for `t` rows `x [t, cols]` → `[t, rows]`: the matrix product on the weight in
+    /// `f64`, made a stripe of outputs at a time ([`matmul_in_stripes`]: each stripe dequantized on
+    /// the thread that multiplies it, while it is in that thread's cache) with the layout of the
+    /// decoder's `f64` weight — a weight as its `[in, out]` matrix, a table (an embedding used as
+    /// the head) as stored, read transposed — so the outputs are bitwise those of the decoder's
+    /// product. One row takes [`QuantizedMatrix::row_times`].
     ///
     /// # Errors
     /// [`GgufError::TensorData`] if `x` is not whole rows of `cols`, or if the output `[t, rows]`
@@ -306,79 +297,37 @@ impl QuantizedMatrix {
         crate::tensor::dense::element_count("quantized rows times", &[t, self.rows])
             .map_err(|e| self.error(e.to_string()))?;
         let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
-        let mut out = Vec::new();
-        let whole = self.rows.saturating_mul(self.cols) <= WHOLE_VALUES;
-        let step = if whole { self.rows } else { (PANEL_VALUES / self.cols.max(1)).max(1) };
-        // the panels of the last prefill, reused: 16 MiB each at most, written before every read
-        let (mut stored, mut panel) = PANELS.with(RefCell::take);
-        for first in (0..self.rows).step_by(step.max(1)) {
-            let rows = first..(first + step).min(self.rows);
-            let n = rows.len();
-            // the layout the decoder's `f64` weight has, so that the product runs the same sums:
-            // a table read transposed as stored, a weight as its `[in, out]` matrix
-            let rhs = if self.table {
-                let stored = grown(&mut stored, n * self.cols);
-                self.dequantize_panel(rows.clone(), stored)?; // [n, cols]
-                MatRef::row_major(stored, n, self.cols).map(MatRef::t)
-            } else {
-                let panel = grown(&mut panel, n * self.cols);
-                self.dequantize_transposed(rows.clone(), panel, &mut stored)?; // [cols, n]
-                MatRef::row_major(panel, self.cols, n)
-            };
-            let rhs = rhs.map_err(|e| self.error(e.to_string()))?;
-            if n == self.rows {
-                out = matmul_new(lhs, rhs, true).map_err(|e| self.error(e.to_string()))?;
-                break;
-            }
-            // a panel's outputs go straight to their columns of the rows (the head's logits: 100
-            // MB for 256 tokens of SmolLM2, written by the product's threads, not copied after)
-            if out.is_empty() {
-                out = vec![0.0; t * self.rows];
-            }
-            matmul_into_columns(&mut out, self.rows, rows.start, lhs, rhs, true)
-                .map_err(|e| self.error(e.to_string()))?;
-        }
-        PANELS.with(|p| p.replace((stored, panel)));
-        Ok(out)
+        let layout = if self.table { StripeLayout::OutputsByInputs } else { StripeLayout::InputsByOutputs };
+        let make = |rows: Range<usize>, panel: &mut [f64]| self.dequantize_stripe(rows, panel).map_err(Failure::Gguf);
+        matmul_in_stripes(lhs, self.rows, layout, make, true).map_err(|failure| match failure {
+            Failure::Gguf(e) => e,
+            Failure::Shape(e) => self.error(e.to_string()),
+        })
     }
 
-    /// Stored rows `rows` dequantized into `out` (row-major), sixteen rows to a parallel task.
-    fn dequantize_panel(&self, rows: Range<usize>, out: &mut [f64]) -> Result<(), GgufError> {
-        let cols = self.cols.max(1);
+    /// Stored rows `rows` dequantized into `out` on the calling thread: row-major (`[rows, cols]`)
+    /// for a table, transposed (`[cols, rows]`) for a weight.
+    fn dequantize_stripe(&self, rows: Range<usize>, out: &mut [f64]) -> Result<(), GgufError> {
+        let (n, cols) = (rows.len(), self.cols);
         match (&self.storage, self.blocks()) {
-            (_, Some(blocks)) => out.par_chunks_mut(PANEL_TASK_ROWS * cols).enumerate().try_for_each(|(i, chunk)| {
-                let at = rows.start + i * PANEL_TASK_ROWS;
-                quant::dequantize_rows(&blocks, at..at + chunk.len() / cols, chunk)
-            }),
+            (_, Some(blocks)) if self.table => quant::dequantize_rows(&blocks, rows, out),
+            (_, Some(blocks)) => quant::dequantize_rows_transposed(&blocks, rows, out, false),
             (Storage::Dense(values), None) => {
-                out.copy_from_slice(&values[rows.start * self.cols..rows.end * self.cols]);
+                let stored = &values[rows.start * cols..rows.end * cols];
+                if self.table {
+                    out.copy_from_slice(stored);
+                } else {
+                    for (r, row) in stored.chunks_exact(cols.max(1)).enumerate() {
+                        for (k, &value) in row.iter().enumerate() {
+                            out[k * n + r] = value;
+                        }
+                    }
+                }
                 Ok(())
             }
             (Storage::Blocks(..), None) => return Err(self.error("blocks that do not fit".to_string())),
         }
         .map_err(|e| self.error(e.to_string()))
-    }
-
-    /// Stored rows `rows` dequantized into `panel` transposed (`[cols, rows.len()]`), through
-    /// `scratch` when the values are not blocks.
-    fn dequantize_transposed(
-        &self,
-        rows: Range<usize>,
-        panel: &mut [f64],
-        scratch: &mut Vec<f64>,
-    ) -> Result<(), GgufError> {
-        if let Some(blocks) = self.blocks() {
-            return quant::dequantize_rows_transposed(&blocks, rows, panel).map_err(|e| self.error(e.to_string()));
-        }
-        let n = rows.len();
-        let stored = grown(scratch, n * self.cols);
-        self.dequantize_panel(rows, stored)?;
-        for (r, row) in stored.chunks_exact(self.cols.max(1)).enumerate() {
-            for (k, &value) in row.iter().enumerate() {
-                panel[k * n + r] = value;
-            }
-        }
-        Ok(())
     }
 
     /// The plain twin of [`QuantizedMatrix::row_times`] (for a product of at least
@@ -416,23 +365,15 @@ impl QuantizedMatrix {
     }
 }
 
-thread_local! {
-    /// The dequantized rows and their transpose from a thread's last prefill product, kept so
-    /// that the next product writes into memory already mapped (a fresh 7 MB buffer per matrix
-    /// cost a page fault per 4 KiB, about a tenth of a prefill). At most 16 MiB each
-    /// ([`PANEL_VALUES`] values), held by each thread that has run a prefill until it exits —
-    /// a pool's workers, where `QuantizedLlama` runs its passes, live as long as the pool (the
-    /// global one, as long as the process): up to 32 MiB each.
-    static PANELS: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+/// What goes wrong in a stripe of [`QuantizedMatrix::rows_times`]: a stripe's blocks, or the
+/// product's shapes.
+enum Failure {
+    Gguf(GgufError),
+    Shape(ShapeError),
 }
 
-/// Stored rows dequantized by one parallel task of a prefill's panel.
-const PANEL_TASK_ROWS: usize = 16;
-
-/// The first `len` values of `buffer`, grown (never shrunk) to hold them.
-fn grown(buffer: &mut Vec<f64>, len: usize) -> &mut [f64] {
-    if buffer.len() < len {
-        buffer.resize(len, 0.0);
+impl From<ShapeError> for Failure {
+    fn from(e: ShapeError) -> Self {
+        Self::Shape(e)
     }
-    &mut buffer[..len]
 }

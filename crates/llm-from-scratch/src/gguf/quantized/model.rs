@@ -34,10 +34,9 @@ struct Block {
 /// Every step is the decoder's own — the same RMSNorm, RoPE, attention over a [`KvCache`],
 /// SwiGLU and residual sums — and each product gives the bits of the `f64` one (see
 /// [`QuantizedMatrix`]), so [`QuantizedLlama::forward_cached`] returns exactly the logits of
-/// [`crate::model::Decoder::forward_cached`] on the weights [`crate::gguf::load_gguf_llama`] loads —
-/// but for a prefill's head over a vocabulary of more than 2²¹ weights, which runs in panels and
-/// agrees within rounding (the caches, and so every later token, stay the same bits). It has no
-/// tape and cannot be trained; it generates through [`Generator::generate_streaming`].
+/// [`crate::model::Decoder::forward_cached`] on the weights [`crate::gguf::load_gguf_llama`] loads,
+/// for one token or a whole prompt. It has no tape and cannot be trained; it generates through
+/// [`Generator::generate_streaming`].
 ///
 /// ```
 /// use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, load_gguf_llama};

@@ -1,0 +1,250 @@
+//! A product whose right side is made a stripe of columns at a time, each stripe used while it
+//! is still in the cache of the thread that made it.
+//!
+//! A prefill multiplies a few hundred rows by weights that live as quantized blocks: the `f64`
+//! right side has to be made (dequantized) before a product can read it. Made whole, a matrix of
+//! SmolLM2 is 3 to 9 MB of `f64` written to memory, then read back by `gemm-f64`, which copies it
+//! into its own packed panels: three passes over the largest operand, none of them from the
+//! thread's own cache. Here each task makes the columns of one stripe ([`STRIPE_OUTPUTS`]
+//! outputs, 0.4 to 1.2 MB) into a buffer of its thread and runs the product of those columns on
+//! that thread at once, while the stripe is in its cache; the tasks share the output's rows, each
+//! writing its own columns.
+//!
+//! The sums are those of [`super::matmul`] on the whole right side, bitwise. `gemm-f64` splits
+//! only the outputs, never the inner dimension, except into blocks whose length depends on the
+//! inner dimension and the cache alone — or, for a product with fewer than 65 outputs and 65
+//! rows, on neither: a stripe is never narrower than 65 columns unless it is the whole matrix —
+//! and a product that [`super::splits_rows`] runs over blocks of 256 of its inner dimension runs
+//! so stripe by stripe. Each output is summed alone, so which stripe or thread computes it changes
+//! nothing.
+
+use std::cell::Cell;
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::{MatRef, ShapeError, active, is_small, matmul_new, note, splits_rows};
+
+/// Outputs of a stripe: a multiple of `gemm-f64`'s register tile of 32 rows and of the 16 rows
+/// a quantized group keeps side by side, above 64 (see the module's text).
+pub const STRIPE_OUTPUTS: usize = 96;
+
+/// How the `make` of [`matmul_in_stripes`] lays out the stripe of `width` outputs it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StripeLayout {
+    /// `k × width`, row-major: each input's weights of the stripe's outputs (the `[in, out]`
+    /// layout of a decoder's weight).
+    InputsByOutputs,
+    /// `width × k`, row-major: each output's weights (an embedding table, read transposed as the
+    /// head).
+    OutputsByInputs,
+}
+
+thread_local! {
+    /// A thread's stripe buffer, kept between products (taken out while in use, so a task that
+    /// runs inside another's `make` on the same thread takes a buffer of its own).
+    static STRIPE: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
+}
+
+/// `lhs [m, k] · rhs [k, n]` as a new row-major `m × n` vector, where `make(columns, panel)`
+/// writes the columns `columns` of `rhs` into `panel` in `layout` (`k · columns.len()` values,
+/// every one of them): the same values as [`super::matmul`] with the whole right side, bitwise.
+///
+/// Products the general kernel does not run (one row, fewer than [`super::SMALL_PRODUCT`]
+/// multiply-adds, no inner dimension) and right sides of less than two stripes are made whole,
+/// `k · n` values at once. With `parallel`, the stripes are spread over the current rayon pool.
+///
+/// # Errors
+/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` overflows or a
+/// panel does not hold its columns.
+#[allow(unsafe_code)]
+pub fn matmul_in_stripes<E>(
+    lhs: MatRef<'_>,
+    n: usize,
+    layout: StripeLayout,
+    make: impl Fn(Range<usize>, &mut [f64]) -> Result<(), E> + Sync,
+    parallel: bool,
+) -> Result<Vec<f64>, E>
+where
+    E: From<ShapeError> + Send,
+{
+    let (m, k) = (lhs.rows, lhs.cols);
+    let overflow = || ShapeError {
+        lhs: vec![m, k],
+        rhs: vec![k, n],
+        reason: "the product has more values than memory can address",
+    };
+    let len = m.checked_mul(n).ok_or_else(overflow)?;
+    k.checked_mul(n).ok_or_else(overflow)?;
+    let count = n / STRIPE_OUTPUTS;
+    if m < 2 || k == 0 || is_small(m, k, n) || count < 2 {
+        let mut panel = vec![0.0; k * n];
+        make(0..n, &mut panel)?;
+        return Ok(matmul_new(lhs, view(layout, &panel, k, n)?, parallel)?);
+    }
+    let target = active();
+    note(target);
+    let split = splits_rows(m, k, n);
+    // stripes of STRIPE_OUTPUTS columns, the last one taking the rest (narrower than two)
+    let columns = |s: usize| s * STRIPE_OUTPUTS..if s + 1 == count { n } else { (s + 1) * STRIPE_OUTPUTS };
+    let mut out: Vec<f64> = Vec::with_capacity(len);
+    let dst = Shared(out.as_mut_ptr());
+    let stripe = |s: usize| -> Result<(), E> {
+        let columns = columns(s);
+        let width = columns.len();
+        let mut panel = STRIPE.take();
+        if panel.len() < k * width {
+            panel.resize(k * width, 0.0);
+        }
+        let made = make(columns.clone(), &mut panel[..k * width]).and_then(|()| {
+            let rhs = view(layout, &panel[..k * width], k, width)?;
+            let dst = dst.at(columns.start);
+            // SAFETY: the product writes the columns `columns` of the m rows of n values at `out`
+            // (capacity m·n) and nothing else: the stripes' columns are disjoint, so no two tasks
+            // write the same value; `lhs` is a checked view, `rhs` one of the panel's k·width
+            // values, and k > 0.
+            unsafe {
+                if split {
+                    super::gemm_in_depth_blocks_strided(target, dst, n, lhs, rhs, 1.0, false);
+                } else {
+                    super::gemm_raw_strided(target, dst, n, lhs, rhs, 1.0, false, false);
+                }
+            }
+            Ok(())
+        });
+        STRIPE.set(panel);
+        made
+    };
+    if parallel {
+        (0..count).into_par_iter().with_max_len(1).try_for_each(stripe)?;
+    } else {
+        (0..count).try_for_each(stripe)?;
+    }
+    // SAFETY: every stripe ran (an error returned above), and without accumulation the kernel
+    // writes every value of its destination columns before it reads any (the first depth block
+    // of a split product writes them all); the stripes cover the n columns of every row.
+    unsafe { out.set_len(len) };
+    Ok(out)
+}
+
+/// The output's storage, written by every stripe's task in columns of its own.
+#[derive(Clone, Copy)]
+struct Shared(*mut f64);
+
+// SAFETY: the tasks write disjoint columns (see `matmul_in_stripes`).
+#[allow(unsafe_code)]
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// The pointer to column `first` of row 0 (inside the storage: `first < n`).
+    fn at(self, first: usize) -> *mut f64 {
+        self.0.wrapping_add(first)
+    }
+}
+
+/// The right side's `k × width` columns as `layout` keeps them in `panel`.
+fn view(layout: StripeLayout, panel: &[f64], k: usize, width: usize) -> Result<MatRef<'_>, ShapeError> {
+    match layout {
+        StripeLayout::InputsByOutputs => MatRef::row_major(panel, k, width),
+        StripeLayout::OutputsByInputs => MatRef::row_major(panel, width, k).map(MatRef::t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gemm::matmul;
+    use crate::target::{Target, with_target};
+
+    fn values(len: usize, seed: usize) -> Vec<f64> {
+        (0..len).map(|i| (((i + seed) * 7919 % 1000) as f64 - 500.0) / 77.0).collect()
+    }
+
+    /// The columns `columns` of the `k × n` matrix `b` (row-major) in `layout`.
+    fn stripe_of(b: &[f64], n: usize, layout: StripeLayout, columns: Range<usize>, panel: &mut [f64]) {
+        let (k, width) = (b.len() / n, columns.len());
+        for (p, row) in b.chunks_exact(n).enumerate() {
+            for (j, &value) in row[columns.clone()].iter().enumerate() {
+                match layout {
+                    StripeLayout::InputsByOutputs => panel[p * width + j] = value,
+                    StripeLayout::OutputsByInputs => panel[j * k + p] = value,
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_product_in_stripes_is_the_whole_product_bitwise_on_every_path_layout_and_target() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        // stripes of the crate's kernel (few rows with an inner dimension past 512, where a
+        // product of at most 64 × 64 would be blocked otherwise; more than 64 rows), stripes of the
+        // split product (64 rows, a long inner dimension), a last stripe wider than the others,
+        // and the shapes made whole: one row, a small product, a single stripe, no inner dimension
+        let shapes = [(8, 600, 290), (3, 70, 2 * STRIPE_OUTPUTS), (100, 130, 400), (64, 600, 200), (1, 300, 300)];
+        let whole = [(3, 4, 5), (5, 30, 150), (6, 0, 200)];
+        for (m, k, n) in shapes.into_iter().chain(whole) {
+            let (a, b) = (values(m * k, 1), values(k * n, 2));
+            let lhs = MatRef::row_major(&a, m, k).unwrap();
+            let rhs = MatRef::row_major(&b, k, n).unwrap();
+            for target in Target::available() {
+                for parallel in [false, true] {
+                    let run = || {
+                        with_target(target, || {
+                            let mut want = vec![0.0; m * n];
+                            matmul(&mut want, lhs, rhs, false, parallel).unwrap();
+                            for layout in [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs] {
+                                let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
+                                    assert_eq!(panel.len(), k * columns.len(), "a panel holds its columns");
+                                    stripe_of(&b, n, layout, columns, panel);
+                                    Ok(())
+                                };
+                                let got = matmul_in_stripes(lhs, n, layout, make, parallel).unwrap();
+                                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                                assert_eq!(bits(&got), bits(&want), "{m}×{k}·{k}×{n} {layout:?} {target:?} {parallel}");
+                            }
+                        })
+                        .unwrap()
+                    };
+                    pool.install(run);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stripe_that_cannot_be_made_is_the_products_error() {
+        #[derive(Debug, PartialEq)]
+        enum Failure {
+            Made(usize),
+            Shape,
+        }
+        impl From<ShapeError> for Failure {
+            fn from(_: ShapeError) -> Self {
+                Failure::Shape
+            }
+        }
+        let (m, k, n) = (4, 40, 5 * STRIPE_OUTPUTS);
+        let a = values(m * k, 1);
+        let lhs = MatRef::row_major(&a, m, k).unwrap();
+        for parallel in [false, true] {
+            // the third stripe fails: its error, whichever stripe ran first
+            let make = |columns: Range<usize>, _: &mut [f64]| match columns.start / STRIPE_OUTPUTS {
+                2 => Err(Failure::Made(2)),
+                _ => Ok(()),
+            };
+            let got = matmul_in_stripes(lhs, n, StripeLayout::InputsByOutputs, make, parallel);
+            assert_eq!(got.unwrap_err(), Failure::Made(2));
+            // and where the right side is made whole
+            let small =
+                matmul_in_stripes(lhs, 3, StripeLayout::OutputsByInputs, |_, _| Err(Failure::Made(0)), parallel);
+            assert_eq!(small.unwrap_err(), Failure::Made(0));
+        }
+        // outputs past what memory can address
+        let huge =
+            matmul_in_stripes(lhs, usize::MAX, StripeLayout::InputsByOutputs, |_, _| Ok::<(), Failure>(()), false);
+        assert_eq!(huge.unwrap_err(), Failure::Shape);
+    }
+}
