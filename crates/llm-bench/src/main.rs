@@ -111,7 +111,7 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
     // glibc would otherwise return the buffers of each step to the system and fault them in again
     // in the next (see `llm_kernels::allocator`); LLM_BENCH_MALLOC=default measures without
     // (real-decode does the opposite: it reports the resident memory of a generating process,
-    // so the prefill's large panels are returned when freed)
+    // so the large buffers of its prefill are returned when freed)
     if std::env::var_os("LLM_BENCH_MALLOC").is_none_or(|v| v != "default") {
         if workload == Workload::RealDecode {
             llm_from_scratch::kernels::allocator::return_freed_memory();

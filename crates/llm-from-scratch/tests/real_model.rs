@@ -154,31 +154,27 @@ fn real_model_both_row_orders_give_the_same_logits() {
 }
 
 /// Generating from the file's blocks gives the same bits as the f64 decoder: a prompt's prefill
-/// (every position's logits, the head included), then one token at a time, in both row orders.
+/// (every position's logits, the head included), one token at a time, then two at once (the
+/// head's table striped for two rows), in both row orders.
 #[test]
 fn real_model_quantized_decoding_is_bitwise_the_f64_decoding() {
     let Some(path) = model_path("real_model_quantized_decoding_is_bitwise_the_f64_decoding") else { return };
     let (_, prompts) = reference();
     let ids = &prompts.iter().find(|p| p.name == "chatml").unwrap().ids;
+    let steps: [&[usize]; 5] = [ids, &[28], &[3_000], &[17], &[5, 900]];
     for rope in [GgufRope::AsStored, GgufRope::HuggingFace] {
         let quantized = QuantizedLlama::load(&path, rope).unwrap();
         println!("{rope:?}: {:.1} MB of weights held in blocks", quantized.weight_bytes() as f64 * 1e-6);
-        let mut logits = Vec::new();
         let mut caches = quantized.new_caches(1);
-        let run = |tokens: &[usize], caches: &mut Vec<_>| {
-            quantized.forward_cached(tokens, [1, tokens.len()], caches).unwrap()
-        };
-        logits.push(run(ids, &mut caches));
-        for &next in &[28, 3_000, 17] {
-            logits.push(run(&[next], &mut caches));
-        }
+        let logits: Vec<_> = steps
+            .iter()
+            .map(|tokens| quantized.forward_cached(tokens, [1, tokens.len()], &mut caches).unwrap())
+            .collect();
         drop(quantized);
         let dense = load(&path, rope);
         let mut caches = dense.new_caches(1);
-        let mut expected = vec![dense.forward_cached(ids, [1, ids.len()], &mut caches).unwrap()];
-        for &next in &[28, 3_000, 17] {
-            expected.push(dense.forward_cached(&[next], [1, 1], &mut caches).unwrap());
-        }
+        let expected: Vec<_> =
+            steps.iter().map(|tokens| dense.forward_cached(tokens, [1, tokens.len()], &mut caches).unwrap()).collect();
         for (step, (got, want)) in logits.iter().zip(&expected).enumerate() {
             let same = got.as_slice().iter().zip(want.as_slice()).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "{rope:?}, step {step} (0: the prompt's prefill): the logits differ");

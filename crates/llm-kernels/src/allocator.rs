@@ -49,7 +49,7 @@ pub fn keep_freed_memory() -> bool {
 /// The opposite choice, for a process whose resident memory is the point (decoding a real model):
 /// every allocation above 128 KiB is mapped on its own and returned to the system when freed, and
 /// heaps are trimmed above 128 KiB of free tail, with 128 KiB of padding — glibc's starting
-/// values, pinned, so that a few large freed buffers (a prefill's panels) do not raise the
+/// values, pinned, so that a few large freed buffers (a prefill's activations) do not raise the
 /// threshold and stay resident (and so that it undoes [`keep_freed_memory`]). Returns `true`
 /// where it took effect (glibc on Linux).
 pub fn return_freed_memory() -> bool {

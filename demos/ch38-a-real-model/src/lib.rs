@@ -246,8 +246,7 @@ pub fn load(path: &Path) -> DemoResult<(BpeTokenizer, Decoder)> {
 }
 
 /// The tokenizer and the model of the GGUF file at `path`, its weights kept in the file's blocks
-/// (98 MB instead of 1.08 GB of `f64`; the same logits but for the prefill's head, which agrees
-/// within rounding).
+/// (98 MB instead of 1.08 GB of `f64`; the same logits, bitwise).
 ///
 /// # Errors
 /// The file cannot be read or is not a LLaMA with a tokenizer this crate reads.

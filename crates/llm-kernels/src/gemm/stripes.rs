@@ -12,11 +12,13 @@
 //!
 //! The sums are those of [`super::matmul`] on the whole right side, bitwise. `gemm-f64` splits
 //! only the outputs, never the inner dimension, except into blocks whose length depends on the
-//! inner dimension and the cache alone — or, for a product with fewer than 65 outputs and 65
-//! rows, on neither: a stripe is never narrower than 65 columns unless it is the whole matrix —
-//! and a product that [`super::splits_rows`] runs over blocks of 256 of its inner dimension runs
-//! so stripe by stripe. Each output is summed alone, so which stripe or thread computes it changes
-//! nothing.
+//! inner dimension and the cache alone, so each output is summed alone and which stripe or thread
+//! computes it changes nothing — but for two kinds of small products, which it sums another way:
+//! those of at most 64 × 64 outputs (blocks of 512 of the inner dimension) and those of at most
+//! [`SMALL_OUTPUT`] outputs with both operands read along the inner dimension (each output's sum
+//! in vector lanes, reduced at the end). A stripe is never one of them unless the whole product
+//! is (wider than 64 columns, and than `SMALL_OUTPUT / m`), and a product that
+//! [`super::splits_rows`] runs over blocks of 256 of its inner dimension runs so stripe by stripe.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -26,8 +28,14 @@ use rayon::prelude::*;
 use super::{MatRef, ShapeError, active, is_small, matmul_new, note, splits_rows};
 
 /// Outputs of a stripe: a multiple of `gemm-f64`'s register tile of 32 rows and of the 16 rows
-/// a quantized group keeps side by side, above 64 (see the module's text).
+/// a quantized group keeps side by side, above 64 (see the module's text). A product of two rows
+/// takes stripes of twice as many, so that no stripe is a product of at most [`SMALL_OUTPUT`]
+/// outputs.
 pub const STRIPE_OUTPUTS: usize = 96;
+
+/// `gemm-f64` sums a product of at most this many outputs whose operands are both read along the
+/// inner dimension in vector lanes, reduced at the end: another order than its other products'.
+pub const SMALL_OUTPUT: usize = 256;
 
 /// How the `make` of [`matmul_in_stripes`] lays out the stripe of `width` outputs it writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,12 +59,13 @@ thread_local! {
 /// every one of them): the same values as [`super::matmul`] with the whole right side, bitwise.
 ///
 /// Products the general kernel does not run (one row, fewer than [`super::SMALL_PRODUCT`]
-/// multiply-adds, no inner dimension) and right sides of less than two stripes are made whole,
-/// `k · n` values at once. With `parallel`, the stripes are spread over the current rayon pool.
+/// multiply-adds, no inner dimension) and right sides of less than two stripes ([`STRIPE_OUTPUTS`]
+/// columns each, twice as many for two rows) are made whole, `k · n` values at once. With
+/// `parallel`, the stripes are spread over the current rayon pool.
 ///
 /// # Errors
-/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` overflows or a
-/// panel does not hold its columns.
+/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` values would not
+/// fit in memory's address space or a panel does not hold its columns.
 #[allow(unsafe_code)]
 pub fn matmul_in_stripes<E>(
     lhs: MatRef<'_>,
@@ -74,9 +83,13 @@ where
         rhs: vec![k, n],
         reason: "the product has more values than memory can address",
     };
-    let len = m.checked_mul(n).ok_or_else(overflow)?;
-    k.checked_mul(n).ok_or_else(overflow)?;
-    let count = n / STRIPE_OUTPUTS;
+    // a vector holds at most isize::MAX bytes
+    let values = |a: usize, b: usize| a.checked_mul(b).filter(|&v| v <= isize::MAX as usize / size_of::<f64>());
+    let len = values(m, n).ok_or_else(overflow)?;
+    values(k, n).ok_or_else(overflow)?;
+    // the fewest whole STRIPE_OUTPUTS that make a stripe of more than SMALL_OUTPUT outputs
+    let step = STRIPE_OUTPUTS * (SMALL_OUTPUT / (m.max(1) * STRIPE_OUTPUTS) + 1);
+    let count = n / step;
     if m < 2 || k == 0 || is_small(m, k, n) || count < 2 {
         let mut panel = vec![0.0; k * n];
         make(0..n, &mut panel)?;
@@ -85,8 +98,8 @@ where
     let target = active();
     note(target);
     let split = splits_rows(m, k, n);
-    // stripes of STRIPE_OUTPUTS columns, the last one taking the rest (narrower than two)
-    let columns = |s: usize| s * STRIPE_OUTPUTS..if s + 1 == count { n } else { (s + 1) * STRIPE_OUTPUTS };
+    // stripes of `step` columns, the last one taking the rest (narrower than two)
+    let columns = |s: usize| s * step..if s + 1 == count { n } else { (s + 1) * step };
     let mut out: Vec<f64> = Vec::with_capacity(len);
     let dst = Shared(out.as_mut_ptr());
     let stripe = |s: usize| -> Result<(), E> {
@@ -180,24 +193,36 @@ mod tests {
     fn a_product_in_stripes_is_the_whole_product_bitwise_on_every_path_layout_and_target() {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         // stripes of the crate's kernel (few rows with an inner dimension past 512, where a
-        // product of at most 64 × 64 would be blocked otherwise; more than 64 rows), stripes of the
-        // split product (64 rows, a long inner dimension), a last stripe wider than the others,
-        // and the shapes made whole: one row, a small product, a single stripe, no inner dimension
-        let shapes = [(8, 600, 290), (3, 70, 2 * STRIPE_OUTPUTS), (100, 130, 400), (64, 600, 200), (1, 300, 300)];
-        let whole = [(3, 4, 5), (5, 30, 150), (6, 0, 200)];
+        // product of at most 64 × 64 would be blocked otherwise; two rows, whose stripes of 96
+        // would be products of at most 256 outputs; more than 64 rows), stripes of the split
+        // product (64 rows, a long inner dimension), a last stripe wider than the others, and the
+        // shapes made whole: one row, a small product, a single stripe, no inner dimension
+        let shapes =
+            [(8, 600, 290), (2, 300, 200), (2, 64, 400), (3, 70, 2 * STRIPE_OUTPUTS), (100, 130, 400), (64, 600, 200)];
+        let whole = [(1, 300, 300), (3, 4, 5), (5, 30, 150), (2, 30, 300), (6, 0, 200)];
         for (m, k, n) in shapes.into_iter().chain(whole) {
             let (a, b) = (values(m * k, 1), values(k * n, 2));
+            // the right side as a decoder holds it in each layout: an `[in, out]` weight, and a
+            // table of `[out, in]` read transposed
+            let mut table = vec![0.0; k * n];
+            stripe_of(&b, n, StripeLayout::OutputsByInputs, 0..n, &mut table);
             let lhs = MatRef::row_major(&a, m, k).unwrap();
-            let rhs = MatRef::row_major(&b, k, n).unwrap();
+            let layouts = [
+                (StripeLayout::InputsByOutputs, MatRef::row_major(&b, k, n).unwrap()),
+                (StripeLayout::OutputsByInputs, MatRef::row_major(&table, n, k).unwrap().t()),
+            ];
             for target in Target::available() {
                 for parallel in [false, true] {
                     let run = || {
                         with_target(target, || {
-                            let mut want = vec![0.0; m * n];
-                            matmul(&mut want, lhs, rhs, false, parallel).unwrap();
-                            for layout in [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs] {
+                            for (layout, rhs) in layouts {
+                                let mut want = vec![0.0; m * n];
+                                matmul(&mut want, lhs, rhs, false, parallel).unwrap();
+                                // each stripe made by a parallel loop of its own, as the
+                                // dequantizer may (a task may then run inside another's `make`)
                                 let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
                                     assert_eq!(panel.len(), k * columns.len(), "a panel holds its columns");
+                                    let ((), ()) = rayon::join(|| (), || ());
                                     stripe_of(&b, n, layout, columns, panel);
                                     Ok(())
                                 };
@@ -242,9 +267,10 @@ mod tests {
                 matmul_in_stripes(lhs, 3, StripeLayout::OutputsByInputs, |_, _| Err(Failure::Made(0)), parallel);
             assert_eq!(small.unwrap_err(), Failure::Made(0));
         }
-        // outputs past what memory can address
-        let huge =
-            matmul_in_stripes(lhs, usize::MAX, StripeLayout::InputsByOutputs, |_, _| Ok::<(), Failure>(()), false);
-        assert_eq!(huge.unwrap_err(), Failure::Shape);
+        // outputs past what memory can address, as values or as bytes
+        for n in [usize::MAX, usize::MAX / 16] {
+            let huge = matmul_in_stripes(lhs, n, StripeLayout::InputsByOutputs, |_, _| Ok::<(), Failure>(()), false);
+            assert_eq!(huge.unwrap_err(), Failure::Shape);
+        }
     }
 }
