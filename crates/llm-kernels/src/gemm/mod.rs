@@ -346,6 +346,7 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
         return Ok(out);
     }
     let mut out = Vec::with_capacity(len);
+    crate::allocator::advise_huge_pages(&mut out.spare_capacity_mut()[..len]);
     if splits_rows(m, k, n) {
         // the halves of `matmul_scaled`, each written into its own unfilled rows
         let half = m / 2;
