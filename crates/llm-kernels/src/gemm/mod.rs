@@ -219,7 +219,7 @@ pub fn matmul_scaled(
         // SAFETY: each half of `dst` is exclusively borrowed and holds its rows·n values.
         #[allow(unsafe_code)]
         let half_product = |out: &mut [f64], rows: MatRef<'_>| unsafe {
-            gemm_in_depth_blocks(target, out.as_mut_ptr(), rows, rhs, scale, accumulate)
+            gemm_in_depth_blocks(target, out.as_mut_ptr(), n, rows, rhs, scale, accumulate)
         };
         if parallel {
             rayon::join(|| half_product(top, upper), || half_product(bottom, lower));
@@ -253,33 +253,18 @@ const SPLIT_ROWS_MIN: usize = 64;
 const SPLIT_DEPTH: usize = 256;
 
 /// `dst (+)= scale · lhs · rhs` on the calling thread, as a sum of products over blocks of
-/// [`SPLIT_DEPTH`] of the inner dimension, in block order. `gemm-f64` runs blocks of 512 by itself
-/// on the halves of a weight gradient (`128 × 1024 · 1024 × 256`); blocks of 256 keep more of the
-/// operands in cache and were faster (`docs/performance.md`).
+/// [`SPLIT_DEPTH`] of the inner dimension, in block order, into a destination whose rows start
+/// `dst_stride` values apart. `gemm-f64` runs blocks of 512 by itself on the halves of a weight
+/// gradient (`128 × 1024 · 1024 × 256`); blocks of 256 keep more of the operands in cache and
+/// were faster (`docs/performance.md`).
 ///
 /// # Safety
-/// As [`gemm_raw`]: `dst` points at `m·n` writable values that nothing else accesses during the
-/// call, initialised if `accumulate` (the first block writes every value before later blocks
-/// read them); and `k > 0` (with no block at all, nothing would be written).
+/// As [`gemm_raw_strided`]: `dst_stride ≥ n`; `dst` points at `m` rows of `n` writable values,
+/// `dst_stride` apart, that nothing else accesses during the call, initialised if `accumulate`
+/// (the first block writes every value before later blocks read them); and `k > 0` (with no
+/// block at all, nothing would be written).
 #[allow(unsafe_code)]
 unsafe fn gemm_in_depth_blocks(
-    target: Target,
-    dst: *mut f64,
-    lhs: MatRef<'_>,
-    rhs: MatRef<'_>,
-    scale: f64,
-    accumulate: bool,
-) {
-    // SAFETY: the caller's promise, with rows of n values one after the other
-    unsafe { gemm_in_depth_blocks_strided(target, dst, rhs.cols, lhs, rhs, scale, accumulate) }
-}
-
-/// [`gemm_in_depth_blocks`] into a destination whose rows start `dst_stride` values apart.
-///
-/// # Safety
-/// As [`gemm_raw_strided`], and `k > 0`.
-#[allow(unsafe_code)]
-unsafe fn gemm_in_depth_blocks_strided(
     target: Target,
     dst: *mut f64,
     dst_stride: usize,
@@ -356,7 +341,7 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
         let half_product = |part: &mut [std::mem::MaybeUninit<f64>], rows: MatRef<'_>| {
             // the product writes exactly `rows·n` values: the part must hold that many
             assert_eq!(part.len(), rows.rows * n, "a half of the product and its rows disagree");
-            unsafe { gemm_in_depth_blocks(target, part.as_mut_ptr().cast(), rows, rhs, 1.0, false) }
+            unsafe { gemm_in_depth_blocks(target, part.as_mut_ptr().cast(), n, rows, rhs, 1.0, false) }
         };
         let (upper, lower) = (lhs.rows_to(half), lhs.rows_from(half));
         if parallel {

@@ -120,7 +120,7 @@ where
             // values, and k > 0.
             unsafe {
                 if split {
-                    super::gemm_in_depth_blocks_strided(target, dst, n, lhs, rhs, 1.0, false);
+                    super::gemm_in_depth_blocks(target, dst, n, lhs, rhs, 1.0, false);
                 } else {
                     super::gemm_raw_strided(target, dst, n, lhs, rhs, 1.0, false, false);
                 }
