@@ -85,6 +85,15 @@ fn operations() -> Vec<(&'static str, Operation)> {
                 w.row_times(&values(64, 15)).unwrap();
             }),
         ),
+        (
+            "several rows times weights kept in quantized blocks (a prefill, stripe by stripe)",
+            Box::new(|| {
+                let block: Vec<u8> = [0x00, 0x24].into_iter().chain((0..32).map(|i| (i * 7) as u8)).collect();
+                let bytes = block.repeat(600 * 2);
+                let w = QuantizedMatrix::from_stored("w", TensorType::Q8_0, &bytes, [600, 64]).unwrap();
+                w.rows_times(&values(8 * 64, 16)).unwrap();
+            }),
+        ),
     ]
 }
 

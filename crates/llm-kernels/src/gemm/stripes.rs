@@ -61,7 +61,8 @@ thread_local! {
 /// Products the general kernel does not run (one row, fewer than [`super::SMALL_PRODUCT`]
 /// multiply-adds, no inner dimension) and right sides of less than two stripes ([`STRIPE_OUTPUTS`]
 /// columns each, twice as many for two rows) are made whole, `k · n` values at once. With
-/// `parallel`, the stripes are spread over the current rayon pool.
+/// `parallel`, the stripes are spread over the current rayon pool; `make` runs with the caller's
+/// kernel target ([`crate::active`]) in force on whichever thread runs it.
 ///
 /// # Errors
 /// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` values would not
@@ -111,7 +112,8 @@ where
         if panel.len() < k * width {
             panel.resize(k * width, 0.0);
         }
-        let made = make(columns.clone(), &mut panel[..k * width]).and_then(|()| {
+        // the caller's target on whichever thread runs the stripe (one rule for every kernel)
+        let made = target.within(|| make(columns.clone(), &mut panel[..k * width])).and_then(|()| {
             let rhs = view(layout, &panel[..k * width], k, width)?;
             let dst = dst.at(columns.start);
             // SAFETY: the product writes the columns `columns` of the m rows of n values at `out`
