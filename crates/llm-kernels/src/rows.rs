@@ -174,6 +174,8 @@ pub fn build_rows<S>(
     let task = |state: &mut S, (index, values): (usize, &mut [MaybeUninit<f64>])| {
         let BlockWritten(_) = fill(state, RowBlock { values, row_len, first: index * rows_per_task });
     };
+    // not `allocator::unfilled`: rows on huge pages made explicit attention's softmax over 1 GB
+    // of scores 15–20 % slower (`docs/performance.md`, 2026-12-05)
     let mut out: Vec<f64> = Vec::with_capacity(len);
     let unfilled = &mut out.spare_capacity_mut()[..len];
     if tasks.parallel {

@@ -330,8 +330,7 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
         matmul(&mut out, lhs, rhs, false, parallel)?;
         return Ok(out);
     }
-    let mut out = Vec::with_capacity(len);
-    crate::allocator::advise_huge_pages(&mut out.spare_capacity_mut()[..len]);
+    let mut out = crate::allocator::unfilled(len);
     if splits_rows(m, k, n) {
         // the halves of `matmul_scaled`, each written into its own unfilled rows
         let half = m / 2;

@@ -101,9 +101,8 @@ where
     let split = splits_rows(m, k, n);
     // stripes of `step` columns, the last one taking the rest (narrower than two)
     let columns = |s: usize| s * step..if s + 1 == count { n } else { (s + 1) * step };
-    let mut out: Vec<f64> = Vec::with_capacity(len);
     // a head's logits are 100 MB for a prompt of 256 tokens: 24 000 first touches in small pages
-    crate::allocator::advise_huge_pages(&mut out.spare_capacity_mut()[..len]);
+    let mut out = crate::allocator::unfilled(len);
     let dst = Shared(out.as_mut_ptr());
     let stripe = |s: usize| -> Result<(), E> {
         let columns = columns(s);
