@@ -52,6 +52,8 @@ const ROWS_SIDE_BY_SIDE: usize = 4;
 /// the scores took longer than the values.
 #[inline(always)]
 fn dots_side_by_side<I: Isa, const G: usize>(isa: I, a: &[f64], rows: [&[f64]; G]) -> [f64; G] {
+    // the loads and stores below take `at + WIDTH ≤ 8` on this
+    const { assert!(I::WIDTH <= 8 && 8 % I::WIDTH == 0) };
     let (body, tail) = a.as_chunks::<8>();
     let mut bodies: [&[[f64; 8]]; G] = [&[]; G];
     let mut tails: [&[f64]; G] = [&[]; G];
@@ -135,15 +137,17 @@ impl Kernel for AttendRow<'_, '_> {
     }
 }
 
-/// Stretches of a run of keys that [`attend_row_portable`] scores side by side (and whose values
-/// it sums in partial outputs of their own).
+/// Stretches of a run of keys that [`attend_row_portable`] scores side by side: each call of
+/// [`dots`] takes [`AT_ONCE`] keys of every stretch, in loops of [`ROWS_SIDE_BY_SIDE`] rows. Their
+/// values are summed into a partial output per stretch, one stretch after the other.
 ///
 /// Decoding is bound by reading the cache, and one thread walking one stretch of memory has too few
 /// reads in flight to use the bandwidth the cache hierarchy offers; four stretches at once keep
 /// more reads in flight (`docs/performance.md` has the timings). Results stay the same whatever
 /// the thread count.
 const STREAMS: usize = 4;
-/// Consecutive keys of each stretch scored in one step (eight dot products side by side).
+/// Consecutive keys of each stretch scored in one call of [`dots`] (eight dot products, in two
+/// loops of four).
 const AT_ONCE: usize = 2;
 
 /// [`attend_row`] in portable code, compiled once per instruction set; its softmax's
@@ -247,8 +251,9 @@ const SUMS_AT_ONCE: usize = 64;
 
 /// `sums[e] += w_r · v_r[e]` for the rows `r` of `values` in order (`sums.len()` values a row),
 /// skipping zero weights with `SKIP_ZEROS`. The sums are taken [`SUMS_AT_ONCE`] at a time through
-/// every row, in registers, rather than row by row through memory: each sum still adds its rows
-/// in order, so the bits are the same.
+/// every row, in registers (those past the last whole [`SUMS_AT_ONCE`], through memory), rather
+/// than row by row through memory: each sum still adds its rows in order, so the bits are the
+/// same.
 #[inline(always)]
 fn add_rows<const SKIP_ZEROS: bool>(weights: &[f64], values: &[f64], sums: &mut [f64]) {
     let d = sums.len();
@@ -310,8 +315,9 @@ mod tests {
     }
 
     /// `out += Σ w v` in the stretches [`add_weighted_values`] documents, written as the loop it
-    /// replaced: every stretch's next row in turn, each row added into its stretch's partial.
-    fn plain_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
+    /// replaced: every stretch's next row in turn, each row added into its stretch's partial; with
+    /// `skip`, rows of weight 0 left out.
+    fn plain_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64], skip: bool) {
         let d = out.len();
         let mut partial = vec![0.0; STREAMS * d];
         let mut at = 0;
@@ -321,12 +327,18 @@ mod tests {
             for i in 0..part {
                 for s in 0..STREAMS {
                     let (w, v) = (weights[at + s * part + i], &values[(s * part + i) * d..][..d]);
+                    if skip && w == 0.0 {
+                        continue;
+                    }
                     for (o, x) in partial[s * d..][..d].iter_mut().zip(v) {
                         *o += w * x;
                     }
                 }
             }
             for r in STREAMS * part..rows {
+                if skip && weights[at + r] == 0.0 {
+                    continue;
+                }
                 for (o, x) in out.iter_mut().zip(&values[r * d..][..d]) {
                     *o += weights[at + r] * x;
                 }
@@ -341,25 +353,28 @@ mod tests {
     }
 
     /// The kernels of one test case, compiled per target: eight rows' [`dots`], each row's
-    /// [`dot`], and [`add_weighted_values`] over two runs.
+    /// [`dot`], and [`add_weighted_values`] over two runs, without and with skipping zeros.
     struct Case<'a> {
         a: &'a [f64],
         rows: [&'a [f64]; 8],
         runs: &'a [Run<'a>],
+        /// `runs` with NaN in the values of the rows of weight 0, for the pass that skips them.
+        hidden: &'a [Run<'a>],
         weights: &'a [f64],
     }
 
     impl Kernel for Case<'_> {
-        type Output = ([f64; 8], [f64; 8], Vec<f64>);
+        type Output = ([f64; 8], [f64; 8], [Vec<f64>; 2]);
         fn run<I: Isa>(self, isa: I) -> Self::Output {
             let side_by_side = dots(isa, self.a, self.rows);
             let mut alone = [0.0; 8];
             for (product, row) in alone.iter_mut().zip(self.rows) {
                 *product = dot(isa, self.a, row);
             }
-            let mut out = vec![0.0; self.a.len()];
-            add_weighted_values::<false>(self.runs, self.weights, &mut out);
-            (side_by_side, alone, out)
+            let (mut all, mut skipping) = (vec![0.0; self.a.len()], vec![0.0; self.a.len()]);
+            add_weighted_values::<false>(self.runs, self.weights, &mut all);
+            add_weighted_values::<true>(self.hidden, self.weights, &mut skipping);
+            (side_by_side, alone, [all, skipping])
         }
     }
 
@@ -369,22 +384,34 @@ mod tests {
             let a = values(d, 1);
             let keys = values(8 * d, 2);
             let rows: [&[f64]; 8] = std::array::from_fn(|r| &keys[r * d..(r + 1) * d]);
-            // two runs: stretches and keys alone in each; weights with a zero among them
+            // two runs: stretches and keys alone in each; weights with zeros among them, in a
+            // stretch and among the keys alone
             let (first, second) = (values(21 * d, 3), values(40 * d, 4));
             let runs: Vec<Run<'_>> = vec![(0, &first, &first), (21, &second, &second)];
             let mut weights = values(61, 5);
-            weights[7] = 0.0;
+            (weights[7], weights[19], weights[60]) = (0.0, 0.0, 0.0);
+            // the rows of weight 0 hold NaN where zeros are skipped: they must not reach an output
+            let (mut first_nan, mut second_nan) = (first.clone(), second.clone());
+            for row in [7, 19] {
+                first_nan[row * d..(row + 1) * d].fill(f64::NAN);
+            }
+            second_nan[39 * d..40 * d].fill(f64::NAN);
+            let hidden: Vec<Run<'_>> = vec![(0, &first, &first_nan), (21, &second, &second_nan)];
             let plain: Vec<u64> = rows.iter().map(|row| plain_dot(&a, row).to_bits()).collect();
-            let mut expected = vec![0.0; d];
-            plain_weighted_values(&runs, &weights, &mut expected);
-            let expected: Vec<u64> = expected.iter().map(|x| x.to_bits()).collect();
+            let expected = [(&runs, false), (&hidden, true)].map(|(runs, skip)| {
+                let mut out = vec![0.0; d];
+                plain_weighted_values(runs, &weights, &mut out, skip);
+                assert!(out.iter().all(|x| x.is_finite()));
+                out.iter().map(|x| x.to_bits()).collect::<Vec<u64>>()
+            });
             for target in Target::available() {
-                let case = Case { a: &a, rows, runs: &runs, weights: &weights };
+                let case = Case { a: &a, rows, runs: &runs, hidden: &hidden, weights: &weights };
                 let (side_by_side, alone, out) = isa::run(target, case);
                 let bits = |xs: &[f64]| xs.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
                 assert_eq!(bits(&side_by_side), plain, "{target}, d = {d}: dots");
                 assert_eq!(bits(&alone), plain, "{target}, d = {d}: dot");
-                assert_eq!(bits(&out), expected, "{target}, d = {d}: weighted values");
+                assert_eq!(bits(&out[0]), expected[0], "{target}, d = {d}: weighted values");
+                assert_eq!(bits(&out[1]), expected[1], "{target}, d = {d}: weighted values, zeros skipped");
             }
         }
     }

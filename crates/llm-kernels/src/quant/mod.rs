@@ -454,7 +454,8 @@ const INPUTS_PER_SUM: usize = 64;
 /// them 320 of 576 outputs. A token decoded after 16 positions took 8.90–9.02 ms against
 /// 9.07–9.32 with 256 (five alternations, Zen 4).
 const OUTPUTS_PER_TASK: usize = 96;
-const _: () = assert!(OUTPUTS_PER_TASK.is_multiple_of(PAIR * GROUP), "tasks start at a pair of groups");
+const _: () =
+    assert!(OUTPUTS_PER_TASK > 0 && OUTPUTS_PER_TASK.is_multiple_of(PAIR * GROUP), "tasks start at a pair of groups");
 /// Outputs computed together: the panel's width.
 const LANES: usize = 8;
 
