@@ -170,6 +170,26 @@ fn real_model_quantized_decoding_is_bitwise_the_f64_decoding() {
             .iter()
             .map(|tokens| quantized.forward_cached(tokens, [1, tokens.len()], &mut caches).unwrap())
             .collect();
+        // what a generator reads: each step's last logits alone, bitwise the full pass's last row,
+        // the caches moving alike; and two sequences at once
+        let mut caches = quantized.new_caches(1);
+        for (step, (tokens, full)) in steps.iter().zip(&logits).enumerate() {
+            let last = quantized.forward_cached_last(tokens, [1, tokens.len()], &mut caches).unwrap();
+            let v = last.len();
+            assert_eq!(last.shape(), [1, 1, v]);
+            let same =
+                last.as_slice().iter().zip(&full.as_slice()[full.len() - v..]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rope:?}, step {step}: the last logits alone differ from the full pass's last row");
+        }
+        let two: Vec<usize> = ids.iter().chain(ids.iter().rev()).copied().collect();
+        let full = quantized.forward_cached(&two, [2, ids.len()], &mut quantized.new_caches(2)).unwrap();
+        let last = quantized.forward_cached_last(&two, [2, ids.len()], &mut quantized.new_caches(2)).unwrap();
+        let v = last.len() / 2;
+        for (b, sequence) in full.as_slice().chunks(full.len() / 2).enumerate() {
+            let row = &last.as_slice()[b * v..(b + 1) * v];
+            let same = row.iter().zip(&sequence[sequence.len() - v..]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rope:?}, sequence {b} of two: the last logits alone differ");
+        }
         drop(quantized);
         let dense = load(&path, rope);
         let mut caches = dense.new_caches(1);

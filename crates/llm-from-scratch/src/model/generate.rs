@@ -136,6 +136,28 @@ pub trait Generator {
     /// # Errors
     /// The model's own.
     fn forward_window(&self, window: &[usize]) -> Result<Tensor, Self::Error>;
+    /// [`Generator::forward_cached`], keeping only each sequence's last logits, `[B, 1, V]`:
+    /// what a generator reads after a prompt. The caches change as they would. This default
+    /// computes every position's logits and keeps the last; a model may compute only the rows it
+    /// returns, with the same bits.
+    ///
+    /// # Errors
+    /// As [`Generator::forward_cached`].
+    fn forward_cached_last(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, Self::Error> {
+        let logits = self.forward_cached(tokens, shape, caches)?;
+        let (t, v) = (shape[1], self.vocab_size());
+        if logits.shape() != [shape[0], t, v] || t * v == 0 {
+            return Ok(logits); // no last row to cut out: the model's answer as it is
+        }
+        let last: Vec<f64> =
+            logits.as_slice().chunks(t * v).flat_map(|sequence| &sequence[sequence.len() - v..]).copied().collect();
+        Ok(Tensor::new(&[shape[0], 1, v], last).map_err(ModelError::from)?)
+    }
 
     /// Generates up to `steps` tokens after `prompt`, handing each to `emit` with the logits `[V]`
     /// it was chosen from as soon as it is chosen; `emit` returns [`ControlFlow::Break`] to stop
@@ -190,7 +212,8 @@ pub trait Generator {
                     caches = self.new_caches(1);
                     prefilled = true;
                     let window = &text[start..];
-                    self.forward_cached(window, [1, window.len()], &mut caches)?
+                    // only the last position's logits are read: a model may skip the others
+                    self.forward_cached_last(window, [1, window.len()], &mut caches)?
                 }
                 Decoding::KvCache => self.forward_cached(&text[text.len() - 1..], [1, 1], &mut caches)?,
                 Decoding::Recompute => self.forward_window(&text[start..])?,
@@ -311,6 +334,28 @@ mod tests {
         let a = model.generate(&long, 3, Sampling::Greedy, Decoding::KvCache, &mut SplitMix64::new(0)).unwrap();
         let b = model.generate(&long[24..], 3, Sampling::Greedy, Decoding::KvCache, &mut SplitMix64::new(0)).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_last_logits_alone_are_the_full_passes_last_rows() {
+        let model = model(None);
+        let tokens = [3, 1, 4, 1, 5, 9, 2, 6];
+        for [b, t] in [[1, 8], [2, 4], [4, 2], [8, 1]] {
+            let (mut full_caches, mut last_caches) = (model.new_caches(b), model.new_caches(b));
+            let full = Generator::forward_cached(&model, &tokens, [b, t], &mut full_caches).unwrap();
+            let last = model.forward_cached_last(&tokens, [b, t], &mut last_caches).unwrap();
+            assert_eq!(last.shape(), [b, 1, 12]);
+            for (sequence, row) in full.as_slice().chunks(t * 12).zip(last.as_slice().chunks(12)) {
+                assert_eq!(&sequence[(t - 1) * 12..], row, "[{b}, {t}]");
+            }
+            // the caches moved alike: the next token's logits agree
+            let next = vec![7; b];
+            let after_full = Generator::forward_cached(&model, &next, [b, 1], &mut full_caches).unwrap();
+            let after_last = Generator::forward_cached(&model, &next, [b, 1], &mut last_caches).unwrap();
+            assert_eq!(after_full.as_slice(), after_last.as_slice(), "[{b}, {t}]");
+        }
+        // errors stay the forward pass's
+        assert!(model.forward_cached_last(&tokens, [3, 3], &mut model.new_caches(3)).is_err());
     }
 
     #[test]

@@ -190,11 +190,38 @@ impl QuantizedLlama {
         // on a worker of the pool, where each of the pass's parallel regions starts without waking
         // the calling thread (see `llm_kernels::parallel::on_pool`)
         llm_kernels::parallel::on_pool(|| {
-            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches))
+            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches, Rows::All))
         })
     }
 
-    fn forward_body(&self, tokens: &[usize], [b, t]: [usize; 2], caches: &mut [KvCache]) -> Result<Tensor, GgufError> {
+    /// [`QuantizedLlama::forward_cached`] keeping only each sequence's last logits, `[B, 1, V]`,
+    /// the only ones a generator reads after a prompt: the head (about a fifth of SmolLM2's
+    /// products over a prompt) runs on those rows alone, and the logits of the others (100 MB for
+    /// 256 tokens) are never made. The caches change as with [`QuantizedLlama::forward_cached`],
+    /// and the logits are bitwise the last rows of its: with one sequence of more than one token,
+    /// the head multiplies the last two rows, so that it takes the same matrix product (not the
+    /// one-row path, whose sums run in another order).
+    ///
+    /// # Errors
+    /// As [`QuantizedLlama::forward_cached`].
+    pub fn forward_cached_last(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, GgufError> {
+        llm_kernels::parallel::on_pool(|| {
+            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches, Rows::Last))
+        })
+    }
+
+    fn forward_body(
+        &self,
+        tokens: &[usize],
+        [b, t]: [usize; 2],
+        caches: &mut [KvCache],
+        rows: Rows,
+    ) -> Result<Tensor, GgufError> {
         let (d, v) = (self.config.model_width, self.config.vocab_size);
         if caches.len() != self.blocks.len() {
             return Err(ModelError::CacheCount { expected: self.blocks.len(), actual: caches.len() }.into());
@@ -223,9 +250,22 @@ impl QuantizedLlama {
         for (block, cache) in self.blocks.iter().zip(caches.iter_mut()) {
             x = self.block(block, x, cache, first)?;
         }
-        let h = self.rms_norm(&TensorValue::leaf(x, false), &self.norm)?;
-        let logits = self.head.as_ref().unwrap_or(&self.embed).rows_times(h.as_slice())?;
-        Ok(Tensor::new(&[b, t, v], logits)?)
+        let head = self.head.as_ref().unwrap_or(&self.embed);
+        if rows == Rows::All || t == 1 || v == 0 {
+            let h = self.rms_norm(&TensorValue::leaf(x, false), &self.norm)?;
+            let logits = head.rows_times(h.as_slice())?;
+            return Ok(Tensor::new(&[b, t, v], logits)?);
+        }
+        // each sequence's last row (the norm works row by row, so on these rows alone it gives
+        // the same values); one sequence takes its last two, for the many-row product's bits
+        let from = if b == 1 { t - 2 } else { t - 1 };
+        let kept: Vec<f64> = x.as_slice().chunks(t * d).flat_map(|sequence| &sequence[from * d..]).copied().collect();
+        let kept_rows = kept.len() / d;
+        let h = self.rms_norm(&TensorValue::leaf(Tensor::new(&[kept_rows, d], kept)?, false), &self.norm)?;
+        let logits = head.rows_times(h.as_slice())?;
+        let last =
+            logits.chunks(v * kept_rows / b).flat_map(|sequence| &sequence[sequence.len() - v..]).copied().collect();
+        Ok(Tensor::new(&[b, 1, v], last)?)
     }
 
     /// One block for the tokens `x [B, T, d]` at positions `first..`: attention through `cache`,
@@ -267,6 +307,15 @@ impl QuantizedLlama {
     }
 }
 
+/// Which logits [`QuantizedLlama::forward_body`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rows {
+    /// Every position's.
+    All,
+    /// Each sequence's last position's.
+    Last,
+}
+
 impl Generator for QuantizedLlama {
     type Error = GgufError;
 
@@ -284,6 +333,15 @@ impl Generator for QuantizedLlama {
 
     fn forward_cached(&self, tokens: &[usize], shape: [usize; 2], caches: &mut [KvCache]) -> Result<Tensor, GgufError> {
         QuantizedLlama::forward_cached(self, tokens, shape, caches)
+    }
+
+    fn forward_cached_last(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+    ) -> Result<Tensor, GgufError> {
+        QuantizedLlama::forward_cached_last(self, tokens, shape, caches)
     }
 
     /// The tokens through fresh caches (a prefill): the same logits as a full pass.
