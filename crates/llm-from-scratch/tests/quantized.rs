@@ -128,6 +128,29 @@ fn the_quantized_model_computes_the_bits_of_the_f64_decoder() {
     assert_eq!(x, dense.forward_cached(&[1, 2, 3, 4], [2, 2], &mut b).unwrap());
 }
 
+/// What a generator reads after a prompt, alone: each sequence's last logits, bitwise the full
+/// pass's last rows, whatever route the head's product takes for those rows and for all of them
+/// (a small model's head is a naive loop at a few rows and `gemm-f64` at more).
+#[test]
+fn the_last_logits_alone_are_the_full_passes_last_rows() {
+    for path in [TINY, TINY_TIED] {
+        let model = QuantizedLlama::load(path, GgufRope::AsStored).unwrap();
+        for b in 1..=3 {
+            for t in 1..=9 {
+                let tokens: Vec<usize> = (0..b * t).map(|i| (i * 7 + 3) % 40).collect();
+                let full = model.forward_cached(&tokens, [b, t], &mut model.new_caches(b)).unwrap();
+                let last = model.forward_cached_last(&tokens, [b, t], &mut model.new_caches(b)).unwrap();
+                let v = last.len() / b;
+                assert_eq!(last.shape(), [b, 1, v]);
+                for (sequence, row) in full.as_slice().chunks(t * v).zip(last.as_slice().chunks(v)) {
+                    let bits = |x: &[f64]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&sequence[(t - 1) * v..]), bits(row), "{path}, [{b}, {t}]");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn one_model_serves_threads_and_pools_with_the_same_bits() {
     fn shared<T: Send + Sync>(_: &T) {}

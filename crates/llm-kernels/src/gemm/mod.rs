@@ -31,7 +31,7 @@ mod targets;
 
 pub use row_path::row_times_matrices;
 use row_path::{row_times_matrix, row_times_transposed, takes_row_path, takes_transposed_row_path};
-pub use stripes::{SMALL_OUTPUT, STRIPE_OUTPUTS, StripeLayout, matmul_in_stripes};
+pub use stripes::{SMALL_OUTPUT, STRIPE_OUTPUTS, StripeLayout, matmul_in_stripes, stripe_route};
 
 /// Shapes a product cannot take: the views do not chain, or a view reads past its storage.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]

@@ -54,6 +54,29 @@ thread_local! {
     static STRIPE: Cell<Vec<f64>> = const { Cell::new(Vec::new()) };
 }
 
+/// The route [`matmul_in_stripes`] takes for a left side of `m` rows and `k` columns and `n`
+/// outputs: `None` where it makes the right side whole and hands the product to
+/// [`super::matmul_new`] (whose own route depends on `m`), `Some(split)` where it runs stripes,
+/// `split` saying whether each stripe's product runs in depth blocks ([`super::splits_rows`]).
+///
+/// Two products with the same `k`, `n` and right side that both take `Some(false)` (stripes,
+/// each one `gemm-f64`'s general product over the whole inner dimension, more than
+/// [`SMALL_OUTPUT`] outputs) give each row of the left side the same bits, whatever the number of
+/// rows: a caller that needs only some rows of such a product (a generator, the last position's
+/// logits) may multiply those alone.
+pub fn stripe_route(m: usize, k: usize, n: usize) -> Option<bool> {
+    if m < 2 || k == 0 || is_small(m, k, n) || n / stripe_step(m) < 2 {
+        return None;
+    }
+    Some(splits_rows(m, k, n))
+}
+
+/// The fewest whole [`STRIPE_OUTPUTS`] that make a stripe of more than [`SMALL_OUTPUT`] outputs
+/// for `m` rows.
+fn stripe_step(m: usize) -> usize {
+    STRIPE_OUTPUTS * (SMALL_OUTPUT / (m.max(1) * STRIPE_OUTPUTS) + 1)
+}
+
 /// `lhs [m, k] · rhs [k, n]` as a new row-major `m × n` vector, where `make(columns, panel)`
 /// writes the columns `columns` of `rhs` into `panel` in `layout` (`k · columns.len()` values,
 /// every one of them): the same values as [`super::matmul`] with the whole right side, bitwise.
@@ -88,17 +111,14 @@ where
     let values = |a: usize, b: usize| a.checked_mul(b).filter(|&v| v <= isize::MAX as usize / size_of::<f64>());
     let len = values(m, n).ok_or_else(overflow)?;
     values(k, n).ok_or_else(overflow)?;
-    // the fewest whole STRIPE_OUTPUTS that make a stripe of more than SMALL_OUTPUT outputs
-    let step = STRIPE_OUTPUTS * (SMALL_OUTPUT / (m.max(1) * STRIPE_OUTPUTS) + 1);
-    let count = n / step;
-    if m < 2 || k == 0 || is_small(m, k, n) || count < 2 {
+    let Some(split) = stripe_route(m, k, n) else {
         let mut panel = vec![0.0; k * n];
         make(0..n, &mut panel)?;
         return Ok(matmul_new(lhs, view(layout, &panel, k, n)?, parallel)?);
-    }
+    };
+    let (step, count) = (stripe_step(m), n / stripe_step(m));
     let target = active();
     note(target);
-    let split = splits_rows(m, k, n);
     // stripes of `step` columns, the last one taking the rest (narrower than two)
     let columns = |s: usize| s * step..if s + 1 == count { n } else { (s + 1) * step };
     // a head's logits are 100 MB for a prompt of 256 tokens: 24 000 first touches in small pages
@@ -274,6 +294,38 @@ mod tests {
         for n in [usize::MAX, usize::MAX / 16] {
             let huge = matmul_in_stripes(lhs, n, StripeLayout::InputsByOutputs, |_, _| Ok::<(), Failure>(()), false);
             assert_eq!(huge.unwrap_err(), Failure::Shape);
+        }
+    }
+
+    #[test]
+    fn rows_that_take_the_whole_products_route_alone_have_its_bits() {
+        // the route a generator checks before multiplying a prompt's last rows alone
+        assert_eq!(stripe_route(2, 576, 49_152), Some(false)); // SmolLM2's head, two rows
+        assert_eq!(stripe_route(256, 576, 49_152), Some(false)); // and a prompt of 256
+        assert_eq!(stripe_route(1, 576, 49_152), None); // one row: the one-row path
+        assert_eq!(stripe_route(2, 32, 48), None); // a small product: the plain loop
+        assert_eq!(stripe_route(3, 70, 150), None); // less than two stripes
+        assert_eq!(stripe_route(64, 600, 200), Some(true)); // stripes of the split product
+        for (m, k, n) in [(40, 70, 600), (150, 300, 400), (3, 600, 400)] {
+            let (a, b) = (values(m * k, 3), values(k * n, 4));
+            let lhs = MatRef::row_major(&a, m, k).unwrap();
+            let last = MatRef::row_major(&a[(m - 2) * k..], 2, k).unwrap();
+            assert_eq!((stripe_route(m, k, n), stripe_route(2, k, n)), (Some(false), Some(false)));
+            for layout in [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs] {
+                for target in Target::available() {
+                    with_target(target, || {
+                        let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
+                            stripe_of(&b, n, layout, columns, panel);
+                            Ok(())
+                        };
+                        let all = matmul_in_stripes(lhs, n, layout, make, true).unwrap();
+                        let alone = matmul_in_stripes(last, n, layout, make, true).unwrap();
+                        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&all[(m - 2) * n..]), bits(&alone), "{m}×{k}·{k}×{n} {layout:?} {target:?}");
+                    })
+                    .unwrap();
+                }
+            }
         }
     }
 }

@@ -198,9 +198,12 @@ impl QuantizedLlama {
     /// the only ones a generator reads after a prompt: the head (about a fifth of SmolLM2's
     /// products over a prompt) runs on those rows alone, and the logits of the others (100 MB for
     /// 256 tokens) are never made. The caches change as with [`QuantizedLlama::forward_cached`],
-    /// and the logits are bitwise the last rows of its: with one sequence of more than one token,
-    /// the head multiplies the last two rows, so that it takes the same matrix product (not the
-    /// one-row path, whose sums run in another order).
+    /// and the logits are bitwise the last rows of its. One sequence of more than one token takes
+    /// its last two rows, so that the head is a product of several rows (the one-row path sums in
+    /// another order); and the head runs on the kept rows only where their product and the whole
+    /// one both take `gemm-f64`'s general product in stripes
+    /// ([`llm_kernels::gemm::stripe_route`]), as SmolLM2's does. A small model's head, a plain
+    /// loop at a few rows, runs on every row and keeps the last.
     ///
     /// # Errors
     /// As [`QuantizedLlama::forward_cached`].
@@ -251,16 +254,25 @@ impl QuantizedLlama {
             x = self.block(block, x, cache, first)?;
         }
         let head = self.head.as_ref().unwrap_or(&self.embed);
-        if rows == Rows::All || t == 1 || v == 0 {
+        // each sequence's last row; one sequence takes its last two, so that the head is a product
+        // of several rows. Only where those rows' product takes the whole product's route
+        // (stripes of `gemm-f64`'s general product) are its rows bitwise the whole product's: a
+        // small model's head is a plain loop at a few rows, so it computes every row's logits
+        let kept_rows = if b == 1 { 2 } else { b };
+        let same_route = |rows: usize| llm_kernels::gemm::stripe_route(rows, d, v) == Some(false);
+        let every_row = rows == Rows::All || t == 1 || v == 0;
+        if every_row || !same_route(kept_rows) || !same_route(b * t) {
             let h = self.rms_norm(&TensorValue::leaf(x, false), &self.norm)?;
             let logits = head.rows_times(h.as_slice())?;
-            return Ok(Tensor::new(&[b, t, v], logits)?);
+            if every_row {
+                return Ok(Tensor::new(&[b, t, v], logits)?);
+            }
+            let last = logits.chunks(t * v).flat_map(|sequence| &sequence[(t - 1) * v..]).copied().collect();
+            return Ok(Tensor::new(&[b, 1, v], last)?);
         }
-        // each sequence's last row (the norm works row by row, so on these rows alone it gives
-        // the same values); one sequence takes its last two, for the many-row product's bits
-        let from = if b == 1 { t - 2 } else { t - 1 };
+        // the norm works row by row, so on these rows alone it gives the same values
+        let from = t - kept_rows / b;
         let kept: Vec<f64> = x.as_slice().chunks(t * d).flat_map(|sequence| &sequence[from * d..]).copied().collect();
-        let kept_rows = kept.len() / d;
         let h = self.rms_norm(&TensorValue::leaf(Tensor::new(&[kept_rows, d], kept)?, false), &self.norm)?;
         let logits = head.rows_times(h.as_slice())?;
         let last =
