@@ -138,8 +138,9 @@ pub trait Generator {
     fn forward_window(&self, window: &[usize]) -> Result<Tensor, Self::Error>;
     /// [`Generator::forward_cached`], keeping only each sequence's last logits, `[B, 1, V]`:
     /// what a generator reads after a prompt. The caches change as they would. This default
-    /// computes every position's logits and keeps the last; a model may compute only the rows it
-    /// returns, with the same bits.
+    /// computes every position's logits and keeps the last (logits of a shape other than
+    /// `[B, T, V]`, or with no position, come back as the model gave them); a model may compute
+    /// only the rows it returns, with the same bits.
     ///
     /// # Errors
     /// As [`Generator::forward_cached`].
@@ -151,7 +152,7 @@ pub trait Generator {
     ) -> Result<Tensor, Self::Error> {
         let logits = self.forward_cached(tokens, shape, caches)?;
         let (t, v) = (shape[1], self.vocab_size());
-        if logits.shape() != [shape[0], t, v] || t * v == 0 {
+        if logits.shape() != [shape[0], t, v] || t.checked_mul(v).is_none_or(|values| values == 0) {
             return Ok(logits); // no last row to cut out: the model's answer as it is
         }
         let last: Vec<f64> =
