@@ -187,11 +187,7 @@ impl QuantizedLlama {
         shape: [usize; 2],
         caches: &mut [KvCache],
     ) -> Result<Tensor, GgufError> {
-        // on a worker of the pool, where each of the pass's parallel regions starts without waking
-        // the calling thread (see `llm_kernels::parallel::on_pool`)
-        llm_kernels::parallel::on_pool(|| {
-            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches, Rows::All))
-        })
+        self.pass(tokens, shape, caches, Rows::All)
     }
 
     /// [`QuantizedLlama::forward_cached`] keeping only each sequence's last logits, `[B, 1, V]`,
@@ -213,8 +209,20 @@ impl QuantizedLlama {
         shape: [usize; 2],
         caches: &mut [KvCache],
     ) -> Result<Tensor, GgufError> {
+        self.pass(tokens, shape, caches, Rows::Last)
+    }
+
+    /// [`QuantizedLlama::forward_body`] on a worker of the pool, where each of the pass's parallel
+    /// regions starts without waking the calling thread (see `llm_kernels::parallel::on_pool`).
+    fn pass(
+        &self,
+        tokens: &[usize],
+        shape: [usize; 2],
+        caches: &mut [KvCache],
+        rows: Rows,
+    ) -> Result<Tensor, GgufError> {
         llm_kernels::parallel::on_pool(|| {
-            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches, Rows::Last))
+            llm_kernels::parallel::with_workers_awake(|| self.forward_body(tokens, shape, caches, rows))
         })
     }
 
