@@ -103,6 +103,15 @@ pub enum ModelError {
     /// Generation needs at least one prompt token.
     #[error("model generation: the prompt is empty")]
     EmptyPrompt,
+    /// A generator's forward pass returned logits with no last row of one logit per token of
+    /// its vocabulary to choose the next token from.
+    #[error("model generation: the model's logits have shape {shape}; their last axis must be its {vocab} tokens")]
+    LogitsShape {
+        /// The logits' shape.
+        shape: Shape,
+        /// The generator's vocabulary size.
+        vocab: usize,
+    },
     /// A logit that cannot be turned into a probability.
     #[error("sampling: logit {value} at index {index} is not finite")]
     NonFiniteLogit {

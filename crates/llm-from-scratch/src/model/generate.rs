@@ -16,6 +16,7 @@
 use std::ops::ControlFlow;
 
 use crate::attention::KvCache;
+use crate::error::Shape;
 use crate::model::{Decoder, ModelError, Sampling};
 use crate::nn::SplitMix64;
 use crate::tensor::Tensor;
@@ -171,7 +172,8 @@ pub trait Generator {
     /// # Errors
     /// [`ModelError::EmptyPrompt`], [`ModelError::TokenOutOfRange`], [`ModelError::ContextOverflow`]
     /// (only with [`Overflow::Refuse`]), the setting errors of [`Sampling::validate`]; errors of
-    /// the forward passes.
+    /// the forward passes, and [`ModelError::LogitsShape`] where a pass returns logits that do not
+    /// end in a row of `vocab_size` values.
     #[allow(clippy::too_many_arguments)]
     fn generate_streaming(
         &self,
@@ -197,7 +199,13 @@ pub trait Generator {
             }
         }
         let keep = capacity.div_ceil(2).max(1);
-        let last_row = |logits: &Tensor| logits.as_slice()[logits.len() - vocab..].to_vec();
+        // a generator's logits come from its own code: their last row is checked, not assumed
+        let last_row = |logits: &Tensor| match logits.shape().last() {
+            Some(&width) if width == vocab && logits.len() >= vocab => {
+                Ok(logits.as_slice()[logits.len() - vocab..].to_vec())
+            }
+            _ => Err(ModelError::LogitsShape { shape: Shape::from(logits.shape()), vocab }),
+        };
         let mut text = prompt.to_vec();
         // the model reads text[start..]; the caches hold every token of it but the last
         let mut start = 0;
@@ -219,7 +227,7 @@ pub trait Generator {
                 Decoding::KvCache => self.forward_cached(&text[text.len() - 1..], [1, 1], &mut caches)?,
                 Decoding::Recompute => self.forward_window(&text[start..])?,
             };
-            let row = last_row(&logits);
+            let row = last_row(&logits)?;
             let token = sampling.choose(&row, rng)?;
             text.push(token);
             if emit(token, &row).is_break() {
@@ -357,6 +365,57 @@ mod tests {
         }
         // errors stay the forward pass's
         assert!(model.forward_cached_last(&tokens, [3, 3], &mut model.new_caches(3)).is_err());
+    }
+
+    /// A generator whose passes return `width` logits a position: a model of someone else's code
+    /// that does not keep [`Generator`]'s shapes.
+    struct Lenient {
+        width: usize,
+    }
+
+    impl Generator for Lenient {
+        type Error = ModelError;
+        fn vocab_size(&self) -> usize {
+            4
+        }
+        fn max_positions(&self) -> usize {
+            16
+        }
+        fn new_caches(&self, _batch: usize) -> Vec<KvCache> {
+            Vec::new()
+        }
+        fn forward_cached(&self, tokens: &[usize], _: [usize; 2], _: &mut [KvCache]) -> Result<Tensor, ModelError> {
+            let shape = [1, tokens.len(), self.width];
+            Ok(Tensor::new(&shape, vec![0.5; tokens.len() * self.width])?)
+        }
+        fn forward_window(&self, window: &[usize]) -> Result<Tensor, ModelError> {
+            self.forward_cached(window, [1, window.len()], &mut [])
+        }
+    }
+
+    #[test]
+    fn logits_without_a_row_of_the_vocabulary_are_a_typed_error() {
+        let run = |width, steps, decoding| {
+            let mut tokens = Vec::new();
+            let emit = |token, _: &[f64]| {
+                tokens.push(token);
+                ControlFlow::Continue(())
+            };
+            let mut rng = SplitMix64::new(0);
+            Lenient { width }
+                .generate_streaming(&[1, 2], steps, Sampling::Greedy, decoding, Overflow::Slide, &mut rng, emit)
+                .map(|_| tokens)
+        };
+        for decoding in [Decoding::KvCache, Decoding::Recompute] {
+            for width in [0, 3, 5] {
+                let shape = Shape::from(&[1, 2, width][..]);
+                assert_eq!(run(width, 2, decoding), Err(ModelError::LogitsShape { shape, vocab: 4 }), "{width}");
+            }
+            // the same generator keeping the shapes generates
+            assert_eq!(run(4, 2, decoding), Ok(vec![0, 0]));
+        }
+        let message = "model generation: the model's logits have shape [1,2,3]; their last axis must be its 4 tokens";
+        assert_eq!(run(3, 1, Decoding::KvCache).unwrap_err().to_string(), message);
     }
 
     #[test]
