@@ -10,6 +10,8 @@
 //! is the same computation arranged for speed — decoding is bound by reading the cache, so it
 //! scores several stretches of keys side by side — and the tests there hold the two together.
 
+use thiserror::Error;
+
 use crate::exp::{exp_inline, exp_shifted_sum_inline};
 use crate::isa::{self, Isa, Kernel};
 use crate::target::Target;
@@ -112,13 +114,76 @@ pub struct RowQuery<'a> {
     pub target: Target,
 }
 
+/// Arguments [`attend_row`] cannot take; nothing is written when it returns one.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// A query of no values: a head is at least one value wide.
+    #[error("decoding row: the query holds no values")]
+    EmptyQuery,
+    /// The output is not one head wide.
+    #[error("decoding row: an output of {actual} values for a query of {expected}")]
+    Output {
+        /// The query's width.
+        expected: usize,
+        /// The output's length.
+        actual: usize,
+    },
+    /// A run whose keys and values are not the same whole rows of the query's width.
+    #[error("decoding row: run {index} holds {keys} key and {values} value numbers, not equal whole rows of {width}")]
+    Run {
+        /// Which run.
+        index: usize,
+        /// Its key numbers.
+        keys: usize,
+        /// Its value numbers.
+        values: usize,
+        /// The query's width.
+        width: usize,
+    },
+    /// Scratch space for fewer scores than there are keys.
+    #[error("decoding row: scratch for {actual} scores where the runs hold {needed} keys")]
+    Scratch {
+        /// The keys of all runs.
+        needed: usize,
+        /// The scratch's length.
+        actual: usize,
+    },
+}
+
 /// Softmax-weighted sum for one query row over the keys of `runs` (chronological), with an
-/// optional sink logit (a key with a zero value vector); `scores` is scratch space for at least
-/// as many scores as there are keys.
-pub fn attend_row(query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
+/// optional sink logit (a key with a zero value vector), written into `out` (one head wide);
+/// `scores` is scratch space for at least as many scores as there are keys.
+///
+/// # Errors
+/// [`DecodeError`] for an empty query, an output not as wide as the query, a run whose keys and
+/// values are not the same whole rows, or too little scratch; checked before anything is written.
+pub fn attend_row(
+    query: &RowQuery<'_>,
+    runs: &[Run<'_>],
+    scores: &mut [f64],
+    out: &mut [f64],
+) -> Result<(), DecodeError> {
+    let width = query.q.len();
+    if width == 0 {
+        return Err(DecodeError::EmptyQuery);
+    }
+    if out.len() != width {
+        return Err(DecodeError::Output { expected: width, actual: out.len() });
+    }
+    let mut needed = 0usize;
+    for (index, &(_, keys, values)) in runs.iter().enumerate() {
+        if keys.len() != values.len() || !keys.len().is_multiple_of(width) {
+            return Err(DecodeError::Run { index, keys: keys.len(), values: values.len(), width });
+        }
+        needed += keys.len() / width; // no overflow: at most the numbers the runs hold in memory
+    }
+    if scores.len() < needed {
+        return Err(DecodeError::Scratch { needed, actual: scores.len() });
+    }
     // every target performs the same IEEE operations in the same order (the scores and sums use
     // no fused multiply-add; the exponentials use the same fused ones everywhere): the same bits
     isa::run(query.target, AttendRow { query, runs, scores, out });
+    Ok(())
 }
 
 /// [`attend_row`] as a kernel compiled per target.
@@ -181,7 +246,7 @@ fn attend_row_portable<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], s
 #[inline(always)]
 fn score_runs<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64]) -> usize {
     let &RowQuery { q, position: query_position, window_keys, scale, .. } = query;
-    let d = q.len(); // ≥ 1: the configuration rejects a head width of 0
+    let d = q.len(); // ≥ 1: `attend_row` refuses an empty query
     let mut count = 0;
     for &(first, keys, _) in runs {
         let run_scores = &mut scores[count..count + keys.len() / d];
@@ -376,6 +441,42 @@ mod tests {
             add_weighted_values::<true>(self.hidden, self.weights, &mut skipping);
             (side_by_side, alone, [all, skipping])
         }
+    }
+
+    #[test]
+    fn arguments_that_do_not_fit_are_typed_errors_and_nothing_is_written() {
+        let (q, keys, values) = (vec![0.5; 4], vec![1.0; 12], vec![2.0; 12]);
+        let query =
+            |q| RowQuery { q, position: 5, window_keys: None, scale: 0.5, sink: None, target: Target::Portable };
+        let runs: [Run<'_>; 2] = [(0, &keys[..8], &values[..8]), (2, &keys[8..], &values[8..])];
+        let (mut scores, mut out) = (vec![0.0; 3], vec![7.0; 4]);
+        let cases: [(RowQuery<'_>, &[Run<'_>], usize, usize, DecodeError); 5] = [
+            (query(&[]), &runs, 3, 0, DecodeError::EmptyQuery),
+            (query(&q), &runs, 3, 3, DecodeError::Output { expected: 4, actual: 3 }),
+            (
+                query(&q),
+                &[(0, &keys[..8], &values[..4])],
+                3,
+                4,
+                DecodeError::Run { index: 0, keys: 8, values: 4, width: 4 },
+            ),
+            (
+                query(&q),
+                &[runs[0], (2, &keys[..6], &values[..6])],
+                3,
+                4,
+                DecodeError::Run { index: 1, keys: 6, values: 6, width: 4 },
+            ),
+            (query(&q), &runs, 2, 4, DecodeError::Scratch { needed: 3, actual: 2 }),
+        ];
+        for (query, runs, scratch, width, error) in cases {
+            let (scores, out) = (&mut scores[..scratch], &mut out[..width]);
+            assert_eq!(attend_row(&query, runs, scores, out), Err(error));
+            assert!(out.iter().all(|&x| x == 7.0) && scores.iter().all(|&x| x == 0.0));
+        }
+        // the same arguments fitting: the weights of three equal keys, the values' mean
+        assert_eq!(attend_row(&query(&q), &runs, &mut scores, &mut out), Ok(()));
+        assert_eq!(out, [2.0; 4]);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::attention::{
     AttentionError, GroupedQueryAttention, KvCache, SlidingWindow, Stage, Visibility, tiled_attention,
 };
 use crate::autodiff::{TensorValue, constant};
+use crate::error::Shape;
 use crate::tensor::Tensor;
 
 impl GroupedQueryAttention {
@@ -121,7 +122,13 @@ pub(crate) fn attend_cached(
     let mut heads = vec![0.0; q.len()];
     let target = llm_kernels::active();
     let window_keys = c.window.map(SlidingWindow::visible_keys);
-    heads.par_chunks_mut(t * d).enumerate().for_each(|(lane, out)| {
+    // the shapes were checked before the step: a refusal of the kernel would be a caller's bug
+    let refused = |_: llm_kernels::decode::DecodeError| {
+        let shape = |x: &Tensor| Shape::from(x.shape());
+        let reason = "the cache and this step's rows do not fit the decoding kernel";
+        AttentionError::QkvShapes { query: shape(q), key: shape(k), value: shape(v), reason }
+    };
+    heads.par_chunks_mut(t * d).enumerate().try_for_each(|(lane, out)| {
         let (bi, hi) = (lane / h, lane % h);
         let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
         let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
@@ -134,9 +141,10 @@ pub(crate) fn attend_cached(
             // the new keys after `step` are in the future of this query: the mask hides them
             let q = &q.as_slice()[(lane * t + step) * d..][..d];
             let query = RowQuery { q, position: first + step, window_keys, scale, sink, target };
-            attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]);
+            attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]).map_err(refused)?;
         }
-    });
+        Ok::<(), AttentionError>(())
+    })?;
     Ok(heads)
 }
 

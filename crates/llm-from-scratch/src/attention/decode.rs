@@ -72,7 +72,7 @@ mod tests {
                 let window_keys = window.map(SlidingWindow::visible_keys);
                 let query = RowQuery { q: &q, position, window_keys, scale, sink, target };
                 let (mut fast, mut naive, mut scores) = (vec![0.0; d], vec![0.0; d], vec![0.0; 40]);
-                attend_row(&query, &runs, &mut scores, &mut fast);
+                attend_row(&query, &runs, &mut scores, &mut fast).unwrap();
                 attend_row_naive(&query, &runs, &mut naive);
                 for (x, y) in fast.iter().zip(&naive) {
                     let case = format!("{target} {split} {window:?} {sink:?} {position}");
