@@ -13,4 +13,6 @@ mod shape;
 pub(crate) mod softmax;
 mod unary;
 
+pub(crate) use unary::sigmoid;
+
 pub use concat_slice::concat;

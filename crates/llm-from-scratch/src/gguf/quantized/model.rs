@@ -4,9 +4,12 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use super::QuantizedMatrix;
 use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
 use crate::autodiff::TensorValue;
+use crate::autodiff::ops::sigmoid;
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
 use crate::gguf::{Gguf, GgufError, TensorType};
 use crate::model::{DecoderConfig, Generator, ModelError};
@@ -314,9 +317,8 @@ impl QuantizedLlama {
         let h = x.add(&held(x.shape(), out)?)?;
         let normed = self.rms_norm(&h, &w.post_norm)?;
         let [gate, up] = products(normed.as_slice(), [&w.gate, &w.up])?;
-        let f = gate.len() / (b * t).max(1);
-        let hidden = held(&[b, t, f], gate)?.silu()?.mul(&held(&[b, t, f], up)?)?.value()?;
-        let fed = w.down.rows_times(hidden.as_slice())?;
+        let hidden = gated(gate, &up)?;
+        let fed = w.down.rows_times(&hidden)?;
         Ok(h.add(&held(h.shape(), fed)?)?.value()?)
     }
 
@@ -374,6 +376,28 @@ impl Generator for QuantizedLlama {
 /// projections are megabytes a layer.
 fn held(shape: &[usize], values: Vec<f64>) -> crate::error::Result<TensorValue> {
     Ok(TensorValue::leaf(Tensor::new(shape, values)?, false))
+}
+
+/// Values per task of [`gated`]: one token's 1536 hidden values of SmolLM2-135M make two tasks,
+/// one for each thread.
+const GATED_VALUES_PER_TASK: usize = 768;
+
+/// The feed-forward's gated hidden values `SiLU(gate) · up`, value by value in place of `gate`,
+/// with the bits of the tape's `silu` and `mul` the `f64` decoder records (`(g · σ(g)) · u`), on
+/// every thread: one token's take about 15 µs a layer on one (the C library's `exp` makes each
+/// σ, so they do not vectorise).
+fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
+    if gate.len() != up.len() {
+        let reason = format!("gate of {} values, up of {}", gate.len(), up.len());
+        return Err(ModelError::setting("quantized llama", "feed-forward", reason, "the two must match").into());
+    }
+    let tasks = gate.par_chunks_mut(GATED_VALUES_PER_TASK).zip(up.par_chunks(GATED_VALUES_PER_TASK));
+    tasks.for_each(|(gate, up)| {
+        for (g, &u) in gate.iter_mut().zip(up) {
+            *g = *g * sigmoid(*g) * u;
+        }
+    });
+    Ok(gate)
 }
 
 /// The rows `x` times each matrix: one token's products share a parallel pass.
