@@ -175,7 +175,8 @@ pub fn attend_row(
         if keys.len() != values.len() || !keys.len().is_multiple_of(width) {
             return Err(DecodeError::Run { index, keys: keys.len(), values: values.len(), width });
         }
-        needed += keys.len() / width; // no overflow: at most the numbers the runs hold in memory
+        // several runs may view the same memory, so their rows are added with a check
+        needed = needed.saturating_add(keys.len() / width);
     }
     if scores.len() < needed {
         return Err(DecodeError::Scratch { needed, actual: scores.len() });

@@ -99,7 +99,9 @@ impl GroupedQueryAttention {
 ///   task per (batch, query head) lane.
 ///
 /// # Errors
-/// [`AttentionError`] from the tiled pass (shapes the caller has already checked).
+/// [`AttentionError`] from the tiled pass (shapes the caller has already checked), and
+/// [`AttentionError::QkvShapes`] should the decoding kernel refuse its rows (which the checks
+/// before the step rule out).
 pub(crate) fn attend_cached(
     c: &crate::attention::AttentionConfig,
     sinks: Option<&Tensor>,

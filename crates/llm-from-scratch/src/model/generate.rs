@@ -367,10 +367,10 @@ mod tests {
         assert!(model.forward_cached_last(&tokens, [3, 3], &mut model.new_caches(3)).is_err());
     }
 
-    /// A generator whose passes return `width` logits a position: a model of someone else's code
-    /// that does not keep [`Generator`]'s shapes.
+    /// A generator whose passes return logits of the shape `shape` gives for the number of
+    /// tokens: a model of someone else's code that need not keep [`Generator`]'s shapes.
     struct Lenient {
-        width: usize,
+        shape: fn(usize) -> Vec<usize>,
     }
 
     impl Generator for Lenient {
@@ -385,8 +385,8 @@ mod tests {
             Vec::new()
         }
         fn forward_cached(&self, tokens: &[usize], _: [usize; 2], _: &mut [KvCache]) -> Result<Tensor, ModelError> {
-            let shape = [1, tokens.len(), self.width];
-            Ok(Tensor::new(&shape, vec![0.5; tokens.len() * self.width])?)
+            let shape = (self.shape)(tokens.len());
+            Ok(Tensor::new(&shape, vec![0.5; shape.iter().product()])?)
         }
         fn forward_window(&self, window: &[usize]) -> Result<Tensor, ModelError> {
             self.forward_cached(window, [1, window.len()], &mut [])
@@ -395,27 +395,31 @@ mod tests {
 
     #[test]
     fn logits_without_a_row_of_the_vocabulary_are_a_typed_error() {
-        let run = |width, steps, decoding| {
+        let run = |shape, steps, decoding| {
             let mut tokens = Vec::new();
             let emit = |token, _: &[f64]| {
                 tokens.push(token);
                 ControlFlow::Continue(())
             };
             let mut rng = SplitMix64::new(0);
-            Lenient { width }
+            Lenient { shape }
                 .generate_streaming(&[1, 2], steps, Sampling::Greedy, decoding, Overflow::Slide, &mut rng, emit)
                 .map(|_| tokens)
         };
+        let refused: [fn(usize) -> Vec<usize>; 6] =
+            [|t| vec![1, t, 0], |t| vec![1, t, 3], |t| vec![1, t, 5], |_| vec![], |_| vec![1, 0, 4], |_| vec![3]];
         for decoding in [Decoding::KvCache, Decoding::Recompute] {
-            for width in [0, 3, 5] {
-                let shape = Shape::from(&[1, 2, width][..]);
-                assert_eq!(run(width, 2, decoding), Err(ModelError::LogitsShape { shape, vocab: 4 }), "{width}");
+            for shape in refused {
+                let logits = Shape::from(&shape(2)[..]);
+                let err = ModelError::LogitsShape { shape: logits.clone(), vocab: 4 };
+                assert_eq!(run(shape, 2, decoding), Err(err), "{logits} {decoding:?}");
             }
-            // the same generator keeping the shapes generates
-            assert_eq!(run(4, 2, decoding), Ok(vec![0, 0]));
+            // generators keeping the shapes, or giving one row alone, generate
+            assert_eq!(run(|t| vec![1, t, 4], 2, decoding), Ok(vec![0, 0]));
+            assert_eq!(run(|_| vec![4], 2, decoding), Ok(vec![0, 0]));
         }
         let message = "model generation: the model's logits have shape [1,2,3]; their last axis must be its 4 tokens";
-        assert_eq!(run(3, 1, Decoding::KvCache).unwrap_err().to_string(), message);
+        assert_eq!(run(|t| vec![1, t, 3], 1, Decoding::KvCache).unwrap_err().to_string(), message);
     }
 
     #[test]

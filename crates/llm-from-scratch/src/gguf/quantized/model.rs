@@ -10,6 +10,7 @@ use super::QuantizedMatrix;
 use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
 use crate::autodiff::TensorValue;
 use crate::autodiff::ops::sigmoid;
+use crate::error::{Shape, TensorAutodiffError};
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
 use crate::gguf::{Gguf, GgufError, TensorType};
 use crate::model::{DecoderConfig, Generator, ModelError};
@@ -388,8 +389,9 @@ const GATED_VALUES_PER_TASK: usize = 768;
 /// σ, so they do not vectorise).
 fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
     if gate.len() != up.len() {
-        let reason = format!("gate of {} values, up of {}", gate.len(), up.len());
-        return Err(ModelError::setting("quantized llama", "feed-forward", reason, "the two must match").into());
+        let (lhs, rhs) = (Shape::from(&[gate.len()][..]), Shape::from(&[up.len()][..]));
+        let reason = "the gate and up projections must give the same number of values";
+        return Err(TensorAutodiffError::ShapeMismatch { op: "quantized llama feed-forward", lhs, rhs, reason }.into());
     }
     let tasks = gate.par_chunks_mut(GATED_VALUES_PER_TASK).zip(up.par_chunks(GATED_VALUES_PER_TASK));
     tasks.for_each(|(gate, up)| {
@@ -408,4 +410,23 @@ fn products<const N: usize>(x: &[f64], matrices: [&QuantizedMatrix; N]) -> Resul
         matrices.iter().map(|m| m.rows_times(x)).collect::<Result<Vec<_>, _>>()?
     };
     outs.try_into().map_err(|_| GgufError::MissingTensor { name: "a projection".to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gated_values_are_the_tapes_silu_times_up_bit_for_bit() {
+        // long enough for several tasks, with values of both signs and a zero
+        let n = 3 * GATED_VALUES_PER_TASK + 5;
+        let gate: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 9.0).collect();
+        let up: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos() * 3.0).collect();
+        let tape = held(&[n], gate.clone()).unwrap().silu().unwrap().mul(&held(&[n], up.clone()).unwrap()).unwrap();
+        let tape: Vec<u64> = tape.value().unwrap().as_slice().iter().map(|x| x.to_bits()).collect();
+        let fused: Vec<u64> = gated(gate, &up).unwrap().iter().map(|x| x.to_bits()).collect();
+        assert_eq!(fused, tape);
+        let err = gated(vec![0.0; 3], &[0.0; 2]).unwrap_err();
+        assert!(err.to_string().contains("shapes [3] and [2] are incompatible"), "{err}");
+    }
 }
