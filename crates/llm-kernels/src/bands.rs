@@ -35,10 +35,13 @@ unsafe impl Send for Band<'_> {}
 /// order. Each band has every row of the buffer.
 ///
 /// # Panics
-/// If `width` is zero or does not divide `row_len`, or `row_len` does not divide the buffer's
-/// length.
+/// If `width` is zero or does not divide `row_len` (so `row_len` of zero too), or `row_len` does
+/// not divide the buffer's length.
 pub fn column_bands(buffer: &mut [f64], row_len: usize, width: usize) -> Vec<Band<'_>> {
-    assert!(width > 0 && row_len.is_multiple_of(width), "bands of {width} do not tile rows of {row_len}");
+    assert!(
+        width > 0 && row_len > 0 && row_len.is_multiple_of(width),
+        "bands of {width} do not tile rows of {row_len}"
+    );
     assert!(buffer.len().is_multiple_of(row_len), "{} values are not rows of {row_len}", buffer.len());
     let rows = buffer.len() / row_len;
     let start = buffer.as_mut_ptr();

@@ -140,6 +140,16 @@ pub enum DecodeError {
         /// The query's width.
         width: usize,
     },
+    /// A run whose positions pass `usize::MAX`.
+    #[error("decoding row: run {index} starts at position {first} and holds {rows} keys, past the largest position")]
+    Positions {
+        /// Which run.
+        index: usize,
+        /// Its first position.
+        first: usize,
+        /// Its keys.
+        rows: usize,
+    },
     /// Scratch space for fewer scores than there are keys.
     #[error("decoding row: scratch for {actual} scores where the runs hold {needed} keys")]
     Scratch {
@@ -156,7 +166,8 @@ pub enum DecodeError {
 ///
 /// # Errors
 /// [`DecodeError`] for an empty query, an output not as wide as the query, a run whose keys and
-/// values are not the same whole rows, or too little scratch; checked before anything is written.
+/// values are not the same whole rows or whose positions pass `usize::MAX`, or too little
+/// scratch; checked before anything is written.
 pub fn attend_row(
     query: &RowQuery<'_>,
     runs: &[Run<'_>],
@@ -171,12 +182,16 @@ pub fn attend_row(
         return Err(DecodeError::Output { expected: width, actual: out.len() });
     }
     let mut needed = 0usize;
-    for (index, &(_, keys, values)) in runs.iter().enumerate() {
+    for (index, &(first, keys, values)) in runs.iter().enumerate() {
         if keys.len() != values.len() || !keys.len().is_multiple_of(width) {
             return Err(DecodeError::Run { index, keys: keys.len(), values: values.len(), width });
         }
+        let rows = keys.len() / width;
+        if first.checked_add(rows).is_none() {
+            return Err(DecodeError::Positions { index, first, rows });
+        }
         // several runs may view the same memory, so their rows are added with a check
-        needed = needed.saturating_add(keys.len() / width);
+        needed = needed.saturating_add(rows);
     }
     if scores.len() < needed {
         return Err(DecodeError::Scratch { needed, actual: scores.len() });
@@ -451,7 +466,7 @@ mod tests {
             |q| RowQuery { q, position: 5, window_keys: None, scale: 0.5, sink: None, target: Target::Portable };
         let runs: [Run<'_>; 2] = [(0, &keys[..8], &values[..8]), (2, &keys[8..], &values[8..])];
         let (mut scores, mut out) = (vec![0.0; 3], vec![7.0; 4]);
-        let cases: [(RowQuery<'_>, &[Run<'_>], usize, usize, DecodeError); 5] = [
+        let cases: [(RowQuery<'_>, &[Run<'_>], usize, usize, DecodeError); 6] = [
             (query(&[]), &runs, 3, 0, DecodeError::EmptyQuery),
             (query(&q), &runs, 3, 3, DecodeError::Output { expected: 4, actual: 3 }),
             (
@@ -469,6 +484,13 @@ mod tests {
                 DecodeError::Run { index: 1, keys: 6, values: 6, width: 4 },
             ),
             (query(&q), &runs, 2, 4, DecodeError::Scratch { needed: 3, actual: 2 }),
+            (
+                query(&q),
+                &[(usize::MAX - 1, &keys[..8], &values[..8])],
+                3,
+                4,
+                DecodeError::Positions { index: 0, first: usize::MAX - 1, rows: 2 },
+            ),
         ];
         for (query, runs, scratch, width, error) in cases {
             let (scores, out) = (&mut scores[..scratch], &mut out[..width]);

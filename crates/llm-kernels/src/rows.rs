@@ -162,7 +162,8 @@ pub struct RowTasks {
 /// thread count.
 ///
 /// # Panics
-/// If `row_len` is 0 or does not divide `len` (callers pass whole rows).
+/// If `row_len` is 0 or does not divide `len` (callers pass whole rows); like
+/// `Vec::with_capacity`, if `len` values cannot be allocated.
 pub fn build_rows<S>(
     (len, row_len): (usize, usize),
     tasks: RowTasks,
@@ -170,7 +171,10 @@ pub fn build_rows<S>(
     fill: impl for<'a> Fn(&mut S, RowBlock<'a>) -> BlockWritten<'a> + Sync + Send,
 ) -> Vec<f64> {
     assert!(row_len > 0 && len.is_multiple_of(row_len), "{len} values are not whole rows of {row_len}");
-    let rows_per_task = tasks.rows_per_task.max(1);
+    // at most every row in one task: a block is then at most `len` values, so its size cannot
+    // wrap (a wrapped size would cut blocks that are not whole rows, which the safety of
+    // `set_len` below rests on)
+    let rows_per_task = tasks.rows_per_task.clamp(1, (len / row_len).max(1));
     let task = |state: &mut S, (index, values): (usize, &mut [MaybeUninit<f64>])| {
         let BlockWritten(_) = fill(state, RowBlock { values, row_len, first: index * rows_per_task });
     };

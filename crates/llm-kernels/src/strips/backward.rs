@@ -181,7 +181,7 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
             };
             let w = j1 - j0;
             let rows = strip * d..(strip + 1) * d;
-            let (keys, values) = (&k[j0 * d..j1 * d], super::tiles::rows_from(v, j0 * v_stride));
+            let (keys, values) = (&k[j0 * d..j1 * d], super::tiles::rows_from(v, j0, v_stride));
             super::score_tiles(isa, &mut s.weights[..w], keys, d, &s.first[rows.clone()]);
             if !vis.block_open(a0, a1, j0, j1) {
                 super::hide_keys_in_rows(&mut s.weights[..w], j0, (a0, a1), &vis, b, t_k);
@@ -235,8 +235,7 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
                 }
                 let rows = i1 - r0;
                 let lanes = strip * d..(strip + 1) * d;
-                let (queries, upstream) =
-                    (&head.q[r0 * d..i1 * d], super::tiles::rows_from(head.g, r0 * head.g_stride));
+                let (queries, upstream) = (&head.q[r0 * d..i1 * d], super::tiles::rows_from(head.g, r0, head.g_stride));
                 super::score_tiles(isa, &mut s.weights[..rows], queries, d, &s.first[lanes.clone()]);
                 if !vis.block_open(r0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], r0, (k0, k1), &vis, b, t_k);
@@ -321,7 +320,7 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
                     continue;
                 }
                 let rows = i1 - i0;
-                let (queries, upstream) = (&head.q[i0 * d..i1 * d], super::tiles::rows_from(g_rows, i0 * g_stride));
+                let (queries, upstream) = (&head.q[i0 * d..i1 * d], super::tiles::rows_from(g_rows, i0, g_stride));
                 super::score_tiles(isa, &mut s.weights[..rows], queries, d, &s.first);
                 if !vis.block_open(i0, i1, k0, k1) || k1 - k0 < STRIP {
                     super::hide_queries_in_rows(&mut s.weights[..rows], i0, (k0, k1), &vis, b, t_k);
@@ -405,8 +404,16 @@ fn row_tile<I: Isa, const R: usize, const V: usize>(
     width: usize,
     (r0, c0): (usize, usize),
 ) {
-    if ds.len() < r0 + R || dq.len() < (r0 + R) * width || key_rows.len() < STRIP * width || c0 + V * I::WIDTH > width {
-        return; // callers pass whole tiles; this check lets the loops below read without bounds checks
+    // callers pass whole tiles; this check (its products checked: a width from a caller may be
+    // anything) lets the loops below read without bounds checks
+    let rows_end = (r0 + R).checked_mul(width);
+    let keys_end = STRIP.checked_mul(width);
+    if ds.len() < r0 + R
+        || rows_end.is_none_or(|end| dq.len() < end)
+        || keys_end.is_none_or(|end| key_rows.len() < end)
+        || c0 + V * I::WIDTH > width
+    {
+        return;
     }
     // SAFETY (every `load` and `store` below): with r < R, v < V and c < STRIP, the W = I::WIDTH
     // values from (r0 + r)·width + c0 + W·v end by (r0 + R)·width ≤ dq.len(), and those from

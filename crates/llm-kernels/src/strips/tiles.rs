@@ -101,9 +101,9 @@ impl Kernel for ScoreTiles<'_> {
 fn score_tiles_body<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], stride: usize, qt: &[Lanes]) {
     let full = scores.len() - scores.len() % TILE;
     for (t, tile) in scores[..full].chunks_exact_mut(TILE).enumerate() {
-        score_tile::<I, TILE>(isa, tile, rows_from(k, t * TILE * stride), stride, qt);
+        score_tile::<I, TILE>(isa, tile, rows_from(k, t * TILE, stride), stride, qt);
     }
-    let (tile, keys) = (&mut scores[full..], rows_from(k, full * stride));
+    let (tile, keys) = (&mut scores[full..], rows_from(k, full, stride));
     match tile.len() {
         1 => score_tile::<I, 1>(isa, tile, keys, stride, qt),
         2 => score_tile::<I, 2>(isa, tile, keys, stride, qt),
@@ -114,17 +114,28 @@ fn score_tiles_body<I: Isa>(isa: I, scores: &mut [Lanes], k: &[f64], stride: usi
     }
 }
 
-/// `x[start..]`, empty where `start` is past the end (the row after the last one of a strided
-/// view may begin past its slice).
+/// The rows of `x` from row `row` on, rows `stride` values apart: empty where they begin past
+/// the end (the row after the last one of a strided view may), or where `row · stride` passes
+/// `usize::MAX` (a stride from a caller may be anything).
 #[inline(always)]
-pub(super) fn rows_from(x: &[f64], start: usize) -> &[f64] {
-    x.get(start..).unwrap_or(&[])
+pub(super) fn rows_from(x: &[f64], row: usize, stride: usize) -> &[f64] {
+    row.checked_mul(stride).and_then(|start| x.get(start..)).unwrap_or(&[])
 }
 
-/// Whether `G` rows of `d` values, `stride` apart, fit in `len` values.
+/// Whether `G` rows of `d` values, `stride` apart, fit in `len` values (checked arithmetic: a
+/// stride from a caller may be anything, and a product that wrapped would pass a plain test).
 #[inline(always)]
 pub(super) const fn rows_fit<const G: usize>(len: usize, d: usize, stride: usize) -> bool {
-    G == 0 || (G - 1) * stride + d <= len
+    if G == 0 {
+        return true;
+    }
+    match (G - 1).checked_mul(stride) {
+        Some(start) => match start.checked_add(d) {
+            Some(end) => end <= len,
+            None => false,
+        },
+        None => false,
+    }
 }
 
 /// `G` score rows, a chunk of lanes at a time in `G` × `I::TILE_VECTORS` registers: per key
@@ -422,8 +433,13 @@ pub(super) fn weighted_tile<I: Isa, const G: usize>(
     weights: &[Lanes],
 ) {
     let w = weights.len();
-    if w == 0 || c0 + G > stride || (w - 1) * stride + c0 + G > v.len() {
-        return; // callers pass whole rows; this check lets the loop below read without bounds checks
+    // callers pass whole rows; this check (its arithmetic checked: a stride from a caller may be
+    // anything) lets the loop below read without bounds checks
+    let fits = w > 0
+        && c0.checked_add(G).is_some_and(|end| end <= stride)
+        && (w - 1).checked_mul(stride).and_then(|start| start.checked_add(c0 + G)).is_some_and(|end| end <= v.len());
+    if !fits {
+        return;
     }
     for l0 in (0..STRIP).step_by(chunk::<I>()) {
         let mut acc = [[isa.splat(0.0); 4]; G];

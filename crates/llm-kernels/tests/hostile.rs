@@ -1,0 +1,43 @@
+//! Public entry points fed sizes that safe code may pass: a task size or a stride so large that a
+//! product of it wraps around. None may read, or hand back, memory it has not written.
+
+use llm_kernels::Target;
+use llm_kernels::bands::Band;
+use llm_kernels::rows::{RowTasks, build_rows};
+use llm_kernels::strips::{Dims, KeyValueGradients, Operands, QueryGradients, StripKernel};
+use llm_kernels::visibility::Visibility;
+
+#[test]
+fn a_task_size_whose_blocks_would_wrap_still_writes_every_row() {
+    // rows of 3 in tasks of ⌊2⁶⁴/3⌋ + 1 rows: 3 × that wraps to 2 values, which are not whole rows
+    let rows_per_task = usize::MAX / 3 + 1;
+    for parallel in [false, true] {
+        let tasks = RowTasks { rows_per_task, parallel };
+        let out = build_rows((6, 3), tasks, || (), |_, block| block.write_rows(|r, row| row.copy_from(&[r as f64; 3])));
+        assert_eq!(out, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0], "parallel: {parallel}");
+    }
+}
+
+#[test]
+fn strides_whose_products_wrap_read_nothing_out_of_bounds() {
+    let (t, d) = (6, 4);
+    let (q, k, v, g) = (vec![0.1; t * d], vec![0.2; t * d], vec![0.3; t * d], vec![0.4; t * d]);
+    let (lse, delta) = (vec![0.0; t], vec![0.0; t]);
+    // five rows of this stride apart wrap around to 4 values: a plain bounds test would pass
+    let huge = usize::MAX / 5 + 1;
+    let dims = Dims { b: 1, h: 1, g: 1, t_q: t, t_k: t, d, block: 64 };
+    let operands =
+        |v_stride, g_stride| Operands { q: &q, k: &k, v: &v, g: &g, lse: &lse, delta: &delta, v_stride, g_stride };
+    for target in Target::available() {
+        let kernel = StripKernel::new(target);
+        // returning is the test: before the checks were made with checked arithmetic, both calls
+        // read far past their slices and the process died
+        let mut dq = vec![0.0; t * d];
+        let vis = Visibility::default();
+        kernel.query_gradients(QueryGradients { dq: &mut dq, lane: operands(huge, d), dims, b: 0, i0: 0, vis });
+        let (mut dk, mut dv) = (vec![0.0; t * d], vec![0.0; t * d]);
+        let heads = [operands(d, huge)];
+        let dv = Band::whole(&mut dv, d);
+        kernel.key_value_gradients(KeyValueGradients { dk: &mut dk, dv, heads: &heads, dims, b: 0, j0: 0, vis });
+    }
+}
