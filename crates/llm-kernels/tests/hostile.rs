@@ -3,6 +3,9 @@
 
 use llm_kernels::Target;
 use llm_kernels::bands::Band;
+use llm_kernels::gemm::{
+    MAX_VALUES, MatRef, ShapeError, StripeLayout, matmul_in_stripes, matmul_new, row_times_matrices,
+};
 use llm_kernels::rows::{RowTasks, build_rows};
 use llm_kernels::strips::{Dims, KeyValueGradients, Operands, QueryGradients, StripKernel};
 use llm_kernels::visibility::Visibility;
@@ -40,4 +43,24 @@ fn strides_whose_products_wrap_read_nothing_out_of_bounds() {
         let dv = Band::whole(&mut dv, d);
         kernel.key_value_gradients(KeyValueGradients { dk: &mut dk, dv, heads: &heads, dims, b: 0, j0: 0, vis });
     }
+}
+
+#[test]
+fn products_of_views_that_repeat_one_value_are_held_to_the_ceiling_before_allocating() {
+    // a stride of 0 repeats one value: views of any size over one number are valid
+    let one = [1.0];
+    let repeated = |rows, cols| MatRef::new(&one, rows, cols, 0, 0).unwrap();
+    // 2¹⁶ × 2¹⁶ = 2³² outputs, twice the ceiling: refused, where it allocated 32 GiB
+    let err = matmul_new(repeated(1 << 16, 1), repeated(1, 1 << 16), false).unwrap_err();
+    assert!(err.reason.contains("ceiling"), "{err}");
+    // within the ceiling, the same views multiply
+    assert_eq!(matmul_new(repeated(2, 1), repeated(1, 3), false).unwrap(), [1.0; 6]);
+    // one row times matrices whose outputs together pass the ceiling
+    let wide = repeated(1, MAX_VALUES / 2 + 1);
+    assert!(row_times_matrices(&[2.0], &[wide, wide], false).is_err());
+    assert!(row_times_matrices(&[2.0], &[repeated(1, usize::MAX / 4)], false).is_err());
+    // stripes: the output (2 × 2³¹) and the right side's panel are checked before any panel is made
+    let lhs = MatRef::row_major(&[1.0; 4], 2, 2).unwrap();
+    let make = |_: std::ops::Range<usize>, _: &mut [f64]| -> Result<(), ShapeError> { panic!("nothing may be made") };
+    assert!(matmul_in_stripes(lhs, MAX_VALUES, StripeLayout::InputsByOutputs, make, false).is_err());
 }

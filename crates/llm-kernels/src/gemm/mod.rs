@@ -33,6 +33,17 @@ pub use row_path::row_times_matrices;
 use row_path::{row_times_matrix, row_times_transposed, takes_row_path, takes_transposed_row_path};
 pub use stripes::{SMALL_OUTPUT, STRIPE_OUTPUTS, StripeLayout, matmul_in_stripes, stripe_route};
 
+/// The most values a product here allocates at once: its output, or a panel of its right side.
+/// 2³¹, the teaching crate's ceiling for one tensor. A view may repeat one value any number of
+/// times (a stride of 0), so a product's sizes are not bounded by its operands' storage: they
+/// are held to this before anything is allocated.
+pub const MAX_VALUES: usize = 1 << 31;
+
+/// `a · b` values, where that is at most [`MAX_VALUES`].
+pub(crate) fn values_within_ceiling(a: usize, b: usize) -> Option<usize> {
+    a.checked_mul(b).filter(|&values| values <= MAX_VALUES)
+}
+
 /// Shapes a product cannot take: the views do not chain, or a view reads past its storage.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error("matmul kernel: {lhs:?} and {rhs:?}: {reason}")]
@@ -313,14 +324,15 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 /// checked that `m·n` values can be allocated.
 ///
 /// # Errors
-/// [`ShapeError`] if the dimensions do not chain.
+/// [`ShapeError`] if the dimensions do not chain, or the product has more than [`MAX_VALUES`]
+/// values.
 #[allow(unsafe_code)]
 pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Vec<f64>> {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
-    let len = m.checked_mul(n).ok_or_else(|| ShapeError {
+    let len = values_within_ceiling(m, n).ok_or_else(|| ShapeError {
         lhs: vec![m, k],
         rhs: vec![rhs.rows, n],
-        reason: "the product has more values than memory can address",
+        reason: "the product has more values than the ceiling (gemm::MAX_VALUES)",
     })?;
     check_dims(len, &lhs, &rhs)?;
     let target = active();

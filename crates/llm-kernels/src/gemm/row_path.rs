@@ -174,15 +174,25 @@ fn add_partials(dst: &mut [f64], partial: &[f64], accumulate: bool) {
 /// product. Every product equals `matmul` of the row with that matrix, bitwise.
 ///
 /// # Errors
-/// [`ShapeError`](super::ShapeError) if a matrix does not have `row.len()` rows.
+/// [`ShapeError`](super::ShapeError) if a matrix does not have `row.len()` rows, or its outputs
+/// and the others' before it pass [`MAX_VALUES`](super::MAX_VALUES); checked before anything is
+/// allocated.
 pub fn row_times_matrices(row: &[f64], matrices: &[MatRef<'_>], parallel: bool) -> Result<Vec<Vec<f64>>> {
     let lhs = MatRef::row_major(row, 1, row.len())?;
+    let mut total: usize = 0;
+    for m in matrices {
+        check_dims(m.cols, &lhs, m)?;
+        total = total.checked_add(m.cols).filter(|&t| t <= super::MAX_VALUES).ok_or_else(|| super::ShapeError {
+            lhs: vec![1, row.len()],
+            rhs: vec![m.rows, m.cols],
+            reason: "the products have more values than the ceiling (gemm::MAX_VALUES)",
+        })?;
+    }
     let target = active();
     let mut outputs: Vec<Vec<f64>> = Vec::with_capacity(matrices.len());
     // the products `matmul` sends to the one-row path share the pass; the rest go through it
     let mut shared = Vec::new();
     for (i, &m) in matrices.iter().enumerate() {
-        check_dims(m.cols, &lhs, &m)?;
         let mut out = vec![0.0; m.cols];
         if takes_row_path(1, lhs.cols, m.cols, m.row_stride, m.col_stride) {
             shared.push((i, m));

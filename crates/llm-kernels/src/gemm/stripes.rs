@@ -88,8 +88,9 @@ fn stripe_step(m: usize) -> usize {
 /// kernel target ([`crate::active`]) in force on whichever thread runs it.
 ///
 /// # Errors
-/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` values would not
-/// fit in memory's address space or a panel does not hold its columns.
+/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` passes
+/// [`MAX_VALUES`](super::MAX_VALUES) (checked before anything is allocated) or a panel does not
+/// hold its columns.
 #[allow(unsafe_code)]
 pub fn matmul_in_stripes<E>(
     lhs: MatRef<'_>,
@@ -105,12 +106,10 @@ where
     let overflow = || ShapeError {
         lhs: vec![m, k],
         rhs: vec![k, n],
-        reason: "the product has more values than memory can address",
+        reason: "the product or its right side has more values than the ceiling (gemm::MAX_VALUES)",
     };
-    // a vector holds at most isize::MAX bytes
-    let values = |a: usize, b: usize| a.checked_mul(b).filter(|&v| v <= isize::MAX as usize / size_of::<f64>());
-    let len = values(m, n).ok_or_else(overflow)?;
-    values(k, n).ok_or_else(overflow)?;
+    let len = super::values_within_ceiling(m, n).ok_or_else(overflow)?;
+    super::values_within_ceiling(k, n).ok_or_else(overflow)?;
     let Some(split) = stripe_route(m, k, n) else {
         let mut panel = vec![0.0; k * n];
         make(0..n, &mut panel)?;
