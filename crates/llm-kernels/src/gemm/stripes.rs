@@ -289,7 +289,7 @@ mod tests {
                 matmul_in_stripes(lhs, 3, StripeLayout::OutputsByInputs, |_, _| Err(Failure::Made(0)), parallel);
             assert_eq!(small.unwrap_err(), Failure::Made(0));
         }
-        // outputs past what memory can address, as values or as bytes
+        // outputs past the ceiling (and past what memory can address, as values or as bytes)
         for n in [usize::MAX, usize::MAX / 16] {
             let huge = matmul_in_stripes(lhs, n, StripeLayout::InputsByOutputs, |_, _| Ok::<(), Failure>(()), false);
             assert_eq!(huge.unwrap_err(), Failure::Shape);
