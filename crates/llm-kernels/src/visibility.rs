@@ -23,23 +23,36 @@ pub fn visible(i: usize, j: usize, window_keys: Option<usize>) -> bool {
 }
 
 impl Visibility<'_> {
-    /// `true` when query row `i` of batch row `b` sees key `j` (of `t_k`).
+    /// `true` when query row `i` of batch row `b` sees key `j` (of `t_k`). Positions past
+    /// `usize::MAX` stay at it.
+    ///
+    /// # Panics
+    /// With padding, if `b · t_k + j` is not an index of it (as indexing the slice would).
     #[inline]
     pub fn sees(&self, b: usize, t_k: usize, i: usize, j: usize) -> bool {
-        visible(self.query_offset + i, j, self.window_keys) && !self.key_padding.is_some_and(|p| p[b * t_k + j])
+        visible(self.query_offset.saturating_add(i), j, self.window_keys)
+            && !self.key_padding.is_some_and(|p| p[b * t_k + j])
     }
 
-    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only).
+    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only;
+    /// an empty range of either: `true`).
     pub fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
-        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        if i1 <= i0 || j1 <= j0 {
+            return true;
+        }
+        let (first_q, last_q) = (self.query_offset.saturating_add(i0), self.query_offset.saturating_add(i1 - 1));
         let future = j0 > last_q;
         let too_old = self.window_keys.is_some_and(|w| (j1 - 1).saturating_add(w) <= first_q);
         future || too_old
     }
 
-    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed).
+    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed;
+    /// an empty range of either: `true`).
     pub fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
-        let (first_q, last_q) = (self.query_offset + i0, self.query_offset + i1 - 1);
+        if i1 <= i0 || j1 <= j0 {
+            return true;
+        }
+        let (first_q, last_q) = (self.query_offset.saturating_add(i0), self.query_offset.saturating_add(i1 - 1));
         let causal_ok = j1 - 1 <= first_q;
         let window_ok = self.window_keys.is_none_or(|w| last_q.saturating_sub(j0) < w);
         causal_ok && window_ok && self.key_padding.is_none()

@@ -64,3 +64,18 @@ fn products_of_views_that_repeat_one_value_are_held_to_the_ceiling_before_alloca
     let make = |_: std::ops::Range<usize>, _: &mut [f64]| -> Result<(), ShapeError> { panic!("nothing may be made") };
     assert!(matmul_in_stripes(lhs, MAX_VALUES, StripeLayout::InputsByOutputs, make, false).is_err());
 }
+
+#[test]
+fn visibility_takes_empty_ranges_and_the_largest_positions() {
+    use llm_kernels::visibility::Visibility;
+    for window_keys in [None, Some(3)] {
+        let vis = Visibility { query_offset: usize::MAX, window_keys, key_padding: None };
+        // empty ranges, which subtracted one from zero: nothing to see, nothing to mask
+        assert!(vis.block_hidden(0, 0, 0, 4) && vis.block_hidden(2, 5, 0, 0));
+        assert!(vis.block_open(0, 0, 0, 4) && vis.block_open(2, 5, 3, 3));
+        // positions past usize::MAX stay at it: every key 0..8 is in the past, and too old for a
+        // window of 3
+        assert_eq!(vis.sees(0, 8, 5, 7), window_keys.is_none());
+        assert_eq!(vis.block_hidden(1, 4, 0, 8), window_keys.is_some());
+    }
+}
