@@ -80,6 +80,17 @@ impl Lanes {
 /// The strip kernel compiled for one [`Target`]: made where a call begins, from
 /// [`active`](crate::target::active), and handed to every task, so that worker threads run the
 /// same one.
+///
+/// A task's sizes ([`Dims`], strides, first rows) must describe its slices: the teaching crate's
+/// `attention::tiled` builds them from checked shapes (`shapes.rs`). With any other task the
+/// kernel stays sound — every unchecked read is behind a bounds test done in checked arithmetic
+/// (`tests/hostile.rs` feeds strides whose products wrap) — but its results are unspecified.
+///
+/// # Panics
+/// Each entry point panics on a task whose sizes do not describe its slices where a slice is
+/// indexed (a head width of 0, `lse` or `delta` shorter than the rows, a band with too few
+/// rows), and, like `Vec::with_capacity`, fails to allocate scratch that a task's sizes put past
+/// the memory there is.
 #[derive(Clone, Copy, Debug)]
 pub struct StripKernel(Target);
 
