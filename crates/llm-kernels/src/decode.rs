@@ -140,7 +140,7 @@ pub enum DecodeError {
         /// The query's width.
         width: usize,
     },
-    /// A run whose positions pass `usize::MAX`.
+    /// A run whose last position would pass `usize::MAX`.
     #[error("decoding row: run {index} starts at position {first} and holds {rows} keys, past the largest position")]
     Positions {
         /// Which run.
@@ -187,7 +187,7 @@ pub fn attend_row(
             return Err(DecodeError::Run { index, keys: keys.len(), values: values.len(), width });
         }
         let rows = keys.len() / width;
-        if first.checked_add(rows).is_none() {
+        if rows > 0 && first.checked_add(rows - 1).is_none() {
             return Err(DecodeError::Positions { index, first, rows });
         }
         // several runs may view the same memory, so their rows are added with a check
@@ -486,10 +486,10 @@ mod tests {
             (query(&q), &runs, 2, 4, DecodeError::Scratch { needed: 3, actual: 2 }),
             (
                 query(&q),
-                &[(usize::MAX - 1, &keys[..8], &values[..8])],
+                &[(usize::MAX, &keys[..8], &values[..8])],
                 3,
                 4,
-                DecodeError::Positions { index: 0, first: usize::MAX - 1, rows: 2 },
+                DecodeError::Positions { index: 0, first: usize::MAX, rows: 2 },
             ),
         ];
         for (query, runs, scratch, width, error) in cases {
@@ -500,6 +500,10 @@ mod tests {
         // the same arguments fitting: the weights of three equal keys, the values' mean
         assert_eq!(attend_row(&query(&q), &runs, &mut scores, &mut out), Ok(()));
         assert_eq!(out, [2.0; 4]);
+        // a run whose last key is at usize::MAX itself: in the query's future, so no key is seen
+        let last = [(usize::MAX - 1, &keys[..8], &values[..8])];
+        assert_eq!(attend_row(&query(&q), &last, &mut scores, &mut out), Ok(()));
+        assert_eq!(out, [0.0; 4]);
     }
 
     #[test]

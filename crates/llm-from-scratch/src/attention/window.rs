@@ -108,12 +108,14 @@ impl Visibility {
         visible(self.query_offset + i, j, self.window) && !self.key_padding.as_ref().is_some_and(|p| p[b * t_k + j])
     }
 
-    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only).
+    /// `true` when no query in rows `i0..i1` can see a key in `j0..j1` (causality and window only;
+    /// an empty range: `true`).
     pub(crate) fn block_hidden(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
         self.rule().block_hidden(i0, i1, j0, j1)
     }
 
-    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed).
+    /// `true` when every query in `i0..i1` sees every key in `j0..j1` (no per-element test needed;
+    /// an empty range: `true`).
     pub(crate) fn block_open(&self, i0: usize, i1: usize, j0: usize, j1: usize) -> bool {
         self.rule().block_open(i0, i1, j0, j1)
     }

@@ -88,8 +88,9 @@ fn stripe_step(m: usize) -> usize {
 /// kernel target ([`crate::active`]) in force on whichever thread runs it.
 ///
 /// # Errors
-/// The first error of `make`, or a [`ShapeError`] (as `E`) if `m · n` or `k · n` passes
-/// [`MAX_VALUES`](super::MAX_VALUES) (checked before anything is allocated) or a panel does not
+/// The first error of `make`, or a [`ShapeError`] (as `E`) if the output (`m · n` values) or a
+/// panel of the right side (`k · n` made whole, `k` times a stripe's columns in stripes) passes
+/// [`MAX_VALUES`](super::MAX_VALUES) (checked before anything is allocated), or a panel does not
 /// hold its columns.
 #[allow(unsafe_code)]
 pub fn matmul_in_stripes<E>(
@@ -106,16 +107,18 @@ where
     let overflow = || ShapeError {
         lhs: vec![m, k],
         rhs: vec![k, n],
-        reason: "the product or its right side has more values than the ceiling (gemm::MAX_VALUES)",
+        reason: "the product or a panel of its right side has more values than the ceiling (gemm::MAX_VALUES)",
     };
     let len = super::values_within_ceiling(m, n).ok_or_else(overflow)?;
-    super::values_within_ceiling(k, n).ok_or_else(overflow)?;
     let Some(split) = stripe_route(m, k, n) else {
-        let mut panel = vec![0.0; k * n];
+        // the right side made whole
+        let mut panel = vec![0.0; super::values_within_ceiling(k, n).ok_or_else(overflow)?];
         make(0..n, &mut panel)?;
         return Ok(matmul_new(lhs, view(layout, &panel, k, n)?, parallel)?);
     };
     let (step, count) = (stripe_step(m), n / stripe_step(m));
+    // a stripe's panel: at most `k` inputs of fewer than two steps of columns
+    super::values_within_ceiling(k, (2 * step).min(n)).ok_or_else(overflow)?;
     let target = active();
     note(target);
     // stripes of `step` columns, the last one taking the rest (narrower than two)

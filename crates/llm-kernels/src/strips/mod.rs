@@ -89,8 +89,9 @@ impl Lanes {
 /// # Panics
 /// Each entry point panics on a task whose sizes do not describe its slices where a slice is
 /// indexed (a head width of 0, `lse` or `delta` shorter than the rows, a band with too few
-/// rows), and, like `Vec::with_capacity`, fails to allocate scratch that a task's sizes put past
-/// the memory there is.
+/// rows), on positions past `usize::MAX` in builds with overflow checks (a query offset within
+/// a strip of it), and, like `Vec::with_capacity`, fails to allocate scratch that a task's sizes
+/// put past the memory there is.
 #[derive(Clone, Copy, Debug)]
 pub struct StripKernel(Target);
 
