@@ -84,7 +84,10 @@ impl<'a> RowOut<'a> {
         self.0.is_empty()
     }
 
-    /// Copies `src`, which must be exactly as wide as the row (else a panic).
+    /// Copies `src` into the row.
+    ///
+    /// # Panics
+    /// If `src` is not exactly as wide as the row.
     pub fn copy_from(self, src: &[f64]) -> Written<'a> {
         self.0.write_copy_of_slice(src);
         Written(PhantomData)
@@ -92,10 +95,12 @@ impl<'a> RowOut<'a> {
 
     /// Writes the pairs `(i, i + w/2)` of a row of width `w`: the first items of `blocks` to
     /// pairs `N·k .. N·k + N` (the row's halves, `N` values each), then `rest` to the pairs past
-    /// the last whole block. Together they must write every pair (else a panic), and the width
-    /// must be even.
+    /// the last whole block.
     ///
     /// Blocks of a fixed width let the compiler turn each into a few vector operations.
+    ///
+    /// # Panics
+    /// If the width is odd, `N` is 0, or `blocks` and `rest` together do not write every pair.
     #[inline(always)]
     pub fn pairs_apart<const N: usize>(
         self,
@@ -123,6 +128,9 @@ impl<'a> RowOut<'a> {
     /// Writes the pairs `(2i, 2i + 1)`: the first items of `blocks` to values `2N·k .. 2N·k + 2N`
     /// (`N` pairs each, interleaved), then `rest` to the pairs past the last whole block, as
     /// [`RowOut::pairs_apart`] does.
+    ///
+    /// # Panics
+    /// As [`RowOut::pairs_apart`].
     #[inline(always)]
     pub fn pairs_adjacent<const N: usize>(
         self,

@@ -147,7 +147,10 @@ impl<'a> MatRef<'a> {
         self.cols
     }
 
-    /// Element `(i, j)` (a panic past the view: the plain loops index in bounds).
+    /// Element `(i, j)`.
+    ///
+    /// # Panics
+    /// Past the view (the plain loops index in bounds).
     #[inline]
     pub fn at(&self, i: usize, j: usize) -> f64 {
         self.data[i * self.row_stride + j * self.col_stride]
