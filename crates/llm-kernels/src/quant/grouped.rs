@@ -607,9 +607,182 @@ pub(super) mod x86 {
         totals
     }
 
-    /// [`group_sums`] with AVX2 instructions: the sixteen values of one input made in two
-    /// registers of eight `f32` (the scales widened by F16C), each widened into two registers of
-    /// four `f64`. The compiled [`super::GroupSums`] makes the values four at a time instead.
+    /// Whether [`ExactValues`] makes the values of a group's block, given its head (sixteen
+    /// scales, and for `Q4_1` sixteen minimums): `Q4_1`'s blocks that pass [`exact_q4_1`], and
+    /// of those and `Q4_0`'s the ones whose scales are below 2¹² in magnitude (an exponent field
+    /// of at most 26, so that `2¹⁰¹²·d` is finite); `Q8_0`'s whose scales are finite.
+    #[target_feature(enable = "avx2")]
+    fn exact_head(format: BlockFormat, head: &[u8]) -> bool {
+        let Some(scales) = head.first_chunk::<{ 2 * GROUP }>() else { return false };
+        // SAFETY: 32 bytes.
+        let d = unsafe { _mm256_loadu_si256(scales.as_ptr().cast()) };
+        let field = _mm256_and_si256(_mm256_srli_epi16::<10>(d), _mm256_set1_epi16(31));
+        let most = if format == BlockFormat::Q8_0 { 30 } else { 26 };
+        let over = _mm256_cmpgt_epi16(field, _mm256_set1_epi16(most));
+        let small = _mm256_testz_si256(over, over) == 1;
+        match format {
+            BlockFormat::Q4_1 => small && head.first_chunk::<{ 4 * GROUP }>().is_some_and(|head| exact_q4_1(head)),
+            BlockFormat::Q4_0 | BlockFormat::Q8_0 => small,
+        }
+    }
+
+    /// The values of one group's block in `f64` with AVX2 instructions, each one fused multiply-add
+    /// of exact operands and so exactly the number `value` makes in `f32`, where [`exact_head`]
+    /// says so.
+    ///
+    /// - A 4-bit `q` is placed by one byte shuffle in bits 48–51 of a double whose exponent field
+    ///   is 15 (the byte `0xf0 | q` at byte 6, zeros above): `u = 2⁻¹⁰⁰⁸·(1 + q/16)`, exactly.
+    ///   With `A = 2¹⁰¹²·d` (exact, and finite for `|d| < 2¹²`), `A·u = 16·d + q·d`.
+    /// - `Q8_0`'s byte `q + 128` goes in bits 40–47 of 1.0 (the same shuffle, then the bits of 1.0
+    ///   ored in): `u = 1 + (q + 128)·2⁻¹²`; with `A = 2¹²·d`, `A·u = 4096·d + (q + 128)·d`.
+    /// - `C` takes the extra terms away: `m − 16·d` (`Q4_1`), `−24·d` (`Q4_0`), `−4224·d`
+    ///   (`Q8_0`). Each is exact: `d` and `m` are halves, `24·d` and `4224·d` have at most 13
+    ///   significant bits, and `m − 16·d` spans at most 26 bits where the exponents' rule of
+    ///   [`exact_q4_1`] holds.
+    /// - So `A·u + C` is exactly `d·q + m`, `d·(q − 8)` or `d·q`, which is representable: the
+    ///   fused multiply-add rounds nothing. A zero value may come out as +0 where `value` gives
+    ///   −0; a sum that starts at +0 cannot tell them apart.
+    ///
+    /// One shuffle and one fused multiply-add per four values, where widening `f32` values took
+    /// about twice the operations (`docs/performance.md`, 2026-12-05, fourth).
+    // Aligned to a cache line and made by the caller: made inside `exact_part`, in the
+    // compiler's unaligned stack slots (loads split across lines), the `Q8_0` kernel ran 6.8 G
+    // weights/s on one core against 8.8.
+    #[repr(C, align(64))]
+    struct ExactValues {
+        /// `A`, rows 4r..4r + 4 in register `r`.
+        scale: [__m256d; 4],
+        /// `C`, likewise.
+        offset: [__m256d; 4],
+    }
+
+    impl ExactValues {
+        /// From a group's head (sixteen scales, for `Q4_1` then sixteen minimums).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        fn new(format: BlockFormat, head: &[u8]) -> Self {
+            // eight halves from byte `at` of the head, in `f32` (exact)
+            let halves = |at: usize| {
+                let eight: &[u8] = &head[at..][..GROUP];
+                // SAFETY: sixteen bytes.
+                _mm256_cvtph_ps(unsafe { _mm_loadu_si128(eight.as_ptr().cast()) })
+            };
+            let (big, factor) = match format {
+                BlockFormat::Q8_0 => (4096.0, -4224.0),
+                BlockFormat::Q4_0 => (f64::from_bits(2035 << 52), -24.0), // 2¹⁰¹²
+                BlockFormat::Q4_1 => (f64::from_bits(2035 << 52), -16.0),
+            };
+            let (mut scale, mut offset) = ([_mm256_setzero_pd(); 4], [_mm256_setzero_pd(); 4]);
+            // plain loops: a closure's body would be compiled for the baseline
+            for h in 0..2 {
+                let d = halves(h * GROUP);
+                let m = if format == BlockFormat::Q4_1 { halves((2 + h) * GROUP) } else { _mm256_setzero_ps() };
+                let quarters = [
+                    (_mm256_castps256_ps128(d), _mm256_castps256_ps128(m)),
+                    (_mm256_extractf128_ps::<1>(d), _mm256_extractf128_ps::<1>(m)),
+                ];
+                for (k, (d, m)) in quarters.into_iter().enumerate() {
+                    let (d, m) = (_mm256_cvtps_pd(d), _mm256_cvtps_pd(m));
+                    scale[2 * h + k] = _mm256_mul_pd(d, _mm256_set1_pd(big));
+                    offset[2 * h + k] = _mm256_fmadd_pd(d, _mm256_set1_pd(factor), m);
+                }
+            }
+            Self { scale, offset }
+        }
+
+        /// The values of rows `4r..4r + 4` from `bytes`: each row's byte (sixteen rows, in both
+        /// halves of the register), for 4-bit formats (`NIBBLE`) already `0xf0 | q`, for `Q8_0`
+        /// `q + 128`.
+        #[inline(always)]
+        fn of<const NIBBLE: bool>(&self, bytes: __m256i, r: usize) -> __m256d {
+            // byte 4r + k of the sixteen into byte `at` of the 64-bit lane k, zeros elsewhere
+            const fn control(r: usize, at: usize) -> [i8; 32] {
+                let mut c = [-128i8; 32];
+                let mut k = 0;
+                while k < 4 {
+                    c[8 * k + at] = (4 * r + k) as i8;
+                    k += 1;
+                }
+                c
+            }
+            const NIBBLES: [[i8; 32]; 4] = [control(0, 6), control(1, 6), control(2, 6), control(3, 6)];
+            const BYTES: [[i8; 32]; 4] = [control(0, 5), control(1, 5), control(2, 5), control(3, 5)];
+            // SAFETY (the intrinsics): `of` is inlined only into functions with AVX2 and FMA;
+            // 32 bytes of control.
+            #[allow(unused_unsafe)]
+            unsafe {
+                let u = if NIBBLE {
+                    _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(NIBBLES[r].as_ptr().cast()))
+                } else {
+                    let placed = _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(BYTES[r].as_ptr().cast()));
+                    _mm256_or_si256(placed, _mm256_set1_epi64x(0x3ff0_0000_0000_0000))
+                };
+                _mm256_fmadd_pd(self.scale[r], _mm256_castsi256_pd(u), self.offset[r])
+            }
+        }
+    }
+
+    /// `sums` (rows 4r..4r + 4 in register `r`) plus one group's terms of a block, its values made
+    /// by `values`: the group's sixteen bytes at the start of each line of `lines` (`stride`
+    /// apart), `xs` the block's inputs.
+    ///
+    /// A function of its own, not inlined, so that the four sums stay in registers: inlined beside
+    /// the `f32` path's sums, one chain went through the stack and ran at half the speed. Both
+    /// groups of a pair at once (eight chains) ran slower too: sixteen registers do not hold
+    /// their sums with their scales and offsets.
+    #[inline(never)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn exact_part(
+        format: BlockFormat,
+        values: &ExactValues,
+        lines: &[u8],
+        stride: usize,
+        xs: &[f64],
+        sums: &mut [__m256d; 4],
+    ) {
+        let mut s = *sums;
+        // a line's sixteen bytes of this group, in both halves of a register
+        macro_rules! line {
+            ($l:expr) => {{
+                let line: &[u8] = &lines[$l * stride..][..GROUP];
+                // SAFETY: sixteen bytes.
+                _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(line.as_ptr().cast()) })
+            }};
+        }
+        match format {
+            BlockFormat::Q8_0 => {
+                for (i, &a) in xs.iter().enumerate() {
+                    let (a, bytes) = (_mm256_set1_pd(a), _mm256_xor_si256(line!(i), _mm256_set1_epi8(-128))); // q + 128
+                    for (r, sum) in s.iter_mut().enumerate() {
+                        *sum = _mm256_fmadd_pd(a, values.of::<false>(bytes, r), *sum);
+                    }
+                }
+            }
+            BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                let high = _mm256_set1_epi8(0xf0u8 as i8);
+                for (p, pair) in xs.chunks_exact(2).enumerate() {
+                    let bytes = line!(p);
+                    // both inputs' bytes first (the line's register is then free); all four
+                    // registers' terms of the first input, then of the second
+                    let first = _mm256_or_si256(bytes, high);
+                    let second = _mm256_or_si256(_mm256_srli_epi16::<4>(bytes), high);
+                    let (a, b) = (_mm256_set1_pd(pair[0]), _mm256_set1_pd(pair[1]));
+                    for (r, sum) in s.iter_mut().enumerate() {
+                        *sum = _mm256_fmadd_pd(a, values.of::<true>(first, r), *sum);
+                    }
+                    for (r, sum) in s.iter_mut().enumerate() {
+                        *sum = _mm256_fmadd_pd(b, values.of::<true>(second, r), *sum);
+                    }
+                }
+            }
+        }
+        *sums = s;
+    }
+
+    /// [`group_sums`] with AVX2 instructions: a group's values of a block made exactly in `f64`
+    /// where [`exact_head`] allows it ([`ExactValues`], every block of the models tried), else
+    /// the sixteen values of one input made in two registers of eight `f32` (the scales widened
+    /// by F16C), each widened into two registers of four `f64`. The compiled
+    /// [`super::GroupSums`] makes the values four at a time instead.
     ///
     /// # Safety
     /// The processor has AVX2, FMA and F16C.
@@ -680,43 +853,64 @@ pub(super) mod x86 {
                                 unsafe { _mm_loadl_epi64(line.as_ptr().cast()) }
                             }};
                         }
-                        match format {
-                            BlockFormat::Q8_0 => {
-                                for (i, &a) in xs.iter().enumerate() {
-                                    let q = [line!(i, 0), line!(i, 1)];
-                                    let v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[0])), d[0]);
-                                    let v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[1])), d[1]);
-                                    add!(a, [v0, v1]);
+                        {
+                            match format {
+                                BlockFormat::Q8_0 => {
+                                    for (i, &a) in xs.iter().enumerate() {
+                                        let q = [line!(i, 0), line!(i, 1)];
+                                        let v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[0])), d[0]);
+                                        let v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q[1])), d[1]);
+                                        add!(a, [v0, v1]);
+                                    }
                                 }
-                            }
-                            BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
-                                for (p, pair) in xs.chunks_exact(2).enumerate() {
-                                    let bytes = [_mm256_cvtepu8_epi32(line!(p, 0)), _mm256_cvtepu8_epi32(line!(p, 1))];
-                                    let low = _mm256_set1_epi32(0x0f);
-                                    let quants = [
-                                        [_mm256_and_si256(bytes[0], low), _mm256_and_si256(bytes[1], low)],
-                                        [_mm256_srli_epi32::<4>(bytes[0]), _mm256_srli_epi32::<4>(bytes[1])],
-                                    ];
-                                    for (q, &a) in quants.into_iter().zip(pair) {
-                                        let mut v = [_mm256_setzero_ps(); 2];
-                                        for h in 0..2 {
-                                            let q = _mm256_cvtepi32_ps(q[h]);
-                                            v[h] = if format == BlockFormat::Q4_1 {
-                                                _mm256_fmadd_ps(d[h], q, m[h]) // exact as in `sums`
-                                            } else {
-                                                _mm256_mul_ps(d[h], _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
-                                            };
+                                BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+                                    for (p, pair) in xs.chunks_exact(2).enumerate() {
+                                        let bytes =
+                                            [_mm256_cvtepu8_epi32(line!(p, 0)), _mm256_cvtepu8_epi32(line!(p, 1))];
+                                        let low = _mm256_set1_epi32(0x0f);
+                                        let quants = [
+                                            [_mm256_and_si256(bytes[0], low), _mm256_and_si256(bytes[1], low)],
+                                            [_mm256_srli_epi32::<4>(bytes[0]), _mm256_srli_epi32::<4>(bytes[1])],
+                                        ];
+                                        for (q, &a) in quants.into_iter().zip(pair) {
+                                            let mut v = [_mm256_setzero_ps(); 2];
+                                            for h in 0..2 {
+                                                let q = _mm256_cvtepi32_ps(q[h]);
+                                                v[h] = if format == BlockFormat::Q4_1 {
+                                                    _mm256_fmadd_ps(d[h], q, m[h]) // exact as in `sums`
+                                                } else {
+                                                    _mm256_mul_ps(d[h], _mm256_sub_ps(q, _mm256_set1_ps(8.0)))
+                                                };
+                                            }
+                                            add!(a, v);
                                         }
-                                        add!(a, v);
                                     }
                                 }
                             }
                         }
                     }};
                 }
-                part!(&heads[..head_bytes], lines, first);
+                // each group's values made exactly in `f64` where they can be (`ExactValues`),
+                // else in `f32` and widened
+                let head = [&heads[..head_bytes], heads.get(head_bytes..).unwrap_or_default()];
+                if exact_head(format, head[0]) {
+                    exact_part(format, &ExactValues::new(format, head[0]), lines, stride, xs, &mut first);
+                } else {
+                    part!(head[0], lines, first);
+                }
                 if groups == PAIR {
-                    part!(&heads[head_bytes..][..head_bytes], &lines[GROUP..], second);
+                    if exact_head(format, head[1]) {
+                        exact_part(
+                            format,
+                            &ExactValues::new(format, head[1]),
+                            &lines[GROUP..],
+                            stride,
+                            xs,
+                            &mut second,
+                        );
+                    } else {
+                        part!(head[1], &lines[GROUP..], second);
+                    }
                 }
             }
             for (total, sum) in totals.as_flattened_mut().iter_mut().zip(first.into_iter().chain(second)) {
@@ -884,6 +1078,47 @@ mod tests {
                 // SAFETY: the processor runs AVX2, FMA and F16C (checked).
                 unsafe { x86::group_sums_avx2(&x, &w, 0, &mut got) };
                 assert!(same(&got, &want), "{format:?} AVX2");
+            }
+        }
+    }
+
+    /// Blocks whose scales are ±∞ or the largest finite half, with values and inputs of one sign,
+    /// so that the plain loops' sums are infinite and not NaN: every target gives the same bits.
+    /// The AVX2 kernel's exact `f64` values (`x86::ExactValues`) would make NaN (`∞ · u − ∞`) or
+    /// overflow (`2¹⁰¹²` times a scale of 2¹² or more) where the blocks were not sent to the
+    /// `f32` path.
+    #[test]
+    fn infinite_and_largest_scales_sum_as_the_plain_loops_on_every_target() {
+        let scales: [u16; 3] = [0x7c00, 0xfc00, 0x7bff]; // +∞, −∞, 65504
+        for format in FORMATS {
+            let (rows, cols) = (40, 64); // a pair and a lone group's half
+            let mut bytes = stored(format, rows, cols, 5);
+            for (i, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate() {
+                let (head, row) = (format.head_bytes(), i / (cols / BLOCK));
+                // the first group's blocks with ±∞ among their scales, the second's with 65504
+                // alone (a block of sixteen rows goes to one path or the other as a whole)
+                if i % 3 == 0 {
+                    let scale = if row / GROUP == 1 { scales[2] } else { scales[i / 3 % 2] };
+                    block[..2].copy_from_slice(&scale.to_le_bytes());
+                }
+                if format == BlockFormat::Q4_1 {
+                    block[2..4].copy_from_slice(&0x3c00u16.to_le_bytes()); // a minimum of 1
+                }
+                // Q8_0's q = 5; Q4_0's q − 8 = 2; Q4_1's q = 10
+                block[head..].fill(if format == BlockFormat::Q8_0 { 5 } else { 0xaa });
+            }
+            group_rows(format, &mut bytes, rows, cols).unwrap();
+            let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
+            let x: Vec<f64> = (0..cols).map(|k| 0.25 + k as f64 / 64.0).collect();
+            let mut want = vec![0.0; rows];
+            with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
+            assert!(want.iter().any(|v| v.is_infinite()), "{format:?} {want:?}");
+            assert!(want.iter().all(|v| !v.is_nan()), "{format:?} {want:?}");
+            for target in Target::available() {
+                let mut got = vec![0.0; rows];
+                with_target(target, || row_times_quantized(&x, &w, &mut got, false)).unwrap().unwrap();
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{format:?} on {target:?}");
             }
         }
     }
