@@ -382,24 +382,50 @@ pub(super) mod x86 {
     use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, PAIR, QuantRows, units};
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
-    /// pair of groups, the length whole groups).
+    /// pair of groups, the length whole groups): [`group_sums_as`], with AVX512BW's byte shuffle
+    /// where the processor has it.
     ///
     /// # Safety
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+        // SAFETY: AVX-512F (the caller), and AVX512BW where it is used (checked).
+        unsafe {
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                group_sums_as::<true>(x, w, first, outs)
+            } else {
+                group_sums_as::<false>(x, w, first, outs)
+            }
+        }
+    }
+
+    /// [`group_sums`], the 4-bit formats' exact blocks made by [`exact_block_512`] if `BW`, else
+    /// by lookups (`unit_sums`); the same bits either way.
+    ///
+    /// # Safety
+    /// The processor has AVX-512F, and AVX512BW if `BW`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(in super::super) unsafe fn group_sums_as<const BW: bool>(
+        x: &[f64],
+        w: &QuantRows<'_>,
+        first: usize,
+        outs: &mut [f64],
+    ) {
         for (unit, groups, outs) in units(w, first, outs) {
             const { assert!(PAIR == 2) };
             const Q8: u8 = BlockFormat::Q8_0 as u8;
             const Q4: u8 = BlockFormat::Q4_0 as u8;
             const Q4M: u8 = BlockFormat::Q4_1 as u8;
-            let sums = match (w.format, groups) {
-                (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2>(unit, x),
-                (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2>(unit, x),
-                (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2>(unit, x),
-                (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1>(unit, x),
-                (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1>(unit, x),
-                (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1>(unit, x),
+            // SAFETY: AVX512BW if `BW` (the caller).
+            let sums = unsafe {
+                match (w.format, groups) {
+                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x),
+                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x),
+                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x),
+                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x),
+                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x),
+                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x),
+                }
             };
             // two registers of eight outputs per group
             for (eight, sums) in outs.chunks_exact_mut(8).zip(sums) {
@@ -407,6 +433,86 @@ pub(super) mod x86 {
                 unsafe { _mm512_storeu_pd(eight.as_mut_ptr(), sums) };
             }
         }
+    }
+
+    /// One block of `G` groups' terms added to `sums` ([rows 0–7, 8–15] of each group), a 4-bit
+    /// format's values made as [`ExactValues`] makes them, eight at a time: the byte `0xf0 | q`
+    /// placed by one byte shuffle (AVX512BW) in a double `2⁻¹⁰⁰⁸·(1 + q/16)`, then
+    /// `A·u + C` with `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`, exactly the value.
+    ///
+    /// # Safety
+    /// The processor has AVX-512F and AVX512BW; every group's head passes [`exact_head`].
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    unsafe fn exact_block_512<const G: usize>(
+        format: BlockFormat,
+        heads: [&[u8]; G],
+        lines: &[u8],
+        xs: &[f64],
+        sums: &mut [__m512d; 2 * PAIR],
+    ) {
+        let factor = if format == BlockFormat::Q4_1 { -16.0 } else { -24.0 };
+        let big = _mm512_set1_pd(f64::from_bits(2035 << 52)); // 2¹⁰¹²
+        let mut scale = [_mm512_setzero_pd(); 2 * PAIR];
+        let mut offset = [_mm512_setzero_pd(); 2 * PAIR];
+        for (g, head) in heads.iter().enumerate() {
+            // SAFETY: sixteen halves of scales, and for `Q4_1` sixteen of minimums after them.
+            let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().cast()) });
+            let m = if format == BlockFormat::Q4_1 {
+                _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast()) })
+            } else {
+                _mm512_setzero_ps()
+            };
+            // rows 0–7, then 8–15, in `f64` (plain code: a closure would be compiled for the baseline)
+            let (d_high, m_high) =
+                (_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(d)), _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(m)));
+            let halves = [
+                (_mm512_castps512_ps256(d), _mm512_castps512_ps256(m)),
+                (_mm256_castpd_ps(d_high), _mm256_castpd_ps(m_high)),
+            ];
+            for (h, (d, m)) in halves.into_iter().enumerate() {
+                let (d, m) = (_mm512_cvtps_pd(d), _mm512_cvtps_pd(m));
+                scale[2 * g + h] = _mm512_mul_pd(d, big);
+                offset[2 * g + h] = _mm512_fmadd_pd(d, _mm512_set1_pd(factor), m);
+            }
+        }
+        // byte 8h + k of a group's sixteen into byte 6 of lane k
+        const fn control(h: usize) -> [i8; 64] {
+            let mut c = [-128i8; 64];
+            let mut k = 0;
+            while k < 8 {
+                c[8 * k + 6] = (8 * h + k) as i8;
+                k += 1;
+            }
+            c
+        }
+        const CONTROLS: [[i8; 64]; 2] = [control(0), control(1)];
+        // SAFETY: 64 bytes each.
+        let controls = unsafe {
+            [_mm512_loadu_si512(CONTROLS[0].as_ptr().cast()), _mm512_loadu_si512(CONTROLS[1].as_ptr().cast())]
+        };
+        let high = _mm512_set1_epi8(0xf0u8 as i8);
+        let mut s = *sums;
+        for (line, pair) in lines.chunks_exact(G * GROUP).zip(xs.chunks_exact(2)) {
+            let (a, b) = (_mm512_set1_pd(pair[0]), _mm512_set1_pd(pair[1]));
+            for g in 0..G {
+                // SAFETY: the group's sixteen bytes of the line's `G · 16`.
+                let bytes = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(line.as_ptr().add(g * GROUP).cast()) });
+                let first = _mm512_or_si512(bytes, high);
+                let second = _mm512_or_si512(_mm512_srli_epi64::<4>(bytes), high);
+                for h in 0..2 {
+                    let u = _mm512_castsi512_pd(_mm512_shuffle_epi8(first, controls[h]));
+                    s[2 * g + h] =
+                        _mm512_fmadd_pd(a, _mm512_fmadd_pd(scale[2 * g + h], u, offset[2 * g + h]), s[2 * g + h]);
+                }
+                for h in 0..2 {
+                    let u = _mm512_castsi512_pd(_mm512_shuffle_epi8(second, controls[h]));
+                    s[2 * g + h] =
+                        _mm512_fmadd_pd(b, _mm512_fmadd_pd(scale[2 * g + h], u, offset[2 * g + h]), s[2 * g + h]);
+                }
+            }
+        }
+        *sums = s;
     }
 
     /// Whether every `Q4_1` value `d · q + m` of a grouped block's sixteen rows (its head: sixteen
@@ -452,8 +558,14 @@ pub(super) mod x86 {
     /// sixteen numbers `0..16` (or `−8..8`), its byte as the index (`vpermt2pd` reads the low four
     /// bits). Compiled per format (`F`, as `BlockFormat as u8`) and group count, so that neither is
     /// tested in a loop.
+    ///
+    /// With `BW`, the 4-bit formats' blocks whose heads pass [`exact_head`] go to
+    /// [`exact_block_512`] instead.
+    ///
+    /// # Safety
+    /// If `BW`, the processor has AVX512BW.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    fn unit_sums<const F: u8, const G: usize>(unit: &[u8], x: &[f64]) -> [__m512d; 2 * PAIR] {
+    unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool>(unit: &[u8], x: &[f64]) -> [__m512d; 2 * PAIR] {
         const { assert!(G >= 1 && G <= PAIR) };
         let format = match F {
             0 => BlockFormat::Q8_0,
@@ -507,6 +619,11 @@ pub(super) mod x86 {
                         }
                         out
                     }};
+                }
+                if BW && format != BlockFormat::Q8_0 && heads.iter().all(|head| exact_head(format, head)) {
+                    // SAFETY: the caller checked AVX512BW (`BW`).
+                    unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
+                    continue;
                 }
                 let lines = lines.chunks_exact(G * GROUP);
                 let mut exact = true;
@@ -1040,6 +1157,29 @@ mod tests {
         }
     }
 
+    /// The AVX-512 kernel's outputs for all of `w`'s rows, with the lookups and (where the
+    /// processor has AVX512BW) with the byte shuffle; none where it lacks AVX-512. The dispatch
+    /// takes the byte shuffle wherever it can, so the lookups are tested only here.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    fn avx512_variants(x: &[f64], w: &QuantRows<'_>) -> Vec<(&'static str, Vec<f64>)> {
+        let whole = w.grouped_rows();
+        let mut out = Vec::new();
+        if Target::Avx512.is_available() {
+            let mut got = vec![0.0; whole];
+            // SAFETY: the processor runs AVX-512 (checked).
+            unsafe { x86::group_sums_as::<false>(x, w, 0, &mut got) };
+            out.push(("AVX-512 with lookups", got));
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                let mut got = vec![0.0; whole];
+                // SAFETY: the processor runs AVX-512 and AVX512BW (checked).
+                unsafe { x86::group_sums_as::<true>(x, w, 0, &mut got) };
+                out.push(("AVX-512 with byte shuffles", got));
+            }
+        }
+        out
+    }
+
     /// The explicit kernels called directly — the dispatch falls back to the compiled loops where
     /// F16C is missing, and records the same target either way — on scales and minimums of +0,
     /// −0, the smallest subnormal, the largest finite half and ±∞, and inputs of ±0: every output
@@ -1067,11 +1207,8 @@ mod tests {
             let mut want = vec![0.0; rows];
             crate::isa::run(Target::Portable, GroupSums { x: &x, w: &w, first: 0, outs: &mut want });
             assert!(want.iter().any(|v| v.is_finite()) && want.iter().any(|v| !v.is_finite()), "{format:?}");
-            if Target::Avx512.is_available() {
-                let mut got = vec![0.0; rows];
-                // SAFETY: the processor runs AVX-512 (checked).
-                unsafe { x86::group_sums(&x, &w, 0, &mut got) };
-                assert!(same(&got, &want), "{format:?} AVX-512");
+            for (name, got) in avx512_variants(&x, &w) {
+                assert!(same(&got, &want), "{format:?} {name}");
             }
             if Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("f16c") {
                 let mut got = vec![0.0; rows];
@@ -1114,11 +1251,15 @@ mod tests {
             with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
             assert!(want.iter().any(|v| v.is_infinite()), "{format:?} {want:?}");
             assert!(want.iter().all(|v| !v.is_nan()), "{format:?} {want:?}");
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for target in Target::available() {
                 let mut got = vec![0.0; rows];
                 with_target(target, || row_times_quantized(&x, &w, &mut got, false)).unwrap().unwrap();
-                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&got), bits(&want), "{format:?} on {target:?}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            for (name, got) in avx512_variants(&x, &w) {
+                assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {name}");
             }
         }
     }
@@ -1223,11 +1364,15 @@ mod tests {
         let kinds: Vec<(bool, bool)> = pair_blocks.collect();
         assert!(kinds.iter().any(|&(e, _)| !e), "{kinds:?}");
         assert!(kinds.iter().any(|&(e, special)| e && special), "{kinds:?}");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for target in Target::available() {
             let mut got = vec![0.0; rows];
             with_target(target, || row_times_quantized(&x, &b, &mut got, false)).unwrap().unwrap();
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{target:?}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for (name, got) in avx512_variants(&x, &b) {
+            assert_eq!(bits(&got), bits(&want[..got.len()]), "{name}");
         }
     }
 
