@@ -371,6 +371,20 @@ impl GroupedBlock for Q4_1 {
     }
 }
 
+/// Whether no sum of inputs `x` can ever be −0, so that the sign of a zero value cannot change
+/// an output: every input is zero or at least 2⁻⁹⁹⁸ in magnitude (NaN and ±∞ included).
+///
+/// The x86 kernels' exact values (`x86::ExactValues`) give +0 where `value` gives −0 (`Q8_0`
+/// with `q = 0`, `Q4_0` with `q = 8`, under a negative scale). A sum starts at +0 and becomes −0
+/// only when a nonzero exact result is rounded to zero. A value is a multiple of 2⁻²⁴ (a half's
+/// unit, times an integer), and an input of magnitude 2⁻⁹⁹⁸ or more a multiple of 2⁻¹⁰⁵⁰, so
+/// every exact result is a multiple of 2⁻¹⁰⁷⁴ and is never rounded to zero. Smaller inputs send
+/// the kernels to their other paths.
+pub(super) fn sums_never_reach_minus_zero(x: &[f64]) -> bool {
+    const SMALLEST: f64 = f64::MIN_POSITIVE * 16_777_216.0; // 2⁻⁹⁹⁸
+    x.iter().all(|a| *a == 0.0 || a.is_nan() || a.abs() >= SMALLEST)
+}
+
 /// The grouped kernel written with AVX-512 instructions — a pair of groups at a time (or a lone
 /// last group), its values made in `f64` where they are the same numbers (`unit_sums`) — and with
 /// AVX2 ones. The same values and sums in the same order as [`GroupSums`], so the same bits.
@@ -383,24 +397,31 @@ pub(super) mod x86 {
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
     /// pair of groups, the length whole groups): [`group_sums_as`], with AVX512BW's byte shuffle
-    /// where the processor has it.
+    /// where the processor has it and `exact` ([`super::sums_never_reach_minus_zero`] of `x`).
     ///
     /// # Safety
     /// The processor has AVX-512F.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(in super::super) unsafe fn group_sums(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+    pub(in super::super) unsafe fn group_sums(
+        x: &[f64],
+        w: &QuantRows<'_>,
+        first: usize,
+        outs: &mut [f64],
+        exact: bool,
+    ) {
         // SAFETY: AVX-512F (the caller), and AVX512BW where it is used (checked).
         unsafe {
             if std::arch::is_x86_feature_detected!("avx512bw") {
-                group_sums_as::<true>(x, w, first, outs)
+                group_sums_as::<true>(x, w, first, outs, exact)
             } else {
-                group_sums_as::<false>(x, w, first, outs)
+                group_sums_as::<false>(x, w, first, outs, exact)
             }
         }
     }
 
-    /// [`group_sums`], the 4-bit formats' exact blocks made by [`exact_block_512`] if `BW`, else
-    /// by lookups (`unit_sums`); the same bits either way.
+    /// [`group_sums`], the 4-bit formats' blocks that [`exact_head`] admits made by
+    /// [`exact_block_512`] if `BW` and `exact` ([`super::sums_never_reach_minus_zero`] of `x`),
+    /// else by lookups (`unit_sums`): the same bits either way.
     ///
     /// # Safety
     /// The processor has AVX-512F, and AVX512BW if `BW`.
@@ -410,6 +431,7 @@ pub(super) mod x86 {
         w: &QuantRows<'_>,
         first: usize,
         outs: &mut [f64],
+        exact: bool,
     ) {
         for (unit, groups, outs) in units(w, first, outs) {
             const { assert!(PAIR == 2) };
@@ -419,12 +441,12 @@ pub(super) mod x86 {
             // SAFETY: AVX512BW if `BW` (the caller).
             let sums = unsafe {
                 match (w.format, groups) {
-                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x),
-                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x),
-                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x),
-                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x),
-                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x),
-                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x),
+                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x, exact),
+                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x, exact),
+                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x, exact),
+                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x, exact),
+                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x, exact),
+                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x, exact),
                 }
             };
             // two registers of eight outputs per group
@@ -463,7 +485,7 @@ pub(super) mod x86 {
             } else {
                 _mm512_setzero_ps()
             };
-            // rows 0–7, then 8–15, in `f64` (plain code: a closure would be compiled for the baseline)
+            // rows 0–7, then 8–15, in `f64`
             let (d_high, m_high) =
                 (_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(d)), _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(m)));
             let halves = [
@@ -559,13 +581,17 @@ pub(super) mod x86 {
     /// bits). Compiled per format (`F`, as `BlockFormat as u8`) and group count, so that neither is
     /// tested in a loop.
     ///
-    /// With `BW`, the 4-bit formats' blocks whose heads pass [`exact_head`] go to
-    /// [`exact_block_512`] instead.
+    /// With `BW` and `exact` ([`super::sums_never_reach_minus_zero`] of `x`), the 4-bit formats'
+    /// blocks whose heads pass [`exact_head`] go to [`exact_block_512`] instead.
     ///
     /// # Safety
     /// If `BW`, the processor has AVX512BW.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool>(unit: &[u8], x: &[f64]) -> [__m512d; 2 * PAIR] {
+    unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool>(
+        unit: &[u8],
+        x: &[f64],
+        exact: bool,
+    ) -> [__m512d; 2 * PAIR] {
         const { assert!(G >= 1 && G <= PAIR) };
         let format = match F {
             0 => BlockFormat::Q8_0,
@@ -620,7 +646,7 @@ pub(super) mod x86 {
                         out
                     }};
                 }
-                if BW && format != BlockFormat::Q8_0 && heads.iter().all(|head| exact_head(format, head)) {
+                if BW && exact && format != BlockFormat::Q8_0 && heads.iter().all(|head| exact_head(format, head)) {
                     // SAFETY: the caller checked AVX512BW (`BW`).
                     unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
                     continue;
@@ -753,15 +779,18 @@ pub(super) mod x86 {
     /// - `Q8_0`'s byte `q + 128` goes in bits 40–47 of 1.0 (the same shuffle, then the bits of 1.0
     ///   ored in): `u = 1 + (q + 128)·2⁻¹²`; with `A = 2¹²·d`, `A·u = 4096·d + (q + 128)·d`.
     /// - `C` takes the extra terms away: `m − 16·d` (`Q4_1`), `−24·d` (`Q4_0`), `−4224·d`
-    ///   (`Q8_0`). Each is exact: `d` and `m` are halves, `24·d` and `4224·d` have at most 13
-    ///   significant bits, and `m − 16·d` spans at most 26 bits where the exponents' rule of
-    ///   [`exact_q4_1`] holds.
-    /// - So `A·u + C` is exactly `d·q + m`, `d·(q − 8)` or `d·q`, which is representable: the
-    ///   fused multiply-add rounds nothing. A zero value may come out as +0 where `value` gives
-    ///   −0; a sum that starts at +0 cannot tell them apart.
+    ///   (`Q8_0`). Each is exact in `f64`: `24·d` and `4224·d` have at most 17 significant bits
+    ///   (a half has 11), and `m − 16·d` spans at most 51 bits for any two finite halves.
+    /// - So the fused multiply-add's exact result `A·u + C` is `d·q + m`, `d·(q − 8)` or `d·q`,
+    ///   the real number `value` rounds in `f32`; it is exact in `f32` (always for `Q8_0` and
+    ///   `Q4_0`, at most 19 significant bits; for `Q4_1` where [`exact_q4_1`] says so), hence in
+    ///   `f64`, and nothing is rounded.
+    /// - A zero value comes out as +0 where `value` may give −0. That cannot change an output
+    ///   when [`super::sums_never_reach_minus_zero`] holds for the inputs, which the callers
+    ///   check.
     ///
     /// One shuffle and one fused multiply-add per four values, where widening `f32` values took
-    /// about twice the operations (`docs/performance.md`, 2026-12-05, fourth).
+    /// about twice the operations (`docs/performance.md`, "2026-12-05, fourth").
     // Aligned to a cache line and made by the caller: made inside `exact_part`, in the
     // compiler's unaligned stack slots (loads split across lines), the `Q8_0` kernel ran 6.8 G
     // weights/s on one core against 8.8.
@@ -789,7 +818,6 @@ pub(super) mod x86 {
                 BlockFormat::Q4_1 => (f64::from_bits(2035 << 52), -16.0),
             };
             let (mut scale, mut offset) = ([_mm256_setzero_pd(); 4], [_mm256_setzero_pd(); 4]);
-            // plain loops: a closure's body would be compiled for the baseline
             for h in 0..2 {
                 let d = halves(h * GROUP);
                 let m = if format == BlockFormat::Q4_1 { halves((2 + h) * GROUP) } else { _mm256_setzero_ps() };
@@ -809,8 +837,16 @@ pub(super) mod x86 {
         /// The values of rows `4r..4r + 4` from `bytes`: each row's byte (sixteen rows, in both
         /// halves of the register), for 4-bit formats (`NIBBLE`) already `0xf0 | q`, for `Q8_0`
         /// `q + 128`.
+        ///
+        /// `vpshufb` picks bytes within each 128-bit half of the register, by the control's
+        /// bytes, and writes zero where a control byte is negative: so the line's sixteen bytes
+        /// are in both halves, the lanes 0–1 reading the lower copy and 2–3 the upper.
+        ///
+        /// # Safety
+        /// The processor has AVX2 and FMA (it is called only from functions that enable them,
+        /// into which it is inlined).
         #[inline(always)]
-        fn of<const NIBBLE: bool>(&self, bytes: __m256i, r: usize) -> __m256d {
+        unsafe fn of<const NIBBLE: bool>(&self, bytes: __m256i, r: usize) -> __m256d {
             // byte 4r + k of the sixteen into byte `at` of the 64-bit lane k, zeros elsewhere
             const fn control(r: usize, at: usize) -> [i8; 32] {
                 let mut c = [-128i8; 32];
@@ -823,9 +859,7 @@ pub(super) mod x86 {
             }
             const NIBBLES: [[i8; 32]; 4] = [control(0, 6), control(1, 6), control(2, 6), control(3, 6)];
             const BYTES: [[i8; 32]; 4] = [control(0, 5), control(1, 5), control(2, 5), control(3, 5)];
-            // SAFETY (the intrinsics): `of` is inlined only into functions with AVX2 and FMA;
-            // 32 bytes of control.
-            #[allow(unused_unsafe)]
+            // SAFETY: AVX2 and FMA (the caller); 32 bytes of control.
             unsafe {
                 let u = if NIBBLE {
                     _mm256_shuffle_epi8(bytes, _mm256_loadu_si256(NIBBLES[r].as_ptr().cast()))
@@ -870,7 +904,8 @@ pub(super) mod x86 {
                 for (i, &a) in xs.iter().enumerate() {
                     let (a, bytes) = (_mm256_set1_pd(a), _mm256_xor_si256(line!(i), _mm256_set1_epi8(-128))); // q + 128
                     for (r, sum) in s.iter_mut().enumerate() {
-                        *sum = _mm256_fmadd_pd(a, values.of::<false>(bytes, r), *sum);
+                        // SAFETY: this function enables AVX2 and FMA.
+                        *sum = _mm256_fmadd_pd(a, unsafe { values.of::<false>(bytes, r) }, *sum);
                     }
                 }
             }
@@ -884,10 +919,12 @@ pub(super) mod x86 {
                     let second = _mm256_or_si256(_mm256_srli_epi16::<4>(bytes), high);
                     let (a, b) = (_mm256_set1_pd(pair[0]), _mm256_set1_pd(pair[1]));
                     for (r, sum) in s.iter_mut().enumerate() {
-                        *sum = _mm256_fmadd_pd(a, values.of::<true>(first, r), *sum);
+                        // SAFETY: this function enables AVX2 and FMA.
+                        *sum = _mm256_fmadd_pd(a, unsafe { values.of::<true>(first, r) }, *sum);
                     }
                     for (r, sum) in s.iter_mut().enumerate() {
-                        *sum = _mm256_fmadd_pd(b, values.of::<true>(second, r), *sum);
+                        // SAFETY: this function enables AVX2 and FMA.
+                        *sum = _mm256_fmadd_pd(b, unsafe { values.of::<true>(second, r) }, *sum);
                     }
                 }
             }
@@ -896,7 +933,8 @@ pub(super) mod x86 {
     }
 
     /// [`group_sums`] with AVX2 instructions: a group's values of a block made exactly in `f64`
-    /// where [`exact_head`] allows it ([`ExactValues`], every block of the models tried), else
+    /// where `exact` ([`super::sums_never_reach_minus_zero`] of `x`) and [`exact_head`] allow it
+    /// ([`ExactValues`], every block of the models tried), else
     /// the sixteen values of one input made in two registers of eight `f32` (the scales widened
     /// by F16C), each widened into two registers of four `f64`. The compiled
     /// [`super::GroupSums`] makes the values four at a time instead.
@@ -904,9 +942,15 @@ pub(super) mod x86 {
     /// # Safety
     /// The processor has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn group_sums_avx2(x: &[f64], w: &QuantRows<'_>, first: usize, outs: &mut [f64]) {
+    pub(in super::super) unsafe fn group_sums_avx2(
+        x: &[f64],
+        w: &QuantRows<'_>,
+        first: usize,
+        outs: &mut [f64],
+        exact: bool,
+    ) {
         for (unit, groups, outs) in units(w, first, outs) {
-            let sums = sums_avx2(w.format, unit, groups, x);
+            let sums = sums_avx2(w.format, unit, groups, x, exact);
             for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums.as_flattened()) {
                 // SAFETY: four outputs.
                 unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), *sums) };
@@ -918,7 +962,7 @@ pub(super) mod x86 {
     /// order of [`super::sums`]: block by block, each group's part in turn, so that the unit is
     /// read once, front to back.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn sums_avx2(format: BlockFormat, unit: &[u8], groups: usize, x: &[f64]) -> [[__m256d; 4]; PAIR] {
+    fn sums_avx2(format: BlockFormat, unit: &[u8], groups: usize, x: &[f64], exact: bool) -> [[__m256d; 4]; PAIR] {
         let block_bytes = GROUP * format.block_bytes();
         let head_bytes = GROUP * format.head_bytes();
         let mut totals = [[_mm256_setzero_pd(); 4]; PAIR];
@@ -1010,13 +1054,13 @@ pub(super) mod x86 {
                 // each group's values made exactly in `f64` where they can be (`ExactValues`),
                 // else in `f32` and widened
                 let head = [&heads[..head_bytes], heads.get(head_bytes..).unwrap_or_default()];
-                if exact_head(format, head[0]) {
+                if exact && exact_head(format, head[0]) {
                     exact_part(format, &ExactValues::new(format, head[0]), lines, stride, xs, &mut first);
                 } else {
                     part!(head[0], lines, first);
                 }
                 if groups == PAIR {
-                    if exact_head(format, head[1]) {
+                    if exact && exact_head(format, head[1]) {
                         exact_part(
                             format,
                             &ExactValues::new(format, head[1]),
@@ -1168,12 +1212,12 @@ mod tests {
         if Target::Avx512.is_available() {
             let mut got = vec![0.0; whole];
             // SAFETY: the processor runs AVX-512 (checked).
-            unsafe { x86::group_sums_as::<false>(x, w, 0, &mut got) };
+            unsafe { x86::group_sums_as::<false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
             out.push(("AVX-512 with lookups", got));
             if std::arch::is_x86_feature_detected!("avx512bw") {
                 let mut got = vec![0.0; whole];
                 // SAFETY: the processor runs AVX-512 and AVX512BW (checked).
-                unsafe { x86::group_sums_as::<true>(x, w, 0, &mut got) };
+                unsafe { x86::group_sums_as::<true>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
                 out.push(("AVX-512 with byte shuffles", got));
             }
         }
@@ -1213,33 +1257,37 @@ mod tests {
             if Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("f16c") {
                 let mut got = vec![0.0; rows];
                 // SAFETY: the processor runs AVX2, FMA and F16C (checked).
-                unsafe { x86::group_sums_avx2(&x, &w, 0, &mut got) };
+                unsafe { x86::group_sums_avx2(&x, &w, 0, &mut got, sums_never_reach_minus_zero(&x)) };
                 assert!(same(&got, &want), "{format:?} AVX2");
             }
         }
     }
 
-    /// Blocks whose scales are ±∞ or the largest finite half, with values and inputs of one sign,
+    /// Blocks whose scales are ±∞, 2¹² or the largest finite half, with values and inputs of one sign,
     /// so that the plain loops' sums are infinite and not NaN: every target gives the same bits.
     /// The AVX2 kernel's exact `f64` values (`x86::ExactValues`) would make NaN (`∞ · u − ∞`) or
     /// overflow (`2¹⁰¹²` times a scale of 2¹² or more) where the blocks were not sent to the
     /// `f32` path.
     #[test]
     fn infinite_and_largest_scales_sum_as_the_plain_loops_on_every_target() {
-        let scales: [u16; 3] = [0x7c00, 0xfc00, 0x7bff]; // +∞, −∞, 65504
+        let scales: [u16; 4] = [0x7c00, 0xfc00, 0x6c00, 0x7bff]; // +∞, −∞, 2¹², 65504
         for format in FORMATS {
-            let (rows, cols) = (40, 64); // a pair and a lone group's half
+            let (rows, cols) = (40, 64); // a pair and eight rows after it, as stored
             let mut bytes = stored(format, rows, cols, 5);
             for (i, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate() {
                 let (head, row) = (format.head_bytes(), i / (cols / BLOCK));
-                // the first group's blocks with ±∞ among their scales, the second's with 65504
-                // alone (a block of sixteen rows goes to one path or the other as a whole)
+                // the first group's blocks with ±∞ among their scales, the second's with 2¹² or
+                // 65504 (a block of sixteen rows goes to one path or the other as a whole)
                 if i % 3 == 0 {
-                    let scale = if row / GROUP == 1 { scales[2] } else { scales[i / 3 % 2] };
+                    let scale = if row / GROUP == 1 { scales[2 + i / 3 % 2] } else { scales[i / 3 % 2] };
                     block[..2].copy_from_slice(&scale.to_le_bytes());
                 }
                 if format == BlockFormat::Q4_1 {
-                    block[2..4].copy_from_slice(&0x3c00u16.to_le_bytes()); // a minimum of 1
+                    // a minimum equal to the scale, so that `exact_q4_1` admits every finite pair
+                    // and only the bound on the scale sends a block to the `f32` path; 1 beside ±∞
+                    let d = u16::from_le_bytes([block[0], block[1]]);
+                    let m = if d & 0x7c00 == 0x7c00 { 0x3c00 } else { d };
+                    block[2..4].copy_from_slice(&m.to_le_bytes());
                 }
                 // Q8_0's q = 5; Q4_0's q − 8 = 2; Q4_1's q = 10
                 block[head..].fill(if format == BlockFormat::Q8_0 { 5 } else { 0xaa });
@@ -1261,6 +1309,73 @@ mod tests {
             for (name, got) in avx512_variants(&x, &w) {
                 assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {name}");
             }
+        }
+    }
+
+    /// Inputs so small that a term's exact product is rounded to −0 (a subnormal input, or one
+    /// near 2⁻¹⁰⁰⁰ whose product has bits below 2⁻¹⁰⁷⁴) leave a sum at −0, where the sign of a
+    /// zero value then shows: every target, and both AVX-512 variants, give the plain loops' bits
+    /// all the same (the exact values give +0 where `value` gives −0, so they must not be used).
+    #[test]
+    fn sums_rounded_to_minus_zero_keep_the_sign_of_zero_values_on_every_target() {
+        let tiny = f64::from_bits((1023 - 1000) << 52 | 1); // 2⁻¹⁰⁰⁰·(1 + 2⁻⁵²), normal
+        let inputs: [&[(usize, f64)]; 2] = [&[(0, f64::from_bits(1)), (1, 0.0)], &[(0, -tiny), (1, tiny)]];
+        for format in FORMATS {
+            let (rows, cols) = (48, 64); // a pair and a lone group
+            // every row: scale −2⁻²⁴ (the smallest negative subnormal), for Q4_1 minimum −0;
+            // values 0 and 1 equal to the scale, the others −0
+            let (one, zero) = match format {
+                BlockFormat::Q8_0 => (1u8, 0u8),
+                BlockFormat::Q4_0 => (9, 8),
+                BlockFormat::Q4_1 => (1, 0),
+            };
+            let block = |nonzero: usize| {
+                let mut block = 0x8001u16.to_le_bytes().to_vec();
+                if format == BlockFormat::Q4_1 {
+                    block.extend(0x8000u16.to_le_bytes());
+                }
+                match format {
+                    BlockFormat::Q8_0 => block.extend((0..32).map(|i| if i < nonzero { one } else { zero })),
+                    _ => block.extend((0..16).map(|j| if j < nonzero { one | zero << 4 } else { zero | zero << 4 })),
+                }
+                block
+            };
+            let mut bytes = [block(2), block(0)].concat().repeat(rows); // the second block's values all −0
+            group_rows(format, &mut bytes, rows, cols).unwrap();
+            let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
+            for set in inputs {
+                let mut x = vec![1.0; cols];
+                for &(k, v) in set {
+                    x[k] = v;
+                }
+                assert!(!sums_never_reach_minus_zero(&x));
+                let mut want = vec![0.0; rows];
+                with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
+                assert!(want.iter().all(|v| v.to_bits() == (-0.0f64).to_bits()), "{format:?} {want:?}");
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for target in Target::available() {
+                    let mut got = vec![0.0; rows];
+                    with_target(target, || row_times_quantized(&x, &w, &mut got, false)).unwrap().unwrap();
+                    assert_eq!(bits(&got), bits(&want), "{format:?} {set:?} on {target:?}");
+                }
+                #[cfg(target_arch = "x86_64")]
+                for (name, got) in avx512_variants(&x, &w) {
+                    assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {set:?} {name}");
+                }
+            }
+        }
+    }
+
+    /// The inputs that keep sums from −0: zeros, NaN, ±∞ and magnitudes from 2⁻⁹⁹⁸ up; not a
+    /// nonzero input below that.
+    #[test]
+    fn the_inputs_that_keep_sums_from_minus_zero() {
+        let smallest = f64::MIN_POSITIVE * 16_777_216.0;
+        for fine in [0.0, -0.0, f64::NAN, f64::INFINITY, -f64::INFINITY, smallest, -smallest, 1.0, f64::MAX] {
+            assert!(sums_never_reach_minus_zero(&[1.0, fine]), "{fine:e}");
+        }
+        for small in [f64::from_bits(1), -f64::MIN_POSITIVE, smallest * (1.0 - f64::EPSILON / 2.0), -1e-301] {
+            assert!(!sums_never_reach_minus_zero(&[1.0, small]), "{small:e}");
         }
     }
 
