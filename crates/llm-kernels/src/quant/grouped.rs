@@ -372,14 +372,18 @@ impl GroupedBlock for Q4_1 {
 }
 
 /// Whether no sum of inputs `x` can ever be −0, so that the sign of a zero value cannot change
-/// an output: every input is zero or at least 2⁻⁹⁹⁸ in magnitude (NaN and ±∞ included).
+/// an output: every input is zero, NaN, infinite or at least 2⁻⁹⁹⁸ in magnitude.
 ///
-/// The x86 kernels' exact values (`x86::ExactValues`) give +0 where `value` gives −0 (`Q8_0`
-/// with `q = 0`, `Q4_0` with `q = 8`, under a negative scale). A sum starts at +0 and becomes −0
-/// only when a nonzero exact result is rounded to zero. A value is a multiple of 2⁻²⁴ (a half's
-/// unit, times an integer), and an input of magnitude 2⁻⁹⁹⁸ or more a multiple of 2⁻¹⁰⁵⁰, so
-/// every exact result is a multiple of 2⁻¹⁰⁷⁴ and is never rounded to zero. Smaller inputs send
-/// the kernels to their other paths.
+/// Every zero value the x86 kernels' exact values make (`x86::ExactValues`) is +0, where `value`
+/// gives −0 in some cases (e.g. `Q8_0`'s `q = 0` or `Q4_0`'s `q = 8` under a negative scale,
+/// `Q4_1`'s `d·q = −0` beside `m = −0`). A term `a·v + s` shows the sign of a zero `v` only when
+/// `s` is −0 (then −0 + −0 = −0 against −0 + +0 = +0; an infinite `a` gives the same NaN either
+/// way, and a NaN `a` propagates). A sum starts at +0 and becomes −0 only when a nonzero exact
+/// result is rounded to zero (in round-to-nearest, the only mode these kernels run in). A value
+/// is a multiple of 2⁻²⁴ (a half's unit, times an integer), and an input of magnitude 2⁻⁹⁹⁸ or
+/// more a multiple of 2⁻¹⁰⁵⁰, so every exact result is a multiple of 2⁻¹⁰⁷⁴ and none is rounded
+/// to zero. Smaller inputs send the kernels to their other paths, which make `value`'s zeros.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code, reason = "only the x86 kernels make exact values"))]
 pub(super) fn sums_never_reach_minus_zero(x: &[f64]) -> bool {
     const SMALLEST: f64 = f64::MIN_POSITIVE * 16_777_216.0; // 2⁻⁹⁹⁸
     x.iter().all(|a| *a == 0.0 || a.is_nan() || a.abs() >= SMALLEST)
@@ -397,7 +401,7 @@ pub(super) mod x86 {
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
     /// pair of groups, the length whole groups): [`group_sums_as`], with AVX512BW's byte shuffle
-    /// where the processor has it and `exact` ([`super::sums_never_reach_minus_zero`] of `x`).
+    /// where the processor has it and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`).
     ///
     /// # Safety
     /// The processor has AVX-512F.
@@ -407,20 +411,21 @@ pub(super) mod x86 {
         w: &QuantRows<'_>,
         first: usize,
         outs: &mut [f64],
-        exact: bool,
+        no_minus_zero: bool,
     ) {
         // SAFETY: AVX-512F (the caller), and AVX512BW where it is used (checked).
         unsafe {
             if std::arch::is_x86_feature_detected!("avx512bw") {
-                group_sums_as::<true>(x, w, first, outs, exact)
+                group_sums_as::<true>(x, w, first, outs, no_minus_zero)
             } else {
-                group_sums_as::<false>(x, w, first, outs, exact)
+                group_sums_as::<false>(x, w, first, outs, no_minus_zero)
             }
         }
     }
 
     /// [`group_sums`], the 4-bit formats' blocks that [`exact_head`] admits made by
-    /// [`exact_block_512`] if `BW` and `exact` ([`super::sums_never_reach_minus_zero`] of `x`),
+    /// [`exact_block_512`] if `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of
+    /// `x`),
     /// else by lookups (`unit_sums`): the same bits either way.
     ///
     /// # Safety
@@ -431,7 +436,7 @@ pub(super) mod x86 {
         w: &QuantRows<'_>,
         first: usize,
         outs: &mut [f64],
-        exact: bool,
+        no_minus_zero: bool,
     ) {
         for (unit, groups, outs) in units(w, first, outs) {
             const { assert!(PAIR == 2) };
@@ -441,12 +446,12 @@ pub(super) mod x86 {
             // SAFETY: AVX512BW if `BW` (the caller).
             let sums = unsafe {
                 match (w.format, groups) {
-                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x, exact),
-                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x, exact),
-                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x, exact),
-                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x, exact),
-                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x, exact),
-                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x, exact),
+                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x, no_minus_zero),
+                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x, no_minus_zero),
                 }
             };
             // two registers of eight outputs per group
@@ -463,7 +468,8 @@ pub(super) mod x86 {
     /// `A·u + C` with `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`, exactly the value.
     ///
     /// # Safety
-    /// The processor has AVX-512F and AVX512BW; every group's head passes [`exact_head`].
+    /// The processor has AVX-512F and AVX512BW; `format` is `Q4_0` or `Q4_1`, and every group's
+    /// head passes [`exact_head`] (which also makes it long enough for the loads below).
     #[inline(never)]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     unsafe fn exact_block_512<const G: usize>(
@@ -478,7 +484,8 @@ pub(super) mod x86 {
         let mut scale = [_mm512_setzero_pd(); 2 * PAIR];
         let mut offset = [_mm512_setzero_pd(); 2 * PAIR];
         for (g, head) in heads.iter().enumerate() {
-            // SAFETY: sixteen halves of scales, and for `Q4_1` sixteen of minimums after them.
+            // SAFETY: sixteen halves of scales, and for `Q4_1` sixteen of minimums after them:
+            // `exact_head` passed only heads of 32 bytes, and of 64 for `Q4_1` (the caller).
             let d = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().cast()) });
             let m = if format == BlockFormat::Q4_1 {
                 _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(head.as_ptr().add(2 * GROUP).cast()) })
@@ -581,7 +588,7 @@ pub(super) mod x86 {
     /// bits). Compiled per format (`F`, as `BlockFormat as u8`) and group count, so that neither is
     /// tested in a loop.
     ///
-    /// With `BW` and `exact` ([`super::sums_never_reach_minus_zero`] of `x`), the 4-bit formats'
+    /// With `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), the 4-bit formats'
     /// blocks whose heads pass [`exact_head`] go to [`exact_block_512`] instead.
     ///
     /// # Safety
@@ -590,7 +597,7 @@ pub(super) mod x86 {
     unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool>(
         unit: &[u8],
         x: &[f64],
-        exact: bool,
+        no_minus_zero: bool,
     ) -> [__m512d; 2 * PAIR] {
         const { assert!(G >= 1 && G <= PAIR) };
         let format = match F {
@@ -646,7 +653,11 @@ pub(super) mod x86 {
                         out
                     }};
                 }
-                if BW && exact && format != BlockFormat::Q8_0 && heads.iter().all(|head| exact_head(format, head)) {
+                if BW
+                    && no_minus_zero
+                    && format != BlockFormat::Q8_0
+                    && heads.iter().all(|head| exact_head(format, head))
+                {
                     // SAFETY: the caller checked AVX512BW (`BW`).
                     unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
                     continue;
@@ -933,7 +944,7 @@ pub(super) mod x86 {
     }
 
     /// [`group_sums`] with AVX2 instructions: a group's values of a block made exactly in `f64`
-    /// where `exact` ([`super::sums_never_reach_minus_zero`] of `x`) and [`exact_head`] allow it
+    /// where `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`) and [`exact_head`] allow it
     /// ([`ExactValues`], every block of the models tried), else
     /// the sixteen values of one input made in two registers of eight `f32` (the scales widened
     /// by F16C), each widened into two registers of four `f64`. The compiled
@@ -947,10 +958,10 @@ pub(super) mod x86 {
         w: &QuantRows<'_>,
         first: usize,
         outs: &mut [f64],
-        exact: bool,
+        no_minus_zero: bool,
     ) {
         for (unit, groups, outs) in units(w, first, outs) {
-            let sums = sums_avx2(w.format, unit, groups, x, exact);
+            let sums = sums_avx2(w.format, unit, groups, x, no_minus_zero);
             for (quarter, sums) in outs.chunks_exact_mut(4).zip(sums.as_flattened()) {
                 // SAFETY: four outputs.
                 unsafe { _mm256_storeu_pd(quarter.as_mut_ptr(), *sums) };
@@ -962,7 +973,13 @@ pub(super) mod x86 {
     /// order of [`super::sums`]: block by block, each group's part in turn, so that the unit is
     /// read once, front to back.
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn sums_avx2(format: BlockFormat, unit: &[u8], groups: usize, x: &[f64], exact: bool) -> [[__m256d; 4]; PAIR] {
+    fn sums_avx2(
+        format: BlockFormat,
+        unit: &[u8],
+        groups: usize,
+        x: &[f64],
+        no_minus_zero: bool,
+    ) -> [[__m256d; 4]; PAIR] {
         let block_bytes = GROUP * format.block_bytes();
         let head_bytes = GROUP * format.head_bytes();
         let mut totals = [[_mm256_setzero_pd(); 4]; PAIR];
@@ -1054,13 +1071,13 @@ pub(super) mod x86 {
                 // each group's values made exactly in `f64` where they can be (`ExactValues`),
                 // else in `f32` and widened
                 let head = [&heads[..head_bytes], heads.get(head_bytes..).unwrap_or_default()];
-                if exact && exact_head(format, head[0]) {
+                if no_minus_zero && exact_head(format, head[0]) {
                     exact_part(format, &ExactValues::new(format, head[0]), lines, stride, xs, &mut first);
                 } else {
                     part!(head[0], lines, first);
                 }
                 if groups == PAIR {
-                    if exact && exact_head(format, head[1]) {
+                    if no_minus_zero && exact_head(format, head[1]) {
                         exact_part(
                             format,
                             &ExactValues::new(format, head[1]),

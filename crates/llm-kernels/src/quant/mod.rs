@@ -35,19 +35,23 @@
 //! in `f32`, and a fused multiply-add in `f64` (the one-row path's term); and each output's chain
 //! of those additions, one after the other. With one group of sixteen outputs in two AVX-512
 //! registers, each input waited for the previous one's multiply-add (four cycles for sixteen
-//! weights): about 16 G weights/s on one core of the AMD EPYC of `docs/performance.md`, in cache
-//! or from memory. The AVX-512 kernel therefore sums a pair of groups, four chains at once, and
-//! makes its values in `f64` where that gives the same numbers (always for `Q8_0` and `Q4_0`;
-//! for `Q4_1` where the scale's and the minimum's exponents are close, as in every block of the
-//! models tried): a 4-bit value is a lookup in a register of the numbers 0–15, then one fused
-//! multiply-add with the scale and the minimum. It runs about 22 G weights/s (`Q4_1`) and 20
-//! (`Q8_0`) on that core, in cache or from memory, where that machine's memory would deliver
-//! 70–80 G weights/s at 0.625 bytes each to the whole processor.
+//! weights): about 16 G weights/s on one core of the Zen 5 EPYC of `docs/performance.md`, in
+//! cache or from memory. The AVX-512 kernel therefore sums a pair of groups, four chains at once,
+//! and makes its values in `f64` where that gives the same numbers (always for `Q8_0` and
+//! `Q4_0`; for `Q4_1` where the scale's and the minimum's exponents are close, as in every block
+//! of the models tried): a 4-bit value was a lookup in a register of the numbers 0–15, then one
+//! fused multiply-add with the scale and the minimum. That ran about 22 G weights/s (`Q4_1`) and
+//! 20 (`Q8_0`) on the Zen 5's core, in cache or from memory, where that machine's memory would
+//! deliver 70–80 G weights/s at 0.625 bytes each to the whole processor; the Zen 4 EPYC, which
+//! runs 512-bit operations in two halves, ran it at 9.3.
 //!
-//! Both x86 kernels can make a value with one byte shuffle and one exact fused multiply-add
-//! (`grouped::x86::ExactValues`): the AVX2 kernel, which made its values in `f32` and widened
-//! them, so gained about a fifth on a Zen 4 (7.6 to 9.1 G weights/s on one core); the AVX-512
-//! kernel uses it for 4-bit formats where the processor has AVX512BW (9.3 to 9.8 there).
+//! Both x86 kernels now make a 4-bit value with one byte shuffle and one exact fused multiply-add
+//! (`grouped::x86::ExactValues` with AVX2; `exact_block_512`, the same values eight at a time,
+//! with AVX-512 where the processor has AVX512BW), for blocks whose halves allow it and inputs
+//! that keep every sum from −0 (`grouped::sums_never_reach_minus_zero`); the lookups, and the
+//! AVX2 kernel's values made in `f32` and widened, stay for the rest. On the Zen 4, one core: the
+//! AVX2 kernel went from 7.6 to 9.1 G weights/s, the AVX-512 one from 9.3 to 9.8 (not measured on
+//! the Zen 5). `Q8_0`'s values are made the same way with AVX2, and by conversions with AVX-512.
 
 use std::ops::Range;
 
@@ -502,7 +506,7 @@ pub fn rows_times_quantized(
     let target = active();
     // whether the x86 kernels may make a zero value +0 where `value` gives −0 (once per call)
     #[cfg(target_arch = "x86_64")]
-    let exact = grouped::sums_never_reach_minus_zero(x);
+    let no_minus_zero = grouped::sums_never_reach_minus_zero(x);
     // each task: a view, its first output and its outputs; a grouped matrix's whole groups, then
     // its rows after them as a stored view of their own
     let mut tasks: Vec<(QuantRows<'_>, usize, &mut [f64])> = Vec::new();
@@ -523,7 +527,7 @@ pub fn rows_times_quantized(
                 // SAFETY: the processor runs AVX-512 (`is_available`).
                 #[allow(unsafe_code)]
                 unsafe {
-                    grouped::x86::group_sums(x, w, first, outs, exact)
+                    grouped::x86::group_sums(x, w, first, outs, no_minus_zero)
                 };
                 return;
             }
@@ -533,7 +537,7 @@ pub fn rows_times_quantized(
                 // SAFETY: the processor runs AVX2 and FMA (`is_available`) and F16C (checked).
                 #[allow(unsafe_code)]
                 unsafe {
-                    grouped::x86::group_sums_avx2(x, w, first, outs, exact)
+                    grouped::x86::group_sums_avx2(x, w, first, outs, no_minus_zero)
                 };
                 return;
             }
