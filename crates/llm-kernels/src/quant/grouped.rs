@@ -397,6 +397,14 @@ pub(super) fn sums_never_reach_minus_zero(x: &[f64]) -> bool {
 pub(super) mod x86 {
     use std::arch::x86_64::*;
 
+    #[cfg(test)]
+    thread_local! {
+        /// Blocks whose values byte shuffles made on this thread (`exact_part`, `exact_block_512`):
+        /// tests read it to check that the dispatch takes them where it can, which the outputs
+        /// alone cannot show (the other paths give the same bits).
+        pub(in super::super) static SHUFFLED_BLOCKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, PAIR, QuantRows, units};
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
@@ -479,6 +487,8 @@ pub(super) mod x86 {
         xs: &[f64],
         sums: &mut [__m512d; 2 * PAIR],
     ) {
+        #[cfg(test)]
+        SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
         let factor = if format == BlockFormat::Q4_1 { -16.0 } else { -24.0 };
         let big = _mm512_set1_pd(f64::from_bits(2035 << 52)); // 2¹⁰¹²
         let mut scale = [_mm512_setzero_pd(); 2 * PAIR];
@@ -901,6 +911,8 @@ pub(super) mod x86 {
         xs: &[f64],
         sums: &mut [__m256d; 4],
     ) {
+        #[cfg(test)]
+        SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
         let mut s = *sums;
         // a line's sixteen bytes of this group, in both halves of a register
         macro_rules! line {
@@ -1379,6 +1391,43 @@ mod tests {
                 for (name, got) in avx512_variants(&x, &w) {
                     assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {set:?} {name}");
                 }
+            }
+        }
+    }
+
+    /// The dispatch takes the byte shuffles wherever they can run: on each x86 target that can
+    /// (AVX-512 with AVX512BW for the 4-bit formats, AVX2 with F16C for all three), a product of
+    /// admitted blocks makes some of its values by them, and none when an input is tiny
+    /// (`sums_never_reach_minus_zero`). The products run on this thread (`parallel` false), whose
+    /// count of shuffled blocks the kernels keep in test builds.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_dispatch_takes_the_byte_shuffles_where_it_can() {
+        let shuffled = || x86::SHUFFLED_BLOCKS.with(std::cell::Cell::get);
+        let avx2 = Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("f16c");
+        let bw = Target::Avx512.is_available() && std::arch::is_x86_feature_detected!("avx512bw");
+        for format in FORMATS {
+            let (rows, cols) = (48, 128);
+            let mut bytes = stored(format, rows, cols, 17);
+            if format == BlockFormat::Q4_1 {
+                for block in bytes.chunks_exact_mut(format.block_bytes()) {
+                    block.copy_within(0..2, 2); // a minimum equal to the scale: the rule admits it
+                }
+            }
+            group_rows(format, &mut bytes, rows, cols).unwrap();
+            let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
+            let mut x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
+            let targets = [(Target::Avx512, bw && format != BlockFormat::Q8_0), (Target::Avx2, avx2)];
+            for (target, expected) in targets.into_iter().filter(|(t, _)| t.is_available()) {
+                let mut out = vec![0.0; rows];
+                let before = shuffled();
+                with_target(target, || row_times_quantized(&x, &w, &mut out, false)).unwrap().unwrap();
+                assert_eq!(shuffled() > before, expected, "{format:?} on {target:?}");
+                x[5] = 1e-301; // below 2⁻⁹⁹⁸: a sum could reach −0
+                let before = shuffled();
+                with_target(target, || row_times_quantized(&x, &w, &mut out, false)).unwrap().unwrap();
+                assert_eq!(shuffled(), before, "{format:?} on {target:?} with a tiny input");
+                x[5] = 0.5;
             }
         }
     }
