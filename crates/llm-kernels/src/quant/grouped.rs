@@ -1230,6 +1230,21 @@ mod tests {
         }
     }
 
+    /// Every target's `x · wᵀ` through the dispatch, and both AVX-512 variants called directly,
+    /// have the bits of `want` (the plain loops'); `context` names the case in a failure.
+    fn every_kernel_gives(x: &[f64], w: &QuantRows<'_>, want: &[f64], context: &str) {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for target in Target::available() {
+            let mut got = vec![0.0; want.len()];
+            with_target(target, || row_times_quantized(x, w, &mut got, false)).unwrap().unwrap();
+            assert_eq!(bits(&got), bits(want), "{context} on {target:?}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        for (name, got) in avx512_variants(x, w) {
+            assert_eq!(bits(&got), bits(&want[..got.len()]), "{context}, {name}");
+        }
+    }
+
     /// The AVX-512 kernel's outputs for all of `w`'s rows, with the lookups and (where the
     /// processor has AVX512BW) with the byte shuffle; none where it lacks AVX-512. The dispatch
     /// takes the byte shuffle wherever it can, so the lookups are tested only here.
@@ -1328,16 +1343,7 @@ mod tests {
             with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
             assert!(want.iter().any(|v| v.is_infinite()), "{format:?} {want:?}");
             assert!(want.iter().all(|v| !v.is_nan()), "{format:?} {want:?}");
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for target in Target::available() {
-                let mut got = vec![0.0; rows];
-                with_target(target, || row_times_quantized(&x, &w, &mut got, false)).unwrap().unwrap();
-                assert_eq!(bits(&got), bits(&want), "{format:?} on {target:?}");
-            }
-            #[cfg(target_arch = "x86_64")]
-            for (name, got) in avx512_variants(&x, &w) {
-                assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {name}");
-            }
+            every_kernel_gives(&x, &w, &want, &format!("{format:?}"));
         }
     }
 
@@ -1381,16 +1387,7 @@ mod tests {
                 let mut want = vec![0.0; rows];
                 with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
                 assert!(want.iter().all(|v| v.to_bits() == (-0.0f64).to_bits()), "{format:?} {want:?}");
-                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                for target in Target::available() {
-                    let mut got = vec![0.0; rows];
-                    with_target(target, || row_times_quantized(&x, &w, &mut got, false)).unwrap().unwrap();
-                    assert_eq!(bits(&got), bits(&want), "{format:?} {set:?} on {target:?}");
-                }
-                #[cfg(target_arch = "x86_64")]
-                for (name, got) in avx512_variants(&x, &w) {
-                    assert_eq!(bits(&got), bits(&want[..got.len()]), "{format:?} {set:?} {name}");
-                }
+                every_kernel_gives(&x, &w, &want, &format!("{format:?} {set:?}"));
             }
         }
     }
@@ -1545,16 +1542,7 @@ mod tests {
         let kinds: Vec<(bool, bool)> = pair_blocks.collect();
         assert!(kinds.iter().any(|&(e, _)| !e), "{kinds:?}");
         assert!(kinds.iter().any(|&(e, special)| e && special), "{kinds:?}");
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for target in Target::available() {
-            let mut got = vec![0.0; rows];
-            with_target(target, || row_times_quantized(&x, &b, &mut got, false)).unwrap().unwrap();
-            assert_eq!(bits(&got), bits(&want), "{target:?}");
-        }
-        #[cfg(target_arch = "x86_64")]
-        for (name, got) in avx512_variants(&x, &b) {
-            assert_eq!(bits(&got), bits(&want[..got.len()]), "{name}");
-        }
+        every_kernel_gives(&x, &b, &want, "Q4_1");
     }
 
     /// Rows of no inputs: every grouped output is the empty sum.
