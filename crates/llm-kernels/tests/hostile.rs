@@ -79,3 +79,43 @@ fn visibility_takes_empty_ranges_and_the_largest_positions() {
         assert_eq!(vis.block_hidden(1, 4, 0, 8), window_keys.is_some());
     }
 }
+
+#[test]
+fn strides_that_a_single_row_or_column_never_uses_may_be_anything() {
+    // a view of one row never moves by its row stride, nor one of one column by its column
+    // stride: `MatRef::new` takes any value there, also those past `isize::MAX` (which
+    // `gemm-f64`'s signed strides cannot hold), and every product gives what the plain view gives
+    let values: Vec<f64> = (0..64_000).map(|i| ((i * 37 % 101) as f64 - 50.0) / 8.0).collect();
+    let huge = [usize::MAX, 1 << 63, isize::MAX as usize + 1, isize::MAX as usize];
+    // (m, k, n): a small product, one row (the row paths), the general product, a split one
+    for (m, k, n) in [(1, 3, 2), (1, 600, 20), (64, 1, 100), (70, 1, 300), (100, 300, 1), (64, 1000, 1)] {
+        let lhs = MatRef::row_major(&values[..m * k], m, k).unwrap();
+        let rhs = MatRef::row_major(&values[..k * n], k, n).unwrap();
+        // every layout the paths choose among: row-major, transposed storage, a strided right side
+        let rhs_t: Vec<f64> = (0..k * n).map(|i| values[(i % k) * n + i / k]).collect();
+        let rhs_by_columns = MatRef::new(&rhs_t, k, n, 1, k).unwrap();
+        for right in [rhs, rhs_by_columns] {
+            let want = matmul_new(lhs, right, false).unwrap();
+            for stride in huge {
+                let left = match (m, k) {
+                    (1, _) => MatRef::new(&values[..k], 1, k, stride, 1).unwrap(),
+                    (_, 1) => MatRef::new(&values[..m], m, 1, 1, stride).unwrap(),
+                    _ => lhs,
+                };
+                let r = match (k, n) {
+                    (1, _) => MatRef::new(&values[..n], 1, n, stride, 1).unwrap(),
+                    (_, 1) => MatRef::new(&values[..k], k, 1, 1, stride).unwrap(),
+                    _ => right,
+                };
+                for parallel in [false, true] {
+                    let got = matmul_new(left, r, parallel).unwrap();
+                    assert_eq!(got, want, "{m}×{k}·{k}×{n}, stride {stride}, parallel {parallel}");
+                }
+            }
+        }
+    }
+    let row = &values[..600];
+    let matrix = MatRef::new(&values[..600], 600, 1, 1, usize::MAX).unwrap();
+    let plain = MatRef::row_major(&values[..600], 600, 1).unwrap();
+    assert_eq!(row_times_matrices(row, &[matrix], true).unwrap(), row_times_matrices(row, &[plain], true).unwrap());
+}

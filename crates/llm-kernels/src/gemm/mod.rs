@@ -83,6 +83,13 @@ impl<'a> MatRef<'a> {
     /// A view of `rows × cols` values at the start of `data`, element `(i, j)` at
     /// `i·row_stride + j·col_stride`.
     ///
+    /// A stride along a dimension of one value, or of an empty view, is never used, so it may be
+    /// anything; the view keeps it at most `data.len()`. That changes no product: the paths ask
+    /// of a stride only whether it is 1 or at least the view's other dimension, and a non-empty
+    /// view's storage holds at least one value and, where its other stride is 1, that dimension's
+    /// values. And every stride then fits `gemm-f64`'s signed ones (a slice of `f64` holds at
+    /// most `isize::MAX / 8` values; a used stride is within the storage).
+    ///
     /// # Errors
     /// [`ShapeError`] if the view would read past the end of `data`.
     pub fn new(data: &'a [f64], rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Result<Self> {
@@ -96,7 +103,10 @@ impl<'a> MatRef<'a> {
         };
         match last {
             Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => {
-                Ok(Self { data, rows, cols, row_stride, col_stride })
+                // an empty view moves along neither dimension
+                let unused = |size: usize| size <= 1 || rows == 0 || cols == 0;
+                let kept = |stride: usize, size| if unused(size) { stride.min(data.len()) } else { stride };
+                Ok(Self { data, rows, cols, row_stride: kept(row_stride, rows), col_stride: kept(col_stride, cols) })
             }
             _ => Err(ShapeError {
                 lhs: vec![rows, cols],
@@ -439,7 +449,11 @@ unsafe fn gemm_raw_strided(
 ) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let parallelism = if parallel { gemm_common::Parallelism::Rayon(0) } else { gemm_common::Parallelism::None };
-    let isz = |v: usize| v as isize;
+    // every stride is within the storage (`MatRef::new`), and a slice never holds isize::MAX values
+    let isz = |v: usize| {
+        debug_assert!(isize::try_from(v).is_ok(), "a stride within the storage: {v}");
+        v as isize
+    };
     // The micro-kernel wants a column-major destination; a row-major `C = A·B` is the
     // column-major `Cᵀ = Bᵀ·Aᵀ`, so swap the operands and the strides (no data moves).
     // SAFETY: `MatRef::new` proved every strided read of both views in bounds; the caller
@@ -489,6 +503,23 @@ mod tests {
         assert!(view.rows_from(3).data.is_empty() && view.rows_from(3).rows == 0);
         let no_columns = MatRef::new(&x, 5, 0, 1_000, 1).unwrap();
         assert!(no_columns.rows_from(2).data.is_empty());
+    }
+
+    #[test]
+    fn strides_a_view_never_moves_by_are_kept_within_its_storage() {
+        let x = [0.5; 12];
+        let one_row = MatRef::new(&x, 1, 4, usize::MAX, 2).unwrap();
+        assert_eq!((one_row.row_stride, one_row.col_stride), (12, 2));
+        let one_column = MatRef::new(&x, 4, 1, 3, 1 << 63).unwrap();
+        assert_eq!((one_column.row_stride, one_column.col_stride), (3, 12));
+        let empty = MatRef::new(&x, 0, 7, usize::MAX, usize::MAX).unwrap();
+        assert_eq!((empty.row_stride, empty.col_stride), (12, 12));
+        // a stride that is used stays as given, even where it is larger than the storage needs
+        let wide = MatRef::new(&x, 2, 2, 10, 1).unwrap();
+        assert_eq!((wide.row_stride, wide.col_stride), (10, 1));
+        // the paths ask whether a stride is 1 or at least the other dimension: the same answers
+        let small = MatRef::new(&x, 1, 3, 1, 1).unwrap();
+        assert_eq!(small.row_stride, 1);
     }
 
     #[test]
