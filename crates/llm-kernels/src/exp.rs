@@ -80,6 +80,19 @@ pub const POWERS: [f64; STEPS] = [
 /// [`POWERS`] as the table lookups take it (with the halves AVX2 permutes).
 const POWER_TABLE: Table16 = Table16::new(POWERS);
 
+/// The table of the weights' exponentials ([`exp_weight_vectors`]): the bits of `2^{j/16}` less
+/// `j << 48`, which [`Isa::plus_index_bits`] adds back with `k << 52` in one shift of
+/// `1.5·2⁵² + 16·k + j`. Its entries are other doubles (between 0.5 and 1), never read as values.
+const WEIGHT_TABLE: Table16 = {
+    let mut less = [0.0; STEPS];
+    let mut j = 0;
+    while j < STEPS {
+        less[j] = f64::from_bits(POWERS[j].to_bits() - ((j as u64) << 48));
+        j += 1;
+    }
+    Table16::new(less)
+};
+
 /// `1.5 · 2⁵²`: adding it rounds to an integer (ties to even) and leaves that integer in the low
 /// bits of the sum, with no float-to-int conversion (which would stop vectorisation).
 const ROUNDER: f64 = 6_755_399_441_055_744.0;
@@ -128,8 +141,8 @@ pub(crate) fn exp_inline(x: f64) -> f64 {
 const TAYLOR: [f64; 7] = [1.0 / 5_040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0];
 
 /// `eᶜ = 2ᵏ · 2^{j/16} · (1 + q)` for each lane of `N` registers of values `c` in the range the
-/// reduction handles: returns each `2^{j/16}` (from [`POWERS`]), `q ≈ eʳ − 1` and `ROUNDER + n`
-/// (`n = 16·k + j`).
+/// reduction handles: returns each `table[j]` (`2^{j/16}` from [`POWER_TABLE`], or the entry of
+/// [`WEIGHT_TABLE`]), `q ≈ eʳ − 1` and `ROUNDER + n` (`n = 16·k + j`).
 ///
 /// The `N` evaluations are written interleaved, one step of all of them and then the next, so
 /// that the processor has `N` independent chains of fused multiply-adds to overlap: one chain
@@ -139,7 +152,7 @@ const TAYLOR: [f64; 7] = [1.0 / 5_040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1
 /// do not depend on them.
 #[inline(always)]
 #[allow(clippy::type_complexity)]
-fn reduced<I: Isa, const N: usize>(isa: I, c: [I::V; N]) -> ([I::V; N], [I::V; N], [I::V; N]) {
+fn reduced<I: Isa, const N: usize>(isa: I, c: [I::V; N], table: &Table16) -> ([I::V; N], [I::V; N], [I::V; N]) {
     let rounder = isa.splat(ROUNDER);
     let steps = isa.splat(STEPS_PER_LN);
     let rounded = c.map(|c| isa.mul_add(c, steps, rounder));
@@ -162,7 +175,7 @@ fn reduced<I: Isa, const N: usize>(isa: I, c: [I::V; N]) -> ([I::V; N], [I::V; N
     }
     let mut power = rounded;
     for power in &mut power {
-        *power = isa.lookup16(&POWER_TABLE, *power);
+        *power = isa.lookup16(table, *power);
     }
     (power, q, rounded)
 }
@@ -170,7 +183,7 @@ fn reduced<I: Isa, const N: usize>(isa: I, c: [I::V; N]) -> ([I::V; N], [I::V; N
 /// [`reduced`] of one value: the first lane of a portable pair (the compiler drops the second).
 #[inline(always)]
 fn reduced_one(c: f64) -> (f64, f64, f64) {
-    let ([power], [q], [rounded]) = reduced(Portable, [[c; 2]]);
+    let ([power], [q], [rounded]) = reduced(Portable, [[c; 2]], &POWER_TABLE);
     (power[0], q[0], rounded[0])
 }
 
@@ -183,7 +196,8 @@ fn reduced_one(c: f64) -> (f64, f64, f64) {
 ///
 /// Here `2ᵏ` goes into the table's value as an integer added to its exponent, and the result is
 /// `s + s·q` with `s = 2ᵏ · 2^{j/16}`: a normal number times a power of two, so the same bits as
-/// [`exp`]'s `(2^{j/16} + 2^{j/16}·q) · 2ᵏ` with one multiplication fewer.
+/// [`exp`]'s `(2^{j/16} + 2^{j/16}·q) · 2ᵏ` with one multiplication fewer. (The table holds
+/// `2^{j/16}` less `j` in the bits it gets back with `k`: [`WEIGHT_TABLE`].)
 #[inline(always)]
 pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -> [I::V; N] {
     let low = isa.splat(SUBNORMAL);
@@ -191,11 +205,23 @@ pub(crate) fn exp_weight_vectors<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -
     for c in &mut c {
         *c = isa.raise_to(*c, low); // NaN stays NaN
     }
-    let (mut y, q, rounded) = reduced(isa, c);
+    let mut y = exp_weight_vectors_in_range(isa, c);
     // loops, not closures: a closure's body may be compiled apart, without the target's features
+    for (y, &x) in y.iter_mut().zip(&x) {
+        *y = isa.zero_where_less(x, low, *y);
+    }
+    y
+}
+
+/// [`exp_weight_vectors`] where every lane is known to lie in `[−708, 709]` or to be NaN: the
+/// same bits there, without the raise to −708 and the zeros below it (three operations of about
+/// twenty a register), for blocks of scores whose smallest is checked first.
+#[inline(always)]
+pub(crate) fn exp_weight_vectors_in_range<I: Isa, const N: usize>(isa: I, x: [I::V; N]) -> [I::V; N] {
+    let (mut y, q, rounded) = reduced(isa, x, &WEIGHT_TABLE);
     for i in 0..N {
-        let scaled = isa.times_power_of_two(y[i], rounded[i]);
-        y[i] = isa.zero_where_less(x[i], low, isa.mul_add(scaled, q[i], scaled));
+        let scaled = isa.plus_index_bits(y[i], rounded[i]);
+        y[i] = isa.mul_add(scaled, q[i], scaled);
     }
     y
 }
@@ -336,6 +362,20 @@ mod tests {
             assert_eq!(power.to_bits(), nearest.to_bits(), "2^({j}/16): {power} vs {nearest}");
             let library = (j as f64 / STEPS as f64).exp2();
             assert!(power.to_bits().abs_diff(library.to_bits()) <= 1, "2^({j}/16): {power} vs {library}");
+        }
+    }
+
+    #[test]
+    fn the_weights_table_and_one_shift_give_each_power_of_two_to_the_sixteenth_exactly() {
+        // every n = 16·k + j the weights reach (x in [−708, 709]), negative ones included
+        let (lowest, highest) =
+            ((SUBNORMAL * STEPS_PER_LN).round() as i64 - 1, (709.0 * STEPS_PER_LN).round() as i64 + 1);
+        for n in lowest..=highest {
+            let rounded = f64::from_bits((ROUNDER + n as f64).to_bits());
+            let (k, j) = (n.div_euclid(16), n.rem_euclid(16) as usize);
+            // the portable target's operations (every target's give their bits: `isa`'s tests)
+            let [got, _] = Portable.plus_index_bits(Portable.lookup16(&WEIGHT_TABLE, [rounded; 2]), [rounded; 2]);
+            assert_eq!(got, POWERS[j] * 2f64.powi(k as i32), "n = {n}");
         }
     }
 

@@ -54,10 +54,12 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// `table[b & 15]` in every lane, where `b` is the lane's bits of `index` as an integer: an
     /// exact lookup (the table of [`crate::exp`]'s `2^{j/16}`, indexed by `1.5·2⁵² + 16·k + j`).
     fn lookup16(self, table: &Table16, index: Self::V) -> Self::V;
-    /// The lanes' bits of `x` as integers plus `(b >> 4) << 52` (wrapping), `b` the bits of
-    /// `rounded`: `x · 2ᵏ` for `rounded = 1.5·2⁵² + 16·k + j`, exact where both `x` and the
-    /// result are normal numbers (see [`crate::exp`]).
-    fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V;
+    /// The lanes' bits of `x` as integers plus `b << 48` (wrapping), `b` the bits of `rounded`.
+    /// For `rounded = 1.5·2⁵² + n` with `|n| < 2¹⁵`, `b << 48` is `n << 48`: with `n = 16·k + j`,
+    /// `k` added to the exponent and `j` to the bits below it, which [`crate::exp`]'s table of
+    /// the weights has taken off its values beforehand (one shift, where `(b >> 4) << 52` took
+    /// two).
+    fn plus_index_bits(self, x: Self::V, rounded: Self::V) -> Self::V;
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
     /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
@@ -277,8 +279,8 @@ impl<P: Pairs> Isa for P {
         index.map(|i| table.values[(i.to_bits() & 15) as usize])
     }
     #[inline(always)]
-    fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
-        std::array::from_fn(|i| f64::from_bits(x[i].to_bits().wrapping_add((rounded[i].to_bits() >> 4) << 52)))
+    fn plus_index_bits(self, x: Self::V, rounded: Self::V) -> Self::V {
+        std::array::from_fn(|i| f64::from_bits(x[i].to_bits().wrapping_add(rounded[i].to_bits() << 48)))
     }
     #[inline(always)]
     fn outline<K: Kernel>(self, kernel: K) -> K::Output {
@@ -292,11 +294,10 @@ mod x86 {
         __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd,
         _mm256_blend_epi32, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd,
         _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_loadu_si256, _mm256_max_pd, _mm256_mul_pd,
-        _mm256_permutevar8x32_epi32, _mm256_set1_pd, _mm256_shuffle_epi32, _mm256_slli_epi64, _mm256_srli_epi64,
-        _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd,
-        _mm512_cmp_pd_mask, _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd,
-        _mm512_mul_pd, _mm512_permutex2var_pd, _mm512_set1_pd, _mm512_slli_epi64, _mm512_srli_epi64, _mm512_storeu_pd,
-        _mm512_sub_pd,
+        _mm256_permutevar8x32_epi32, _mm256_set1_pd, _mm256_shuffle_epi32, _mm256_slli_epi64, _mm256_storeu_pd,
+        _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask,
+        _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd,
+        _mm512_permutex2var_pd, _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel, Table16};
@@ -405,11 +406,11 @@ mod x86 {
             }
         }
         #[inline(always)]
-        fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
+        fn plus_index_bits(self, x: Self::V, rounded: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe {
-                let k = _mm512_slli_epi64::<52>(_mm512_srli_epi64::<4>(_mm512_castpd_si512(rounded)));
-                _mm512_castsi512_pd(_mm512_add_epi64(_mm512_castpd_si512(x), k))
+                let n = _mm512_slli_epi64::<48>(_mm512_castpd_si512(rounded));
+                _mm512_castsi512_pd(_mm512_add_epi64(_mm512_castpd_si512(x), n))
             }
         }
         #[inline(always)]
@@ -508,11 +509,11 @@ mod x86 {
             }
         }
         #[inline(always)]
-        fn times_power_of_two(self, x: Self::V, rounded: Self::V) -> Self::V {
+        fn plus_index_bits(self, x: Self::V, rounded: Self::V) -> Self::V {
             // SAFETY: `self` proves the processor has the instructions.
             unsafe {
-                let k = _mm256_slli_epi64::<52>(_mm256_srli_epi64::<4>(_mm256_castpd_si256(rounded)));
-                _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(x), k))
+                let n = _mm256_slli_epi64::<48>(_mm256_castpd_si256(rounded));
+                _mm256_castsi256_pd(_mm256_add_epi64(_mm256_castpd_si256(x), n))
             }
         }
         #[inline(always)]
@@ -534,7 +535,7 @@ mod tests {
 
     /// Lane by lane, through every operation of the trait: `(a·b + ½)·b`, `(a − b) − a·b`
     /// raised to −0.5, 0 where `a < b` else `b`, [`TABLE`] at `a`'s low four bits, and `b`'s bits
-    /// plus `(a >> 4) << 52`.
+    /// plus `a << 48`.
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
 
     /// A table of sixteen different values for [`Isa::lookup16`].
@@ -556,7 +557,7 @@ mod tests {
                     isa.store(&mut out[1], at, isa.raise_to(difference, isa.splat(-0.5)));
                     isa.store(&mut out[2], at, isa.zero_where_less(a, b, b));
                     isa.store(&mut out[3], at, isa.lookup16(&TABLE, a));
-                    isa.store(&mut out[4], at, isa.times_power_of_two(b, a));
+                    isa.store(&mut out[4], at, isa.plus_index_bits(b, a));
                 }
             }
             out
@@ -613,7 +614,7 @@ mod tests {
             a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
             a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
             a.iter().map(|x| TABLE.values[(x.to_bits() & 15) as usize]).collect(),
-            a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add((x.to_bits() >> 4) << 52))).collect(),
+            a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add(x.to_bits() << 48))).collect(),
         ];
         let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();
         for t in Target::available() {

@@ -7,7 +7,7 @@
 //! (long-causal 6–9 % faster than with everything inlined into one function).
 
 use super::{Lanes, STRIP, TILE};
-use crate::exp::exp_weight_vectors;
+use crate::exp::{exp_weight_vectors, exp_weight_vectors_in_range};
 use crate::isa::{Isa, Kernel};
 
 /// The registers of one chunk of a row of [`Lanes`]: `I::TILE_VECTORS` of them (at most 4)
@@ -172,12 +172,19 @@ pub(super) fn score_tile<I: Isa, const G: usize>(
 
 /// Folds one block of scores into the running maximum and normaliser of a strip, turning the
 /// scores into weights `e^{s − M}`; returns each lane's rescale factor `α = e^{m − M}`.
+///
+/// The pass that finds each lane's maximum also finds its minimum: where no lane's scores lie
+/// more than 708 below its maximum (most blocks; a hidden key's −∞ is one that does), the
+/// exponentials skip their clamp at −708 and the zeros below it
+/// ([`exp_weight_vectors_in_range`]: the same bits; a NaN gives NaN either way).
 #[inline(always)]
 pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lanes, sum: &mut Lanes) -> Lanes {
     let mut top = *max;
+    let mut bottom = Lanes::splat(f64::INFINITY);
     for row in scores.iter() {
-        for (t, &x) in top.0.iter_mut().zip(&row.0) {
+        for ((t, b), &x) in top.0.iter_mut().zip(bottom.0.iter_mut()).zip(&row.0) {
             *t = if x > *t { x } else { *t }; // NaN never wins; it still poisons the weights
+            *b = if x < *b { x } else { *b };
         }
     }
     // e^{m − M}: exactly 1 when the maximum stays, 0 before the first visible key
@@ -189,7 +196,16 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
         // a lane that has seen no key yet keeps −∞ scores, whose weights are e^{−∞} = 0
         shift.0[c] = if t == f64::NEG_INFINITY { 0.0 } else { t };
     }
-    let total = exp_rows_summed(isa, scores, &shift);
+    // the smallest score's exponent is the smallest of the lane (subtraction keeps the order)
+    let mut in_range = true;
+    for c in 0..STRIP {
+        in_range &= bottom.0[c] - shift.0[c] >= -708.0;
+    }
+    let total = if in_range {
+        exp_rows_summed::<I, true>(isa, scores, &shift)
+    } else {
+        exp_rows_summed::<I, false>(isa, scores, &shift)
+    };
     for c in 0..STRIP {
         sum.0[c] = sum.0[c] * alpha.0[c] + total.0[c];
     }
@@ -238,7 +254,7 @@ fn exp_steps<I: Isa>() -> std::iter::StepBy<std::ops::Range<usize>> {
 /// (summed lane by lane over [`Lanes`], the compiler rebuilt each row's registers from pieces of
 /// the values it had just stored).
 #[inline(always)]
-fn exp_rows_summed<I: Isa>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes {
+fn exp_rows_summed<I: Isa, const IN_RANGE: bool>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes {
     let mut total = Lanes::splat(0.0);
     for c0 in exp_steps::<I>() {
         #[allow(unsafe_code)]
@@ -248,7 +264,8 @@ fn exp_rows_summed<I: Isa>(isa: I, scores: &mut [Lanes], shift: &Lanes) -> Lanes
             let mut sums = [isa.splat(0.0); EXP_VECTORS];
             for row in scores.iter_mut() {
                 let x = load_exp_lanes(isa, row, c0);
-                let e = exp_weight_vectors(isa, std::array::from_fn(|v| isa.sub(x[v], shift[v])));
+                let x = std::array::from_fn(|v| isa.sub(x[v], shift[v]));
+                let e = if IN_RANGE { exp_weight_vectors_in_range(isa, x) } else { exp_weight_vectors(isa, x) };
                 store_exp_lanes(isa, e, row, c0);
                 for (s, e) in sums.iter_mut().zip(e) {
                     *s = isa.add(*s, e);
@@ -458,6 +475,76 @@ pub(super) fn weighted_tile<I: Isa, const G: usize>(
         }
         for (out, a) in tile.iter_mut().zip(acc) {
             store(isa, a, out, l0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::Target;
+
+    /// [`softmax_block`] on a copy of `scores`, from a strip that has seen no key yet.
+    struct Block(Vec<Lanes>);
+
+    impl Kernel for Block {
+        type Output = (Vec<Lanes>, Lanes, Lanes);
+        #[inline(always)]
+        fn run<I: Isa>(self, isa: I) -> (Vec<Lanes>, Lanes, Lanes) {
+            let (mut scores, mut max, mut sum) = (self.0, Lanes::splat(f64::NEG_INFINITY), Lanes::splat(0.0));
+            softmax_block(isa, &mut scores, &mut max, &mut sum);
+            (scores, max, sum)
+        }
+    }
+
+    #[test]
+    fn a_block_of_weights_is_the_exponential_of_each_score_on_both_paths_and_every_target() {
+        // scores within 708 of each lane's maximum take the path without the clamp; one lane
+        // 708 below its maximum (the edge), 708.5 below, a hidden key, a NaN or an infinite
+        // score sends the block through the clamped path: the same weights either way
+        let rows = 60;
+        let base: Vec<Lanes> = (0..rows)
+            .map(|j| Lanes(std::array::from_fn(|c| (((j * 37 + c * 11) % 97) as f64 - 48.0) * 0.731)))
+            .collect();
+        let with = |row: usize, lane: usize, x: f64| {
+            let mut s = base.clone();
+            s[row].0[lane] = x;
+            s
+        };
+        let top = |lane: usize| base.iter().map(|r| r.0[lane]).fold(f64::NEG_INFINITY, f64::max);
+        let cases = [
+            ("in range", base.clone()),
+            ("708 below", with(5, 3, top(3) - 708.0)),
+            ("708.5 below", with(7, 9, top(9) - 708.5)),
+            ("1e300 below", with(2, 31, -1e300)),
+            ("hidden", with(0, 0, f64::NEG_INFINITY)),
+            ("a whole lane hidden", {
+                let mut s = base.clone();
+                s.iter_mut().for_each(|r| r.0[17] = f64::NEG_INFINITY);
+                s
+            }),
+            ("NaN", with(11, 4, f64::NAN)),
+        ];
+        for (name, scores) in cases {
+            for target in Target::available() {
+                let (weights, max, sum) = crate::isa::run(target, Block(scores.clone()));
+                for c in 0..STRIP {
+                    let lane_max =
+                        scores.iter().map(|r| r.0[c]).fold(f64::NEG_INFINITY, |m, x| if x > m { x } else { m });
+                    assert_eq!(max.0[c].to_bits(), lane_max.to_bits(), "{name}, {target}, lane {c}");
+                    let shift = if lane_max == f64::NEG_INFINITY { 0.0 } else { lane_max };
+                    let mut total = 0.0;
+                    for (j, (got, row)) in weights.iter().zip(&scores).enumerate() {
+                        let x = row.0[c] - shift;
+                        let want = if x < -708.0 { 0.0 } else { crate::exp::exp(x) };
+                        let (got, what) = (got.0[c], format!("{name}, {target}, lane {c}, row {j}: {x}"));
+                        assert!(got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(), "{what}");
+                        total += want;
+                    }
+                    let same = sum.0[c].to_bits() == total.to_bits() || sum.0[c].is_nan() && total.is_nan();
+                    assert!(same, "{name}, {target}, lane {c}: sum {} vs {total}", sum.0[c]);
+                }
+            }
         }
     }
 }
