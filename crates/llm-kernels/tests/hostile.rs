@@ -84,10 +84,12 @@ fn visibility_takes_empty_ranges_and_the_largest_positions() {
 fn strides_that_a_single_row_or_column_never_uses_may_be_anything() {
     // a view of one row never moves by its row stride, nor one of one column by its column
     // stride: `MatRef::new` takes any value there, also those past `isize::MAX` (which
-    // `gemm-f64`'s signed strides cannot hold), and every product gives what the plain view gives
+    // `gemm-f64`'s signed strides cannot hold; a debug build checks every stride it is handed).
+    // In these shapes no route looks at the unused stride, so each product is the plain view's
     let values: Vec<f64> = (0..64_000).map(|i| ((i * 37 % 101) as f64 - 50.0) / 8.0).collect();
     let huge = [usize::MAX, 1 << 63, isize::MAX as usize + 1, isize::MAX as usize];
-    // (m, k, n): a small product, one row (the row paths), the general product, a split one
+    // (m, k, n): a small product, one row (the row paths), `gemm-f64`'s vector-vector and narrow
+    // routes (k = 1), matrix times one column, a split one
     for (m, k, n) in [(1, 3, 2), (1, 600, 20), (64, 1, 100), (70, 1, 300), (100, 300, 1), (64, 1000, 1)] {
         let lhs = MatRef::row_major(&values[..m * k], m, k).unwrap();
         let rhs = MatRef::row_major(&values[..k * n], k, n).unwrap();
@@ -114,6 +116,13 @@ fn strides_that_a_single_row_or_column_never_uses_may_be_anything() {
             }
         }
     }
+    // one stored value repeated under a 1×4096 row: `gemm-f64` takes its one-chain path only
+    // where a stride is 1, so an unused column stride of 5 gives what one of 0 gives (the general
+    // route; cut to the storage's one value, it was 1 and gave other bits)
+    let x: Vec<f64> = (0..4096).map(|i| (0.7 * i as f64).sin() * 10f64.powi(i % 9 - 4)).collect();
+    let row_view = MatRef::row_major(&x, 1, 4096).unwrap();
+    let repeated = |col_stride| MatRef::new(&[0.1], 4096, 1, 0, col_stride).unwrap();
+    assert_eq!(matmul_new(row_view, repeated(5), false).unwrap(), matmul_new(row_view, repeated(0), false).unwrap());
     let row = &values[..600];
     let matrix = MatRef::new(&values[..600], 600, 1, 1, usize::MAX).unwrap();
     let plain = MatRef::row_major(&values[..600], 600, 1).unwrap();

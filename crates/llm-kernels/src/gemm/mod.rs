@@ -84,11 +84,13 @@ impl<'a> MatRef<'a> {
     /// `i·row_stride + j·col_stride`.
     ///
     /// A stride along a dimension of one value, or of an empty view, is never used, so it may be
-    /// anything; the view keeps it at most `data.len()`. That changes no product: the paths ask
-    /// of a stride only whether it is 1 or at least the view's other dimension, and a non-empty
-    /// view's storage holds at least one value and, where its other stride is 1, that dimension's
-    /// values. And every stride then fits `gemm-f64`'s signed ones (a slice of `f64` holds at
-    /// most `isize::MAX / 8` values; a used stride is within the storage).
+    /// anything; the view keeps it at most `max(data.len(), 2)`, so that every stride fits
+    /// `gemm-f64`'s signed ones (a slice of `f64` holds at most `isize::MAX / 8` values; a used
+    /// stride is within the storage). No product changes its route for that: `gemm-f64` asks of
+    /// a stride only whether it is 1 (0, 1, and 2 or more stay apart), and this crate's paths
+    /// also whether it is at least the view's other dimension, which a stride cut to
+    /// `data.len()` still is where the question is asked (the other stride is then 1, and the
+    /// storage holds that dimension's values).
     ///
     /// # Errors
     /// [`ShapeError`] if the view would read past the end of `data`.
@@ -105,7 +107,7 @@ impl<'a> MatRef<'a> {
             Some(needed) if needed <= data.len() || rows == 0 || cols == 0 => {
                 // an empty view moves along neither dimension
                 let unused = |size: usize| size <= 1 || rows == 0 || cols == 0;
-                let kept = |stride: usize, size| if unused(size) { stride.min(data.len()) } else { stride };
+                let kept = |stride: usize, size| if unused(size) { stride.min(data.len().max(2)) } else { stride };
                 Ok(Self { data, rows, cols, row_stride: kept(row_stride, rows), col_stride: kept(col_stride, cols) })
             }
             _ => Err(ShapeError {
@@ -517,9 +519,13 @@ mod tests {
         // a stride that is used stays as given, even where it is larger than the storage needs
         let wide = MatRef::new(&x, 2, 2, 10, 1).unwrap();
         assert_eq!((wide.row_stride, wide.col_stride), (10, 1));
-        // the paths ask whether a stride is 1 or at least the other dimension: the same answers
-        let small = MatRef::new(&x, 1, 3, 1, 1).unwrap();
-        assert_eq!(small.row_stride, 1);
+        // `gemm-f64` asks whether a stride is 1: a stride of 2 or more over one stored value stays
+        // 2 or more (cut to 1, a 1×k · k×1 product took its one-chain path, other bits)
+        let one = [0.1];
+        assert_eq!(MatRef::new(&one, 4096, 1, 0, 5).unwrap().col_stride, 2);
+        assert_eq!(MatRef::new(&one, 1, 4096, 7, 0).unwrap().row_stride, 2);
+        let (zero, unit) = (MatRef::new(&one, 1, 1, 0, 1).unwrap(), MatRef::new(&one, 1, 1, 1, 0).unwrap());
+        assert_eq!((zero.row_stride, zero.col_stride, unit.row_stride, unit.col_stride), (0, 1, 1, 0));
     }
 
     #[test]

@@ -499,9 +499,10 @@ mod tests {
 
     #[test]
     fn a_block_of_weights_is_the_exponential_of_each_score_on_both_paths_and_every_target() {
-        // scores within 708 of each lane's maximum take the path without the clamp; one lane
-        // 708 below its maximum (the edge), 708.5 below, a hidden key, a NaN or an infinite
-        // score sends the block through the clamped path: the same weights either way
+        // scores within 708 of each lane's maximum (also exactly 708 below, the edge, and a NaN,
+        // which gives NaN on both) take the path without the clamp; a score 708.25, 708.5 or
+        // 1e300 below, a hidden key and an infinite score send the block through the clamped
+        // path: the same weights either way
         let rows = 60;
         let base: Vec<Lanes> = (0..rows)
             .map(|j| Lanes(std::array::from_fn(|c| (((j * 37 + c * 11) % 97) as f64 - 48.0) * 0.731)))
@@ -515,6 +516,7 @@ mod tests {
         let cases = [
             ("in range", base.clone()),
             ("708 below", with(5, 3, top(3) - 708.0)),
+            ("708.25 below", with(7, 9, top(9) - 708.25)),
             ("708.5 below", with(7, 9, top(9) - 708.5)),
             ("1e300 below", with(2, 31, -1e300)),
             ("hidden", with(0, 0, f64::NEG_INFINITY)),
@@ -524,6 +526,7 @@ mod tests {
                 s
             }),
             ("NaN", with(11, 4, f64::NAN)),
+            ("+∞", with(3, 6, f64::INFINITY)),
         ];
         for (name, scores) in cases {
             for target in Target::available() {
