@@ -201,6 +201,10 @@ pub(super) fn softmax_block<I: Isa>(isa: I, scores: &mut [Lanes], max: &mut Lane
     for c in 0..STRIP {
         in_range &= bottom.0[c] - shift.0[c] >= -708.0;
     }
+    #[cfg(test)]
+    if in_range {
+        tests::UNCLAMPED_BLOCKS.with(|count| count.set(count.get() + 1));
+    }
     let total = if in_range {
         exp_rows_summed::<I, true>(isa, scores, &shift)
     } else {
@@ -484,6 +488,13 @@ mod tests {
     use super::*;
     use crate::target::Target;
 
+    thread_local! {
+        /// Blocks whose exponentials skipped the clamp on this thread: the test below reads it to
+        /// check that the fast path runs where it may, which the weights alone cannot show (both
+        /// paths give the same bits).
+        pub(super) static UNCLAMPED_BLOCKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     /// [`softmax_block`] on a copy of `scores`, from a strip that has seen no key yet.
     struct Block(Vec<Lanes>);
 
@@ -528,9 +539,14 @@ mod tests {
             ("NaN", with(11, 4, f64::NAN)),
             ("+∞", with(3, 6, f64::INFINITY)),
         ];
+        let unclamped = || UNCLAMPED_BLOCKS.with(std::cell::Cell::get);
         for (name, scores) in cases {
+            // the lanes' exponents all within [−708, 0] or NaN: the path without the clamp
+            let fast = matches!(name, "in range" | "708 below" | "NaN");
             for target in Target::available() {
+                let before = unclamped();
                 let (weights, max, sum) = crate::isa::run(target, Block(scores.clone()));
+                assert_eq!(unclamped() - before, usize::from(fast), "{name}, {target}: which path");
                 for c in 0..STRIP {
                     let lane_max =
                         scores.iter().map(|r| r.0[c]).fold(f64::NEG_INFINITY, |m, x| if x > m { x } else { m });
