@@ -301,16 +301,15 @@ impl QuantizedLlama {
         let normed = self.rms_norm(&x, &w.input_norm)?;
         let [q, k, v] = products(normed.as_slice(), [&w.query, &w.key, &w.value])?;
         let positions: Vec<usize> = (first..first + t).collect();
-        let heads = |values: Vec<f64>, n: usize, branch| {
-            let projected = held(&[b, t, n * c.head_width], values)?;
-            split_heads_of(&projected, n, Some(branch))
+        let projected = |values: Vec<f64>, n: usize| held(&[b, t, n * c.head_width], values);
+        // split into heads and rotated in one pass, as the `f64` layer does (the same bits)
+        let rotated = |values: Vec<f64>, n: usize, branch| -> Result<Tensor, GgufError> {
+            let heads = self.rope.rotate_heads(&projected(values, n)?, n, &positions);
+            Ok(heads.map_err(|e| AttentionError::from_rope(branch, e))?.value()?)
         };
-        let rotate = |heads: TensorValue, branch| {
-            self.rope.rotate_at(&heads, &positions).map_err(|e| AttentionError::from_rope(branch, e))
-        };
-        let q = rotate(heads(q, c.query_heads, Branch::Query)?, Branch::Query)?.value()?;
-        let k = rotate(heads(k, c.kv_heads, Branch::Key)?, Branch::Key)?.value()?;
-        let v = heads(v, c.kv_heads, Branch::Value)?.value()?;
+        let q = rotated(q, c.query_heads, Branch::Query)?;
+        let k = rotated(k, c.kv_heads, Branch::Key)?;
+        let v = split_heads_of(&projected(v, c.kv_heads)?, c.kv_heads, Some(Branch::Value))?.value()?;
         let attended = attend_cached(c, None, cache, (&q, &k, &v), first)?; // [B,H,T,d_h]
         cache.append(&k, &v, first);
         let merged = merge_heads(&held(&[b, c.query_heads, t, c.head_width], attended)?)?.value()?;
