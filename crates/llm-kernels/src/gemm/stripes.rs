@@ -38,6 +38,12 @@ pub const STRIPE_OUTPUTS: usize = 96;
 pub const SMALL_OUTPUT: usize = 256;
 
 /// How the `make` of [`matmul_in_stripes`] lays out the stripe of `width` outputs it writes.
+///
+/// Where the product runs in stripes ([`stripe_route`] gives `Some`), each stripe is
+/// `gemm-f64`'s general product, which reads its right side through strides or packs it: the
+/// bits are the same in either layout, and the same as the whole product's with the right side
+/// in either layout (tested). Where the right side is made whole, the layout decides the route
+/// of small products, and so their bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StripeLayout {
     /// `k × width`, row-major: each input's weights of the stripe's outputs (the `[in, out]`
@@ -243,17 +249,26 @@ mod tests {
                             for (layout, rhs) in layouts {
                                 let mut want = vec![0.0; m * n];
                                 matmul(&mut want, lhs, rhs, false, parallel).unwrap();
-                                // each stripe made by a parallel loop of its own, as the
-                                // dequantizer may (a task may then run inside another's `make`)
-                                let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
-                                    assert_eq!(panel.len(), k * columns.len(), "a panel holds its columns");
-                                    let ((), ()) = rayon::join(|| (), || ());
-                                    stripe_of(&b, n, layout, columns, panel);
-                                    Ok(())
+                                // in stripes, the stripes may lie either way for either whole
+                                // product (the kernel packs them): a table's are made [in, out]
+                                let made_in = match stripe_route(m, k, n) {
+                                    Some(_) => vec![StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs],
+                                    None => vec![layout],
                                 };
-                                let got = matmul_in_stripes(lhs, n, layout, make, parallel).unwrap();
-                                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                                assert_eq!(bits(&got), bits(&want), "{m}×{k}·{k}×{n} {layout:?} {target:?} {parallel}");
+                                for made in made_in {
+                                    // each stripe made by a parallel loop of its own, as the
+                                    // dequantizer may (a task may then run inside another's `make`)
+                                    let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
+                                        assert_eq!(panel.len(), k * columns.len(), "a panel holds its columns");
+                                        let ((), ()) = rayon::join(|| (), || ());
+                                        stripe_of(&b, n, made, columns, panel);
+                                        Ok(())
+                                    };
+                                    let got = matmul_in_stripes(lhs, n, made, make, parallel).unwrap();
+                                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                                    let case = format!("{m}×{k}·{k}×{n} {layout:?} made {made:?} {target:?} {parallel}");
+                                    assert_eq!(bits(&got), bits(&want), "{case}");
+                                }
                             }
                         })
                         .unwrap()
