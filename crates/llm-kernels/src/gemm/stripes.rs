@@ -266,7 +266,8 @@ mod tests {
                                     };
                                     let got = matmul_in_stripes(lhs, n, made, make, parallel).unwrap();
                                     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                                    let case = format!("{m}×{k}·{k}×{n} {layout:?} made {made:?} {target:?} {parallel}");
+                                    let case =
+                                        format!("{m}×{k}·{k}×{n} {layout:?} made {made:?} {target:?} {parallel}");
                                     assert_eq!(bits(&got), bits(&want), "{case}");
                                 }
                             }
