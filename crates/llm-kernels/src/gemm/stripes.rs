@@ -40,17 +40,19 @@ pub const SMALL_OUTPUT: usize = 256;
 /// How the `make` of [`matmul_in_stripes`] lays out the stripe of `width` outputs it writes.
 ///
 /// Where the product runs in stripes ([`stripe_route`] gives `Some`), each stripe is
-/// `gemm-f64`'s general product, which reads its right side through strides or packs it: the
-/// bits are the same in either layout, and the same as the whole product's with the right side
-/// in either layout (tested). Where the right side is made whole, the layout decides the route
-/// of small products, and so their bits.
+/// `gemm-f64`'s general product (or, for an inner dimension of at most 2, its plain loop), which
+/// reads its right side through strides or packs it with the same sums: the bits are the same in
+/// either layout, and the same as the whole product's with the right side in either layout
+/// (tested). Where the right side is made whole, the layout decides the route of small products
+/// (at most 256 outputs with both sides read along the inner dimension take `gemm-f64`'s kernel
+/// that sums in vector lanes), and so their bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StripeLayout {
     /// `k × width`, row-major: each input's weights of the stripe's outputs (the `[in, out]`
     /// layout of a decoder's weight).
     InputsByOutputs,
-    /// `width × k`, row-major: each output's weights (an embedding table, read transposed as the
-    /// head).
+    /// `width × k`, row-major: each output's weights (an embedding table as stored, read
+    /// transposed as the head).
     OutputsByInputs,
 }
 
@@ -250,7 +252,8 @@ mod tests {
                                 let mut want = vec![0.0; m * n];
                                 matmul(&mut want, lhs, rhs, false, parallel).unwrap();
                                 // in stripes, the stripes may lie either way for either whole
-                                // product (the kernel packs them): a table's are made [in, out]
+                                // product (the kernel reads them through strides or packs them):
+                                // a quantized table's are made [in, out]
                                 let made_in = match stripe_route(m, k, n) {
                                     Some(_) => vec![StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs],
                                     None => vec![layout],

@@ -202,8 +202,9 @@ pub(super) fn group_values(w: &QuantRows<'_>, first: usize, b: usize, out: &mut 
         BlockFormat::Q8_0 => {
             for (run, line) in (&mut runs).zip(lines) {
                 // the line's bytes copied into an array of the function's own: read through the
-                // slice, the loop ran a value at a time
-                let Ok(&q) = <&[u8; GROUP]>::try_from(line) else { return };
+                // slice, the loop ran a value at a time (a line is sixteen bytes: `Part::line`)
+                let mut q = [0; GROUP];
+                q.copy_from_slice(line);
                 for c in 0..GROUP {
                     run[c] = value(BlockFormat::Q8_0, d[c], 0.0, q[c]);
                 }
@@ -226,10 +227,9 @@ fn pairs<'l, 'o, const F: u8>(
     let format = if F == BlockFormat::Q4_1 as u8 { BlockFormat::Q4_1 } else { BlockFormat::Q4_0 };
     for line in lines {
         let (Some(low), Some(high)) = (runs.next(), runs.next()) else { return };
-        // each half of the line's bytes in an array of the function's own, then each half's
-        // values in a loop of its own: read through the slice, or both halves in one loop, the
-        // values took longer to make
-        let Ok(line) = <&[u8; GROUP]>::try_from(line) else { return };
+        // each half of the line's sixteen bytes in an array of the function's own, then each
+        // half's values in a loop of its own: read through the slice, or both halves in one
+        // loop, the values took longer to make
         let (mut lo, mut hi) = ([0u8; GROUP], [0u8; GROUP]);
         for c in 0..GROUP {
             (lo[c], hi[c]) = (line[c] & 0x0f, line[c] >> 4);
