@@ -17,8 +17,9 @@
 //! those of at most 64 × 64 outputs (blocks of 512 of the inner dimension) and those of at most
 //! [`SMALL_OUTPUT`] outputs with both operands read along the inner dimension (each output's sum
 //! in vector lanes, reduced at the end). A stripe is never one of them unless the whole product
-//! is (wider than 64 columns, and than `SMALL_OUTPUT / m`), and a product that
-//! [`super::splits_rows`] runs over blocks of 256 of its inner dimension runs so stripe by stripe.
+//! is (wider than 64 columns, and, read along the inner dimension, than `SMALL_OUTPUT / m`), and
+//! a product that [`super::splits_rows`] runs over blocks of 256 of its inner dimension runs so
+//! stripe by stripe.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -29,8 +30,11 @@ use super::{MatRef, ShapeError, active, is_small, matmul_new, note, splits_rows}
 
 /// Outputs of a stripe: a multiple of `gemm-f64`'s register tile of 32 rows and of the 16 rows
 /// a quantized group keeps side by side, above 64 (see the module's text). A product of two rows
-/// takes stripes of twice as many, so that no stripe is a product of at most [`SMALL_OUTPUT`]
-/// outputs.
+/// on a right side laid out [`StripeLayout::OutputsByInputs`] takes stripes of twice as many, so
+/// that no stripe is a product of at most [`SMALL_OUTPUT`] outputs, which `gemm-f64` sums another
+/// way when both sides are read along the inner dimension. Laid out
+/// [`StripeLayout::InputsByOutputs`], the right side is not, and two rows take stripes of 96: a
+/// two-token prompt of SmolLM2 took 29 ms where stripes of 192 took 39–46 (Zen 4).
 pub const STRIPE_OUTPUTS: usize = 96;
 
 /// `gemm-f64` sums a product of at most this many outputs whose operands are both read along the
@@ -67,22 +71,29 @@ thread_local! {
 /// [`super::matmul_new`] (whose own route depends on `m`), `Some(split)` where it runs stripes,
 /// `split` saying whether each stripe's product runs in depth blocks ([`super::splits_rows`]).
 ///
+/// The route depends on the stripes' `layout` (how wide they are for two rows: see
+/// [`STRIPE_OUTPUTS`]).
+///
 /// Two products with the same `k`, `n` and right side that both take `Some(false)` (stripes,
-/// each one `gemm-f64`'s general product over the whole inner dimension, more than
-/// [`SMALL_OUTPUT`] outputs) give each row of the left side the same bits, whatever the number of
-/// rows: a caller that needs only some rows of such a product (a generator, the last position's
-/// logits) may multiply those alone.
-pub fn stripe_route(m: usize, k: usize, n: usize) -> Option<bool> {
-    if m < 2 || k == 0 || is_small(m, k, n) || n / stripe_step(m) < 2 {
+/// each one `gemm-f64`'s general product over the whole inner dimension) give each row of the
+/// left side the same bits, whatever the number of rows and the stripes' layout: a caller that
+/// needs only some rows of such a product (a generator, the last position's logits) may multiply
+/// those alone.
+pub fn stripe_route(m: usize, k: usize, n: usize, layout: StripeLayout) -> Option<bool> {
+    if m < 2 || k == 0 || is_small(m, k, n) || n / stripe_step(m, layout) < 2 {
         return None;
     }
     Some(splits_rows(m, k, n))
 }
 
-/// The fewest whole [`STRIPE_OUTPUTS`] that make a stripe of more than [`SMALL_OUTPUT`] outputs
-/// for `m` rows.
-fn stripe_step(m: usize) -> usize {
-    STRIPE_OUTPUTS * (SMALL_OUTPUT / (m.max(1) * STRIPE_OUTPUTS) + 1)
+/// Outputs of a stripe for `m` rows in `layout`: [`STRIPE_OUTPUTS`], or for a right side laid
+/// out [`StripeLayout::OutputsByInputs`] the fewest whole [`STRIPE_OUTPUTS`] that make a stripe
+/// of more than [`SMALL_OUTPUT`] outputs.
+fn stripe_step(m: usize, layout: StripeLayout) -> usize {
+    match layout {
+        StripeLayout::InputsByOutputs => STRIPE_OUTPUTS,
+        StripeLayout::OutputsByInputs => STRIPE_OUTPUTS * (SMALL_OUTPUT / (m.max(1) * STRIPE_OUTPUTS) + 1),
+    }
 }
 
 /// `lhs [m, k] · rhs [k, n]` as a new row-major `m × n` vector, where `make(columns, panel)`
@@ -118,13 +129,14 @@ where
         reason: "the product or a panel of its right side has more values than the ceiling (gemm::MAX_VALUES)",
     };
     let len = super::values_within_ceiling(m, n).ok_or_else(overflow)?;
-    let Some(split) = stripe_route(m, k, n) else {
+    let Some(split) = stripe_route(m, k, n, layout) else {
         // the right side made whole
         let mut panel = vec![0.0; super::values_within_ceiling(k, n).ok_or_else(overflow)?];
         make(0..n, &mut panel)?;
         return Ok(matmul_new(lhs, view(layout, &panel, k, n)?, parallel)?);
     };
-    let (step, count) = (stripe_step(m), n / stripe_step(m));
+    let step = stripe_step(m, layout);
+    let count = n / step;
     // a stripe's panel: at most `k` inputs of fewer than two steps of columns
     super::values_within_ceiling(k, (2 * step).min(n)).ok_or_else(overflow)?;
     let target = active();
@@ -254,11 +266,9 @@ mod tests {
                                 // in stripes, the stripes may lie either way for either whole
                                 // product (the kernel reads them through strides or packs them):
                                 // a quantized table's are made [in, out]
-                                let made_in = match stripe_route(m, k, n) {
-                                    Some(_) => vec![StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs],
-                                    None => vec![layout],
-                                };
-                                for made in made_in {
+                                let made_in = [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs];
+                                let in_stripes = |made| stripe_route(m, k, n, made).is_some();
+                                for made in made_in.into_iter().filter(|&made| made == layout || in_stripes(made)) {
                                     // each stripe made by a parallel loop of its own, as the
                                     // dequantizer may (a task may then run inside another's `make`)
                                     let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {
@@ -321,18 +331,25 @@ mod tests {
     #[test]
     fn rows_that_take_the_whole_products_route_alone_have_its_bits() {
         // the route a generator checks before multiplying a prompt's last rows alone
-        assert_eq!(stripe_route(2, 576, 49_152), Some(false)); // SmolLM2's head, two rows
-        assert_eq!(stripe_route(256, 576, 49_152), Some(false)); // and a prompt of 256
-        assert_eq!(stripe_route(1, 576, 49_152), None); // one row: the one-row path
-        assert_eq!(stripe_route(2, 32, 48), None); // a small product: the plain loop
-        assert_eq!(stripe_route(3, 70, 150), None); // less than two stripes
-        assert_eq!(stripe_route(64, 600, 200), Some(true)); // stripes of the split product
+        for layout in [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs] {
+            let route = |m, k, n| stripe_route(m, k, n, layout);
+            assert_eq!(route(2, 576, 49_152), Some(false)); // SmolLM2's head, two rows
+            assert_eq!(route(256, 576, 49_152), Some(false)); // and a prompt of 256
+            assert_eq!(route(1, 576, 49_152), None); // one row: the one-row path
+            assert_eq!(route(2, 32, 48), None); // a small product: the plain loop
+            assert_eq!(route(3, 70, 150), None); // less than two stripes
+            assert_eq!(route(64, 600, 200), Some(true)); // stripes of the split product
+        }
+        // two rows: stripes of 96 laid [in, out], of 192 the other way
+        assert_eq!(stripe_route(2, 300, 200, StripeLayout::InputsByOutputs), Some(false));
+        assert_eq!(stripe_route(2, 300, 200, StripeLayout::OutputsByInputs), None);
         for (m, k, n) in [(40, 70, 600), (150, 300, 400), (3, 600, 400)] {
             let (a, b) = (values(m * k, 3), values(k * n, 4));
             let lhs = MatRef::row_major(&a, m, k).unwrap();
             let last = MatRef::row_major(&a[(m - 2) * k..], 2, k).unwrap();
-            assert_eq!((stripe_route(m, k, n), stripe_route(2, k, n)), (Some(false), Some(false)));
             for layout in [StripeLayout::InputsByOutputs, StripeLayout::OutputsByInputs] {
+                let route = |m| stripe_route(m, k, n, layout);
+                assert_eq!((route(m), route(2)), (Some(false), Some(false)));
                 for target in Target::available() {
                     with_target(target, || {
                         let make = |columns: Range<usize>, panel: &mut [f64]| -> Result<(), ShapeError> {

@@ -302,22 +302,36 @@ impl QuantizedMatrix {
         crate::tensor::dense::element_count("quantized rows times", &[t, self.rows])
             .map_err(|e| self.error(e.to_string()))?;
         let lhs = MatRef::row_major(x, t, self.cols).map_err(|e| self.error(e.to_string()))?;
-        // a table in blocks has its stripes made `[in, out]` like a weight's, a group's sixteen
-        // outputs per input as the blocks hold them (row by row, a `Q8_0` table was made at 1.2 G
-        // values a second on a Zen 4 core, against 5.5); a dequantized one is copied as stored.
-        // `matmul_in_stripes` makes the right side whole exactly where `stripe_route` says `None`
-        let whole = stripe_route(t, self.cols, self.rows).is_none();
-        let layout = if self.table && (whole || matches!(self.storage, Storage::Dense(_))) {
-            StripeLayout::OutputsByInputs
-        } else {
-            StripeLayout::InputsByOutputs
-        };
+        let layout = self.stripe_layout(t);
         let make =
             |rows: Range<usize>, panel: &mut [f64]| self.dequantize_stripe(rows, panel, layout).map_err(Failure::Gguf);
         matmul_in_stripes(lhs, self.rows, layout, make, true).map_err(|failure| match failure {
             Failure::Gguf(e) => e,
             Failure::Shape(e) => self.error(e.to_string()),
         })
+    }
+
+    /// The layout [`QuantizedMatrix::rows_times`] makes this matrix's right side in for `t` rows.
+    ///
+    /// A table in blocks has its stripes made `[in, out]` like a weight's, a group's sixteen
+    /// outputs per input as the blocks hold them (row by row, a `Q8_0` table was made at 1.2 G
+    /// values a second on a Zen 4 core, against 5.5); a dequantized one is copied as stored; and
+    /// a table made whole keeps the decoder's transposed view. (`matmul_in_stripes` makes the
+    /// right side whole exactly where `stripe_route` says `None`.)
+    fn stripe_layout(&self, t: usize) -> StripeLayout {
+        let whole = stripe_route(t, self.cols, self.rows, StripeLayout::InputsByOutputs).is_none();
+        if self.table && (whole || matches!(self.storage, Storage::Dense(_))) {
+            StripeLayout::OutputsByInputs
+        } else {
+            StripeLayout::InputsByOutputs
+        }
+    }
+
+    /// The route [`QuantizedMatrix::rows_times`] takes for `t` rows
+    /// ([`llm_kernels::gemm::stripe_route`] in the layout it makes the right side in): rows of
+    /// two products that both take `Some(false)` have the same bits.
+    pub(crate) fn route(&self, t: usize) -> Option<bool> {
+        stripe_route(t, self.cols, self.rows, self.stripe_layout(t))
     }
 
     /// Stored rows `rows` dequantized into `out` on the calling thread, in `layout`: row-major
@@ -434,13 +448,17 @@ mod tests {
     fn a_tables_rows_are_the_products_on_its_transposed_values_bitwise() {
         let cols = 64;
         for t in [TensorType::Q8_0, TensorType::Q4_1, TensorType::F32] {
-            // 419 rows: stripes for 2 and 8 rows (the last 3 rows outside a whole group); 100
-            // rows: made whole, at 2 rows a product of at most 256 outputs (whose route depends
-            // on the layout) and at 3 more
-            for (rows, m, in_stripes) in [(419, 2, true), (419, 8, true), (100, 2, false), (100, 3, false)] {
+            // 419 rows: stripes for 2 and 8 rows (the last 3 rows outside a whole group); 300
+            // rows: stripes of 96 for 2 rows in blocks, made whole as stored; 100 rows: made
+            // whole, at 2 rows a product of at most 256 outputs (whose route depends on the
+            // layout) and at 3 more
+            let dense = t == TensorType::F32;
+            for (rows, m, in_stripes) in
+                [(419, 2, true), (419, 8, true), (300, 2, !dense), (100, 2, false), (100, 3, false)]
+            {
                 let bytes = stored(t, rows, cols);
                 let table = QuantizedMatrix::new("table", t, &bytes, [rows, cols], None).unwrap().into_table();
-                assert_eq!(stripe_route(m, cols, rows).is_some(), in_stripes, "{t:?} {rows} rows, {m}");
+                assert_eq!(table.route(m).is_some(), in_stripes, "{t:?} {rows} rows, {m}");
                 let values = table.dequantized(0..rows).unwrap();
                 let x: Vec<f64> = (0..m * cols).map(|i| ((i * 37 % 101) as f64 - 50.0) / 23.0).collect();
                 for target in Target::available() {

@@ -202,7 +202,7 @@ impl QuantizedLlama {
     /// its last two rows, so that the head is a product of several rows (the one-row path sums in
     /// another order); and the head runs on the kept rows only where their product and the whole
     /// one both take `gemm-f64`'s general product in stripes
-    /// ([`llm_kernels::gemm::stripe_route`]), as SmolLM2's does. A small model's head, a plain
+    /// ([`llm_kernels::gemm::stripe_route`] for the head's layout), as SmolLM2's does. A small model's head, a plain
     /// loop at a few rows, runs on every row and keeps the last.
     ///
     /// # Errors
@@ -271,7 +271,7 @@ impl QuantizedLlama {
         // (stripes of `gemm-f64`'s general product) are its rows bitwise the whole product's: a
         // small model's head is a plain loop at a few rows, so it computes every row's logits
         let kept_rows = if b == 1 { 2 } else { b };
-        let same_route = |rows: usize| llm_kernels::gemm::stripe_route(rows, d, v) == Some(false);
+        let same_route = |rows: usize| head.route(rows) == Some(false);
         let every_row = rows == Rows::All || t == 1 || v == 0;
         if every_row || !same_route(kept_rows) || !same_route(b * t) {
             let h = self.rms_norm(&TensorValue::leaf(x, false), &self.norm)?;
