@@ -102,7 +102,8 @@ fn stripe_step(m: usize, layout: StripeLayout) -> usize {
 ///
 /// Products the general kernel does not run (one row, fewer than [`super::SMALL_PRODUCT`]
 /// multiply-adds, no inner dimension) and right sides of less than two stripes ([`STRIPE_OUTPUTS`]
-/// columns each, twice as many for two rows) are made whole, `k · n` values at once. With
+/// columns each, twice as many for two rows laid out [`StripeLayout::OutputsByInputs`]) are made
+/// whole, `k · n` values at once. With
 /// `parallel`, the stripes are spread over the current rayon pool; `make` runs with the caller's
 /// kernel target ([`crate::active`]) in force on whichever thread runs it.
 ///
@@ -239,9 +240,10 @@ mod tests {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         // stripes of the crate's kernel (few rows with an inner dimension past 512, where a
         // product of at most 64 × 64 would be blocked otherwise; two rows, whose stripes of 96
-        // would be products of at most 256 outputs; more than 64 rows), stripes of the split
-        // product (64 rows, a long inner dimension), a last stripe wider than the others, and the
-        // shapes made whole: one row, a small product, a single stripe, no inner dimension
+        // laid [out, in] would be products of at most 256 outputs; more than 64 rows), stripes
+        // of the split product (64 rows, a long inner dimension), a last stripe wider than the
+        // others, and the shapes made whole: one row, a small product, a single stripe (of 192
+        // for two rows laid [out, in]; three of 96 and more laid [in, out]), no inner dimension
         let shapes =
             [(8, 600, 290), (2, 300, 200), (2, 64, 400), (3, 70, 2 * STRIPE_OUTPUTS), (100, 130, 400), (64, 600, 200)];
         let whole = [(1, 300, 300), (3, 4, 5), (5, 30, 150), (2, 30, 300), (6, 0, 200)];

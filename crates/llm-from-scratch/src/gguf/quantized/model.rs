@@ -201,9 +201,9 @@ impl QuantizedLlama {
     /// and the logits are bitwise the last rows of its. One sequence of more than one token takes
     /// its last two rows, so that the head is a product of several rows (the one-row path sums in
     /// another order); and the head runs on the kept rows only where their product and the whole
-    /// one both take `gemm-f64`'s general product in stripes
-    /// ([`llm_kernels::gemm::stripe_route`] for the head's layout), as SmolLM2's does. A small model's head, a plain
-    /// loop at a few rows, runs on every row and keeps the last.
+    /// one both take `gemm-f64`'s general product in stripes ([`llm_kernels::gemm::stripe_route`]
+    /// for the head's layout), as SmolLM2's does. A small model's head, a plain loop at a few
+    /// rows, runs on every row and keeps the last.
     ///
     /// # Errors
     /// As [`QuantizedLlama::forward_cached`].
