@@ -9,9 +9,12 @@ use llm_from_scratch::model::{Decoding, Generator, Overflow, Sampling};
 use llm_from_scratch::nn::SplitMix64;
 
 /// `rows` random rows of `cols` values of type `t`: random quants, scales of either sign between
-/// 2⁻¹⁰ and 2 (f16), and for Q4_1 minima of either sign.
+/// 2⁻¹⁰ and 2 (f16), and for Q4_1 minima of either sign; for F32, values in [−2, 2).
 fn random_rows(t: TensorType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     let mut rng = SplitMix64::new(seed);
+    if t == TensorType::F32 {
+        return (0..rows * cols).flat_map(|_| (rng.uniform(-2.0, 2.0) as f32).to_le_bytes()).collect();
+    }
     let blocks = rows * cols / 32;
     let mut bytes = Vec::new();
     let half = |rng: &mut SplitMix64| {
@@ -69,6 +72,43 @@ fn several_rows_take_the_matrix_product_on_the_dequantized_panel() {
         let one = w.row_times_plain(row).unwrap();
         for (a, b) in got.iter().zip(&one) {
             assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+}
+
+/// A table's product of several rows (in stripes made `[in, out]` when held in blocks, as stored
+/// when dequantized; made whole as stored): bitwise the product on its `f64` values read
+/// transposed, as the decoder holds an embedding, on every target.
+#[test]
+fn a_tables_rows_are_the_product_on_its_transposed_values_bitwise() {
+    use llm_from_scratch::kernels::gemm::{MatRef, StripeLayout, matmul, stripe_route};
+    let cols = 64;
+    for t in [TensorType::Q8_0, TensorType::Q4_1, TensorType::F32] {
+        // the layout the stripes are made in: [in, out] from blocks, as stored when dequantized
+        let layout = if t == TensorType::F32 { StripeLayout::OutputsByInputs } else { StripeLayout::InputsByOutputs };
+        // 419 rows: stripes for 2 and 8 rows (the last 3 rows outside a whole group); 300 rows:
+        // stripes of 96 for 2 rows laid [in, out], made whole as stored; 100 rows: made whole,
+        // at 2 rows a product of at most 256 outputs (whose route depends on the layout), at 3 more
+        for (rows, m) in [(419, 2), (419, 8), (300, 2), (100, 2), (100, 3)] {
+            let in_stripes = stripe_route(m, cols, rows, layout).is_some();
+            assert_eq!(in_stripes, rows > 100 && (rows, m, t) != (300, 2, TensorType::F32), "{t:?} {rows}, {m}");
+            let table = QuantizedMatrix::from_stored("table", t, &random_rows(t, rows, cols, 13), [rows, cols])
+                .unwrap()
+                .into_table();
+            let values: Vec<f64> = (0..rows).flat_map(|r| table.row(r).unwrap()).collect();
+            let mut rng = SplitMix64::new(17);
+            let x: Vec<f64> = (0..m * cols).map(|_| rng.uniform(-2.0, 2.0)).collect();
+            for target in Target::available() {
+                let (got, want) = with_target(target, || {
+                    let (lhs, rhs) = (MatRef::row_major(&x, m, cols).unwrap(), MatRef::row_major(&values, rows, cols));
+                    let mut want = vec![0.0; m * rows];
+                    matmul(&mut want, lhs, rhs.unwrap().t(), false, true).unwrap();
+                    (table.rows_times(&x).unwrap(), want)
+                })
+                .unwrap();
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{t:?}, {rows} rows, {m} rows of x, {target}");
+            }
         }
     }
 }

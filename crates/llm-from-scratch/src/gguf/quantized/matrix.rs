@@ -161,10 +161,12 @@ impl QuantizedMatrix {
         }
     }
 
-    /// The same matrix marked as a lookup table (the embedding, also the tied head): the
-    /// decoder multiplies its `f64` copy as stored, transposed; a prefill here gives the same bits
-    /// ([`QuantizedMatrix::rows_times`] says how).
-    pub(crate) fn into_table(self) -> Self {
+    /// The same matrix marked as a lookup table `[rows, cols]` (an embedding of `rows` tokens,
+    /// also a tied head): [`QuantizedMatrix::rows_times`] then gives `x [t, cols]` times its
+    /// `f64` values read transposed the bits of the decoder's product on its `f64` copy as
+    /// stored (a table's products differ from a weight's only in which of `gemm-f64`'s routes a
+    /// small one takes). Nothing is copied.
+    pub fn into_table(self) -> Self {
         Self { table: true, ..self }
     }
 
@@ -405,75 +407,5 @@ enum Failure {
 impl From<ShapeError> for Failure {
     fn from(e: ShapeError) -> Self {
         Self::Shape(e)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use llm_kernels::Target;
-
-    /// `rows` rows of `cols` values of type `t` as a file stores them: scales near 1/16 (and
-    /// minimums near −1/16), values from a fixed sequence.
-    fn stored(t: TensorType, rows: usize, cols: usize) -> Vec<u8> {
-        let mut s = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut byte = || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        };
-        let blocks = rows * cols / 32;
-        match t {
-            TensorType::F32 => (0..rows * cols).flat_map(|_| (f32::from(byte()) / 64.0 - 2.0).to_le_bytes()).collect(),
-            TensorType::Q8_0 | TensorType::Q4_1 => (0..blocks)
-                .flat_map(|i| {
-                    let mut block = vec![];
-                    block.extend((0x2c00_u16 + (i % 97) as u16).to_le_bytes());
-                    if t == TensorType::Q4_1 {
-                        block.extend((0xac00_u16 + (i % 89) as u16).to_le_bytes());
-                    }
-                    block.extend((0..if t == TensorType::Q8_0 { 32 } else { 16 }).map(|_| byte()));
-                    block
-                })
-                .collect(),
-            _ => unreachable!("the test's types"),
-        }
-    }
-
-    /// A table's product of several rows, in stripes made `[in, out]` (in blocks) or as stored
-    /// (dequantized), and made whole as stored: bitwise the product on the `f64` table read
-    /// transposed, as the decoder holds it, on every target.
-    #[test]
-    fn a_tables_rows_are_the_products_on_its_transposed_values_bitwise() {
-        let cols = 64;
-        for t in [TensorType::Q8_0, TensorType::Q4_1, TensorType::F32] {
-            // 419 rows: stripes for 2 and 8 rows (the last 3 rows outside a whole group); 300
-            // rows: stripes of 96 for 2 rows in blocks, made whole as stored; 100 rows: made
-            // whole, at 2 rows a product of at most 256 outputs (whose route depends on the
-            // layout) and at 3 more
-            let dense = t == TensorType::F32;
-            for (rows, m, in_stripes) in
-                [(419, 2, true), (419, 8, true), (300, 2, !dense), (100, 2, false), (100, 3, false)]
-            {
-                let bytes = stored(t, rows, cols);
-                let table = QuantizedMatrix::new("table", t, &bytes, [rows, cols], None).unwrap().into_table();
-                assert_eq!(table.route(m).is_some(), in_stripes, "{t:?} {rows} rows, {m}");
-                let values = table.dequantized(0..rows).unwrap();
-                let x: Vec<f64> = (0..m * cols).map(|i| ((i * 37 % 101) as f64 - 50.0) / 23.0).collect();
-                for target in Target::available() {
-                    let (got, want) = llm_kernels::with_target(target, || {
-                        let lhs = MatRef::row_major(&x, m, cols).unwrap();
-                        let mut want = vec![0.0; m * rows];
-                        let rhs = MatRef::row_major(&values, rows, cols).unwrap().t();
-                        matmul(&mut want, lhs, rhs, false, true).unwrap();
-                        (table.rows_times(&x).unwrap(), want)
-                    })
-                    .unwrap();
-                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&got), bits(&want), "{t:?}, {rows} rows, {m} rows of x, {target}");
-                }
-            }
-        }
     }
 }
