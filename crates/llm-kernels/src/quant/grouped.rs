@@ -416,6 +416,9 @@ pub(super) mod x86 {
         /// tests read it to check that the dispatch takes them where it can, which the outputs
         /// alone cannot show (the other paths give the same bits).
         pub(in super::super) static SHUFFLED_BLOCKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+        /// Groups' blocks the explicit dequantizing kernels (`group_values_512`,
+        /// `group_values_avx2`) made on this thread: for the tests, as above.
+        pub(in super::super) static EXPLICIT_GROUPS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     }
 
     use std::ops::Range;
@@ -652,8 +655,9 @@ pub(super) mod x86 {
     /// Asks for the bytes of block `b + 1` of the group from row `first` (its head and lines)
     /// while block `b`'s values are made. A prefill's stripe reads each of its pairs of groups
     /// block by block, a few hundred bytes from each; the processor's own prefetching left the
-    /// explicit kernels waiting on memory: on a Zen 4 core, with weights from memory, 4.0–4.6 G
-    /// values a second without this against 5.1–5.7 with it (`Q4_1`, 576 and 1536 inputs).
+    /// explicit kernels waiting on memory: on a Zen 4 core, with weights from memory, 5.2–5.3 G
+    /// values a second without this against 5.5–5.7 with it (`Q4_1`, 576 inputs; 4.4 against
+    /// 5.1–5.5 with 1536).
     #[inline(always)]
     fn fetch_next_block(w: &QuantRows<'_>, first: usize, b: usize) {
         if b + 1 >= w.cols / BLOCK {
@@ -662,9 +666,12 @@ pub(super) mod x86 {
         let (next, _) = super::place(w, first, b + 1);
         let lines = (w.format.quant_bytes() - 1) * next.stride + GROUP;
         for (start, len) in [(next.heads.as_ptr(), next.heads.len()), (next.lines.as_ptr(), lines)] {
-            for at in (0..len).step_by(64) {
-                // SAFETY: a prefetch reads nothing and cannot fault; the address is inside the block.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(at).cast()) };
+            // every cache line the bytes touch, from the one the first byte is in
+            let skew = start as usize % 64;
+            for at in (0..skew + len).step_by(64) {
+                // SAFETY: a prefetch reads nothing and cannot fault (the address may start a
+                // cache line before the block's bytes).
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_sub(skew).wrapping_add(at).cast()) };
             }
         }
     }
@@ -672,11 +679,12 @@ pub(super) mod x86 {
     /// [`super::group_values`] written with AVX-512 instructions: a group's sixteen values of an
     /// input in one register of `f32`, made by the operations of `value` in its order (`Q4_1`'s
     /// `d · q` rounded, then `+ m` rounded; `Q8_0`'s `q · d`; `Q4_0`'s `d · (q − 8)`), each half
-    /// widened into eight `f64` and stored. The same values, bitwise — a zero's sign and a NaN's
-    /// payload included, since every operation is the scalar one, lane by lane (the scales widened
-    /// by `vcvtph2ps`, as the decoding kernels' `f32` path widens them). Compiled by hand because
-    /// the compiler made the plain loops' values eight lanes at a time and stored them through a
-    /// slice: a prefill's stripes came at about 5.2 G values a second on a Zen 4 core.
+    /// widened into eight `f64` and stored. The same values, bitwise — a zero's sign included, and
+    /// a NaN wherever the plain loops make one (with its payload where one operand is NaN), since
+    /// every operation is the scalar one, lane by lane (the scales widened by `vcvtph2ps`, as the
+    /// decoding kernels' `f32` path widens them). Compiled by hand because the compiler made the
+    /// plain loops' values eight lanes at a time and stored them through a slice: about 4.4 G
+    /// values a second on a Zen 4 core with the weights from memory (`docs/performance.md`).
     ///
     /// `out` must hold the block's 32 runs of sixteen values, `stride` apart (the caller's panel);
     /// shorter, the plain loops run instead.
@@ -691,17 +699,18 @@ pub(super) mod x86 {
         out: &mut [f64],
         stride: usize,
     ) {
-        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP {
-            return super::group_values(w, first, b, out, stride);
-        }
         let format = w.format;
         let (part, _) = super::place(w, first, b);
+        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP || part.heads.len() < GROUP * format.head_bytes()
+        {
+            return super::group_values(w, first, b, out, stride);
+        }
+        #[cfg(test)]
+        EXPLICIT_GROUPS.with(|count| count.set(count.get() + 1));
         fetch_next_block(w, first, b);
-        let halves = |at: usize| match part.heads.get(at..at + 2 * GROUP) {
-            // SAFETY: 32 bytes, sixteen halves.
-            Some(h) => _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(h.as_ptr().cast()) }),
-            None => _mm512_setzero_ps(),
-        };
+        // SAFETY: sixteen halves from byte `at` (0, or 32 for `Q4_1`'s minimums) of a head of
+        // `16 · head_bytes` bytes (checked above).
+        let halves = |at: usize| _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(part.heads.as_ptr().add(at).cast()) });
         let d = halves(0);
         let m = if format == BlockFormat::Q4_1 { halves(2 * GROUP) } else { _mm512_setzero_ps() };
         let dst = out.as_mut_ptr();
@@ -758,22 +767,21 @@ pub(super) mod x86 {
         out: &mut [f64],
         stride: usize,
     ) {
-        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP {
-            return super::group_values(w, first, b, out, stride);
-        }
         let format = w.format;
         let (part, _) = super::place(w, first, b);
+        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP || part.heads.len() < GROUP * format.head_bytes()
+        {
+            return super::group_values(w, first, b, out, stride);
+        }
+        #[cfg(test)]
+        EXPLICIT_GROUPS.with(|count| count.set(count.get() + 1));
         fetch_next_block(w, first, b);
-        // rows 0–7, then 8–15, of the sixteen halves at byte `at` of the head
-        let halves = |at: usize| match part.heads.get(at..at + 2 * GROUP) {
-            // SAFETY: 32 bytes, sixteen halves.
-            Some(h) => unsafe {
-                [
-                    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())),
-                    _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(16).cast())),
-                ]
-            },
-            None => [_mm256_setzero_ps(); 2],
+        // rows 0–7, then 8–15, of the sixteen halves from byte `at` of the head
+        // SAFETY: 32 bytes from `at` (0, or 32 for `Q4_1`'s minimums) of a head of
+        // `16 · head_bytes` bytes (checked above).
+        let halves = |at: usize| unsafe {
+            let h = part.heads.as_ptr().add(at);
+            [_mm256_cvtph_ps(_mm_loadu_si128(h.cast())), _mm256_cvtph_ps(_mm_loadu_si128(h.add(16).cast()))]
         };
         let d = halves(0);
         let m = if format == BlockFormat::Q4_1 { halves(2 * GROUP) } else { [_mm256_setzero_ps(); 2] };
@@ -1445,7 +1453,9 @@ mod tests {
     /// Scales and minimums of every kind — zeros of both signs, the smallest subnormal, the largest
     /// finite half, both infinities, a signalling and a quiet NaN — dequantized into a prefill's
     /// transposed panel by every target (the explicit AVX-512 and AVX2 kernels among them) with
-    /// the bits of the plain loops on the rows as stored: a zero's sign and a NaN's payload too.
+    /// the bits of the plain loops on the rows as stored: a zero's sign and a NaN's payload too
+    /// (no value here has two NaN operands). On x86, the explicit kernels must have made the
+    /// whole groups wherever the target has them.
     #[test]
     fn special_halves_dequantize_transposed_as_stored_on_every_target() {
         let specials: [u16; 8] = [0x0000, 0x8000, 0x0001, 0x7bff, 0x7c00, 0xfc00, 0x7c01, 0xfe00];
@@ -1467,7 +1477,9 @@ mod tests {
             group_rows(format, &mut grouped, rows, cols).unwrap();
             let a = QuantRows::new(format, &original, rows, cols).unwrap();
             let b = QuantRows::grouped(format, &grouped, rows, cols).unwrap();
-            for range in [0..rows, 16..48, 7..41] {
+            // whole groups from row 0, from 16 (a pair's second group), from 8 (a lone group after
+            // stored rows); rows 7..41 as stored around groups the walk never starts
+            for range in [0..rows, 16..48, 8..53, 7..41] {
                 let mut want = vec![0.0; range.len() * cols];
                 with_target(Target::Portable, || dequantize_rows_transposed(&a, range.clone(), &mut want, false))
                     .unwrap()
@@ -1476,10 +1488,24 @@ mod tests {
                 assert!(want.iter().any(|v| v.to_bits() == (-0.0f64).to_bits()), "{format:?}: a −0 among the values");
                 for target in Target::available() {
                     let mut got = vec![0.0; want.len()];
+                    #[cfg(target_arch = "x86_64")]
+                    let (explicit, before) = {
+                        let explicit = || x86::EXPLICIT_GROUPS.with(std::cell::Cell::get);
+                        (explicit, explicit())
+                    };
                     with_target(target, || dequantize_rows_transposed(&b, range.clone(), &mut got, false))
                         .unwrap()
                         .unwrap();
                     assert_eq!(bits(&got), bits(&want), "{format:?} rows {range:?} on {target:?}");
+                    // the explicit kernels made the whole groups where the target has them
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        let has_kernel = target == Target::Avx512
+                            || target == Target::Avx2 && std::arch::is_x86_feature_detected!("f16c");
+                        let whole_groups = range != (7..41);
+                        let context = format!("{format:?} rows {range:?} on {target:?}: explicit kernels");
+                        assert_eq!(explicit() > before, has_kernel && whole_groups, "{context}");
+                    }
                 }
             }
         }

@@ -455,7 +455,7 @@ impl Kernel for TransposedBlock<'_, '_> {
 /// How [`transposed_block`] writes a whole group's values: [`grouped::group_values`]'s plain
 /// loops, or an explicit kernel's. (A type, not a closure: a closure's body would be compiled for
 /// the baseline instruction set, outside the target's function.)
-pub(super) trait GroupValues {
+trait GroupValues {
     /// Block `b` of the group from row `first` of `w`, value `i` of row `first + c` at
     /// `out[i · stride + c]`, as [`grouped::group_values`] writes it.
     fn write(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize);
@@ -473,7 +473,7 @@ impl GroupValues for PlainGroups {
 
 /// The body of [`TransposedBlock`], its whole groups written by `G`.
 #[inline(always)]
-pub(super) fn transposed_block<G: GroupValues>(w: &QuantRows<'_>, rows: Range<usize>, b: usize, lines: &mut [f64]) {
+fn transposed_block<G: GroupValues>(w: &QuantRows<'_>, rows: Range<usize>, b: usize, lines: &mut [f64]) {
     const SIDE: usize = 8;
     let n = rows.len();
     let mut square = [[0.0; BLOCK]; SIDE]; // [output][input]
