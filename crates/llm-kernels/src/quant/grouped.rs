@@ -604,60 +604,55 @@ pub(super) mod x86 {
         _mm256_testz_si256(bad, bad) == 1
     }
 
-    /// A task of [`super::super::dequantize_rows_transposed`] (block `b` of stored rows `rows`, into
-    /// `lines`), its whole groups made by [`group_values_512`].
-    ///
-    /// # Safety
-    /// The processor has AVX-512F.
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(in super::super) unsafe fn transposed_block_512(
-        w: &QuantRows<'_>,
-        rows: Range<usize>,
-        b: usize,
-        lines: &mut [f64],
-    ) {
-        /// [`group_values_512`], whose caller has checked AVX-512F.
-        struct Avx512Groups;
-        impl GroupValues for Avx512Groups {
-            #[inline(always)]
-            fn write(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize) {
-                // SAFETY: only `transposed_block_512` uses this type, whose caller checked AVX-512F.
-                unsafe { group_values_512(w, first, b, out, stride) }
+    /// `$name`: a task of [`super::super::dequantize_rows_transposed`] (block `b` of stored rows
+    /// `rows`, into `lines`), compiled with `$features`, its whole groups made by `$kernel`.
+    macro_rules! transposed_block_with {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $kernel:ident) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub(in super::super) unsafe fn $name(w: &QuantRows<'_>, rows: Range<usize>, b: usize, lines: &mut [f64]) {
+                /// The explicit kernel, whose caller has checked its instructions.
+                struct Groups;
+                impl GroupValues for Groups {
+                    #[inline(always)]
+                    fn write(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize) {
+                        // SAFETY: only the function this type is declared in uses it, and its
+                        // caller checked the instructions the kernel needs (the same features).
+                        unsafe { $kernel(w, first, b, out, stride) }
+                    }
+                }
+                transposed_block::<Groups>(w, rows, b, lines);
             }
-        }
-        transposed_block::<Avx512Groups>(w, rows, b, lines);
+        };
     }
 
-    /// [`transposed_block_512`] with [`group_values_avx2`].
-    ///
-    /// # Safety
-    /// The processor has AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(in super::super) unsafe fn transposed_block_avx2(
-        w: &QuantRows<'_>,
-        rows: Range<usize>,
-        b: usize,
-        lines: &mut [f64],
-    ) {
-        /// [`group_values_avx2`], whose caller has checked AVX2, FMA and F16C.
-        struct Avx2Groups;
-        impl GroupValues for Avx2Groups {
-            #[inline(always)]
-            fn write(w: &QuantRows<'_>, first: usize, b: usize, out: &mut [f64], stride: usize) {
-                // SAFETY: only `transposed_block_avx2` uses this type, whose caller checked AVX2,
-                // FMA and F16C.
-                unsafe { group_values_avx2(w, first, b, out, stride) }
-            }
-        }
-        transposed_block::<Avx2Groups>(w, rows, b, lines);
-    }
+    transposed_block_with!(
+        /// A task of [`super::super::dequantize_rows_transposed`] (block `b` of stored rows
+        /// `rows`, into `lines`), its whole groups made by [`group_values_512`].
+        ///
+        /// # Safety
+        /// The processor has AVX-512F.
+        transposed_block_512,
+        "avx512f,avx2,fma",
+        group_values_512
+    );
+
+    transposed_block_with!(
+        /// [`transposed_block_512`] with [`group_values_avx2`].
+        ///
+        /// # Safety
+        /// The processor has AVX2, FMA and F16C.
+        transposed_block_avx2,
+        "avx2,fma,f16c",
+        group_values_avx2
+    );
 
     /// Asks for the bytes of block `b + 1` of the group from row `first` (its head and lines)
     /// while block `b`'s values are made. A prefill's stripe reads each of its pairs of groups
     /// block by block, a few hundred bytes from each; the processor's own prefetching left the
     /// explicit kernels waiting on memory: on a Zen 4 core, with weights from memory, 5.2–5.3 G
-    /// values a second without this against 5.5–5.7 with it (`Q4_1`, 576 inputs; 4.4 against
-    /// 5.1–5.5 with 1536).
+    /// values a second without this against 5.3–5.5 with it (`Q4_1`, 576 inputs; 4.4 against
+    /// 5.0–5.2 with 1536).
     #[inline(always)]
     fn fetch_next_block(w: &QuantRows<'_>, first: usize, b: usize) {
         if b + 1 >= w.cols / BLOCK {
@@ -683,8 +678,9 @@ pub(super) mod x86 {
     /// a NaN wherever the plain loops make one (with its payload where one operand is NaN), since
     /// every operation is the scalar one, lane by lane (the scales widened by `vcvtph2ps`, as the
     /// decoding kernels' `f32` path widens them). Compiled by hand because the compiler made the
-    /// plain loops' values eight lanes at a time and stored them through a slice: about 4.4 G
-    /// values a second on a Zen 4 core with the weights from memory (`docs/performance.md`).
+    /// plain loops' values eight `f32` lanes to an operation and stored them through a slice:
+    /// 4.0–4.5 G values a second on a Zen 4 core with the weights from memory
+    /// (`docs/performance.md`).
     ///
     /// `out` must hold the block's 32 runs of sixteen values, `stride` apart (the caller's panel);
     /// shorter, the plain loops run instead.

@@ -384,8 +384,8 @@ impl Kernel for Dequantize<'_, '_> {
 /// register, each block asking for the next one's bytes before its values are made. On a Zen 4
 /// core, `Q4_1` matrices from memory in stripes of 96 rows, G values a second: 5.3–5.5 against
 /// 4.3–4.5 (576 inputs) and 5.0–5.2 against 4.0–4.1 (1536) with AVX-512, 4.7–4.8 against 3.3–3.4
-/// and 4.4–4.7 against 3.1 with AVX2; a two-token prompt of SmolLM2 took 23.5–24.3 ms against
-/// 26.7–26.9 (`docs/performance.md`).
+/// and 4.4–4.7 against 3.1 with AVX2; a two-token prompt of SmolLM2 took 22.0–24.9 ms against
+/// 25.9–28.3 (`docs/performance.md`).
 ///
 /// # Errors
 /// As [`dequantize_rows`].
