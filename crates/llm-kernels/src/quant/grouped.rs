@@ -424,7 +424,7 @@ pub(super) mod x86 {
     use std::ops::Range;
 
     use super::super::{GroupValues, transposed_block};
-    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, PAIR, QuantRows, units};
+    use super::{BLOCK, BlockFormat, GROUP, INPUTS_PER_SUM, PAIR, Part, QuantRows, units};
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
     /// pair of groups, the length whole groups): [`group_sums_as`], with AVX512BW's byte shuffle
@@ -671,6 +671,23 @@ pub(super) mod x86 {
         }
     }
 
+    /// The part an explicit kernel makes block `b` of, for the group from row `first`, once its
+    /// bytes are asked for ahead ([`fetch_next_block`]); `None` where `out` cannot hold the block's
+    /// 32 runs of sixteen values `stride` apart, or the head is too short for the kernels' loads,
+    /// and the plain loops should run instead.
+    #[inline(always)]
+    fn explicit_part<'a>(w: &QuantRows<'a>, first: usize, b: usize, out: &[f64], stride: usize) -> Option<Part<'a>> {
+        let (part, _) = super::place(w, first, b);
+        let fits = stride >= GROUP && out.len() >= (BLOCK - 1) * stride + GROUP;
+        if !fits || part.heads.len() < GROUP * w.format.head_bytes() {
+            return None;
+        }
+        #[cfg(test)]
+        EXPLICIT_GROUPS.with(|count| count.set(count.get() + 1));
+        fetch_next_block(w, first, b);
+        Some(part)
+    }
+
     /// [`super::group_values`] written with AVX-512 instructions: a group's sixteen values of an
     /// input in one register of `f32`, made by the operations of `value` in its order (`Q4_1`'s
     /// `d · q` rounded, then `+ m` rounded; `Q8_0`'s `q · d`; `Q4_0`'s `d · (q − 8)`), each half
@@ -696,16 +713,11 @@ pub(super) mod x86 {
         stride: usize,
     ) {
         let format = w.format;
-        let (part, _) = super::place(w, first, b);
-        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP || part.heads.len() < GROUP * format.head_bytes()
-        {
+        let Some(part) = explicit_part(w, first, b, out, stride) else {
             return super::group_values(w, first, b, out, stride);
-        }
-        #[cfg(test)]
-        EXPLICIT_GROUPS.with(|count| count.set(count.get() + 1));
-        fetch_next_block(w, first, b);
+        };
         // SAFETY: sixteen halves from byte `at` (0, or 32 for `Q4_1`'s minimums) of a head of
-        // `16 · head_bytes` bytes (checked above).
+        // `16 · head_bytes` bytes (`explicit_part` checked).
         let halves = |at: usize| _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(part.heads.as_ptr().add(at).cast()) });
         let d = halves(0);
         let m = if format == BlockFormat::Q4_1 { halves(2 * GROUP) } else { _mm512_setzero_ps() };
@@ -716,7 +728,7 @@ pub(super) mod x86 {
                 let v: __m512 = $v;
                 let low = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
                 let high = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))));
-                // SAFETY: run `i < 32` ends at `31 · stride + 16 ≤ out.len()` (checked above).
+                // SAFETY: run `i < 32` ends at `31 · stride + 16 ≤ out.len()` (`explicit_part` checked).
                 unsafe {
                     _mm512_storeu_pd(dst.add($i * stride), low);
                     _mm512_storeu_pd(dst.add($i * stride + 8), high);
@@ -764,17 +776,12 @@ pub(super) mod x86 {
         stride: usize,
     ) {
         let format = w.format;
-        let (part, _) = super::place(w, first, b);
-        if stride < GROUP || out.len() < (BLOCK - 1) * stride + GROUP || part.heads.len() < GROUP * format.head_bytes()
-        {
+        let Some(part) = explicit_part(w, first, b, out, stride) else {
             return super::group_values(w, first, b, out, stride);
-        }
-        #[cfg(test)]
-        EXPLICIT_GROUPS.with(|count| count.set(count.get() + 1));
-        fetch_next_block(w, first, b);
+        };
         // rows 0–7, then 8–15, of the sixteen halves from byte `at` of the head
         // SAFETY: 32 bytes from `at` (0, or 32 for `Q4_1`'s minimums) of a head of
-        // `16 · head_bytes` bytes (checked above).
+        // `16 · head_bytes` bytes (`explicit_part` checked).
         let halves = |at: usize| unsafe {
             let h = part.heads.as_ptr().add(at);
             [_mm256_cvtph_ps(_mm_loadu_si128(h.cast())), _mm256_cvtph_ps(_mm_loadu_si128(h.add(16).cast()))]
@@ -788,7 +795,7 @@ pub(super) mod x86 {
                 let v: __m256 = $v;
                 let (low, high) =
                     (_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)));
-                // SAFETY: run `i < 32` ends at `31 · stride + 16 ≤ out.len()` (checked above).
+                // SAFETY: run `i < 32` ends at `31 · stride + 16 ≤ out.len()` (`explicit_part` checked).
                 unsafe {
                     _mm256_storeu_pd(dst.add($i * stride + 8 * $h), low);
                     _mm256_storeu_pd(dst.add($i * stride + 8 * $h + 4), high);
