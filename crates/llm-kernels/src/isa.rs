@@ -60,6 +60,19 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// the weights has taken off its values beforehand (one shift, where `(b >> 4) << 52` took
     /// two).
     fn plus_index_bits(self, x: Self::V, rounded: Self::V) -> Self::V;
+    /// `a / b` in every lane.
+    fn div(self, a: Self::V, b: Self::V) -> Self::V;
+    /// `−|x|` in every lane: the sign bit set (NaN stays NaN).
+    fn neg_abs(self, x: Self::V) -> Self::V;
+    /// `a` in the lanes where `x ≥ 0` (−0 included), else `b` (NaN compares false: `b`).
+    fn select_nonnegative(self, x: Self::V, a: Self::V, b: Self::V) -> Self::V;
+    /// Whether `low ≤ |x| < high` in every lane (false where a lane is NaN).
+    fn all_abs_within(self, x: Self::V, low: f64, high: f64) -> bool;
+    /// With `b` a lane's bits of `rounded` as an integer and `j = b & 127`: the bits
+    /// `table[j][0]`, and `table[j][1] + (b << 45)` (wrapping), as `f64` — an exact lookup (the
+    /// table of [`crate::logistic`]'s `2^{j/128}`, indexed by `1.5·2⁵² + 128·k + j`, `k` added to
+    /// the exponent by the shift).
+    fn lookup128(self, table: &[[u64; 2]; 128], rounded: Self::V) -> (Self::V, Self::V);
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
     /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
@@ -283,6 +296,29 @@ impl<P: Pairs> Isa for P {
         std::array::from_fn(|i| f64::from_bits(x[i].to_bits().wrapping_add(rounded[i].to_bits() << 48)))
     }
     #[inline(always)]
+    fn div(self, a: Self::V, b: Self::V) -> Self::V {
+        [a[0] / b[0], a[1] / b[1]]
+    }
+    #[inline(always)]
+    fn neg_abs(self, x: Self::V) -> Self::V {
+        x.map(|x| -x.abs())
+    }
+    #[inline(always)]
+    fn select_nonnegative(self, x: Self::V, a: Self::V, b: Self::V) -> Self::V {
+        std::array::from_fn(|i| if x[i] >= 0.0 { a[i] } else { b[i] })
+    }
+    #[inline(always)]
+    fn all_abs_within(self, x: Self::V, low: f64, high: f64) -> bool {
+        x.iter().all(|x| (low..high).contains(&x.abs()))
+    }
+    #[inline(always)]
+    fn lookup128(self, table: &[[u64; 2]; 128], rounded: Self::V) -> (Self::V, Self::V) {
+        let entry = |x: f64| table[(x.to_bits() & 127) as usize];
+        let low = rounded.map(|x| f64::from_bits(entry(x)[0]));
+        let high = rounded.map(|x| f64::from_bits(entry(x)[1].wrapping_add(x.to_bits() << 45)));
+        (low, high)
+    }
+    #[inline(always)]
     fn outline<K: Kernel>(self, kernel: K) -> K::Output {
         self.outline_pairs(kernel)
     }
@@ -291,13 +327,16 @@ impl<P: Pairs> Isa for P {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256d, __m512d, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_andnot_pd,
-        _mm256_blend_epi32, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd, _mm256_cmp_pd, _mm256_fmadd_pd,
-        _mm256_fnmadd_pd, _mm256_loadu_pd, _mm256_loadu_si256, _mm256_max_pd, _mm256_mul_pd,
-        _mm256_permutevar8x32_epi32, _mm256_set1_pd, _mm256_shuffle_epi32, _mm256_slli_epi64, _mm256_storeu_pd,
-        _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_castpd_si512, _mm512_castsi512_pd, _mm512_cmp_pd_mask,
-        _mm512_fmadd_pd, _mm512_fnmadd_pd, _mm512_loadu_pd, _mm512_maskz_mov_pd, _mm512_max_pd, _mm512_mul_pd,
-        _mm512_permutex2var_pd, _mm512_set1_pd, _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd,
+        __m256d, __m512d, _CMP_GE_OQ, _CMP_LT_OQ, _CMP_NLT_UQ, _mm256_add_epi64, _mm256_add_pd, _mm256_and_si256,
+        _mm256_andnot_pd, _mm256_blend_epi32, _mm256_blendv_pd, _mm256_castpd_si256, _mm256_castsi256_pd,
+        _mm256_cmp_pd, _mm256_div_pd, _mm256_fmadd_pd, _mm256_fnmadd_pd, _mm256_i64gather_epi64, _mm256_loadu_pd,
+        _mm256_loadu_si256, _mm256_max_pd, _mm256_movemask_pd, _mm256_mul_pd, _mm256_or_pd,
+        _mm256_permutevar8x32_epi32, _mm256_set1_epi64x, _mm256_set1_pd, _mm256_shuffle_epi32, _mm256_slli_epi64,
+        _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_and_si512, _mm512_castpd_si512,
+        _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_div_pd, _mm512_fmadd_pd, _mm512_fnmadd_pd,
+        _mm512_i64gather_epi64, _mm512_loadu_pd, _mm512_mask_blend_pd, _mm512_maskz_mov_pd, _mm512_max_pd,
+        _mm512_mul_pd, _mm512_or_si512, _mm512_permutex2var_pd, _mm512_set1_epi64, _mm512_set1_pd, _mm512_slli_epi64,
+        _mm512_storeu_pd, _mm512_sub_pd,
     };
 
     use super::{Isa, Kernel, Table16};
@@ -414,6 +453,47 @@ mod x86 {
             }
         }
         #[inline(always)]
+        fn div(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_div_pd(a, b) }
+        }
+        #[inline(always)]
+        fn neg_abs(self, x: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_castsi512_pd(_mm512_or_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(i64::MIN))) }
+        }
+        #[inline(always)]
+        fn select_nonnegative(self, x: Self::V, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm512_mask_blend_pd(_mm512_cmp_pd_mask::<_CMP_GE_OQ>(x, _mm512_set1_pd(0.0)), b, a) }
+        }
+        #[inline(always)]
+        fn all_abs_within(self, x: Self::V, low: f64, high: f64) -> bool {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe {
+                let magnitude =
+                    _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(x), _mm512_set1_epi64(i64::MAX)));
+                let at_least = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(magnitude, _mm512_set1_pd(low));
+                let below = _mm512_cmp_pd_mask::<_CMP_LT_OQ>(magnitude, _mm512_set1_pd(high));
+                at_least & below == 0xff
+            }
+        }
+        #[inline(always)]
+        fn lookup128(self, table: &[[u64; 2]; 128], rounded: Self::V) -> (Self::V, Self::V) {
+            // two gathers of eight lanes, at `2·j` and `2·j + 1` words from the table's start
+            // SAFETY: `self` proves the processor has the instructions; `2·j + 1 < 256` words, so
+            // every load lies in `table`.
+            unsafe {
+                let bits = _mm512_castpd_si512(rounded);
+                let words = _mm512_slli_epi64::<1>(_mm512_and_si512(bits, _mm512_set1_epi64(127)));
+                let first = table.as_ptr().cast::<i64>();
+                let low = _mm512_i64gather_epi64::<8>(words, first);
+                let high = _mm512_i64gather_epi64::<8>(words, first.add(1));
+                let high = _mm512_add_epi64(high, _mm512_slli_epi64::<45>(bits));
+                (_mm512_castsi512_pd(low), _mm512_castsi512_pd(high))
+            }
+        }
+        #[inline(always)]
         fn outline<K: Kernel>(self, kernel: K) -> K::Output {
             #[inline(never)]
             #[target_feature(enable = "avx512f,avx2,fma")]
@@ -517,6 +597,46 @@ mod x86 {
             }
         }
         #[inline(always)]
+        fn div(self, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_div_pd(a, b) }
+        }
+        #[inline(always)]
+        fn neg_abs(self, x: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_or_pd(x, _mm256_set1_pd(-0.0)) }
+        }
+        #[inline(always)]
+        fn select_nonnegative(self, x: Self::V, a: Self::V, b: Self::V) -> Self::V {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe { _mm256_blendv_pd(b, a, _mm256_cmp_pd::<_CMP_GE_OQ>(x, _mm256_set1_pd(0.0))) }
+        }
+        #[inline(always)]
+        fn all_abs_within(self, x: Self::V, low: f64, high: f64) -> bool {
+            // SAFETY: `self` proves the processor has the instructions.
+            unsafe {
+                let magnitude = _mm256_andnot_pd(_mm256_set1_pd(-0.0), x);
+                let at_least = _mm256_cmp_pd::<_CMP_GE_OQ>(magnitude, _mm256_set1_pd(low));
+                let below = _mm256_cmp_pd::<_CMP_LT_OQ>(magnitude, _mm256_set1_pd(high));
+                _mm256_movemask_pd(at_least) & _mm256_movemask_pd(below) == 0xf
+            }
+        }
+        #[inline(always)]
+        fn lookup128(self, table: &[[u64; 2]; 128], rounded: Self::V) -> (Self::V, Self::V) {
+            // two gathers of four lanes, at `2·j` and `2·j + 1` words from the table's start
+            // SAFETY: `self` proves the processor has the instructions; `2·j + 1 < 256` words, so
+            // every load lies in `table`.
+            unsafe {
+                let bits = _mm256_castpd_si256(rounded);
+                let words = _mm256_slli_epi64::<1>(_mm256_and_si256(bits, _mm256_set1_epi64x(127)));
+                let first = table.as_ptr().cast::<i64>();
+                let low = _mm256_i64gather_epi64::<8>(first, words);
+                let high = _mm256_i64gather_epi64::<8>(first.add(1), words);
+                let high = _mm256_add_epi64(high, _mm256_slli_epi64::<45>(bits));
+                (_mm256_castsi256_pd(low), _mm256_castsi256_pd(high))
+            }
+        }
+        #[inline(always)]
         fn outline<K: Kernel>(self, kernel: K) -> K::Output {
             #[inline(never)]
             #[target_feature(enable = "avx2,fma")]
@@ -534,19 +654,35 @@ mod tests {
     use super::*;
 
     /// Lane by lane, through every operation of the trait: `(a·b + ½)·b`, `(a − b) − a·b`
-    /// raised to −0.5, 0 where `a < b` else `b`, [`TABLE`] at `a`'s low four bits, and `b`'s bits
-    /// plus `a << 48`.
+    /// raised to −0.5, 0 where `a < b` else `b`, [`TABLE`] at `a`'s low four bits, `b`'s bits
+    /// plus `a << 48`, `−|a| / b`, `a` where `b ≥ 0` else `b`, [`TABLE128`] at `a`'s low seven
+    /// bits (both halves, the second plus `a << 45`), and 1 where every lane of the register has
+    /// `¼ ≤ |a| < 2` else 0.
     struct Lanewise<'a>(&'a [f64], &'a [f64]);
+
+    /// Operations [`Lanewise`] runs.
+    const OPERATIONS: usize = 10;
+
+    /// A table of 128 different pairs for [`Isa::lookup128`]: `j` and `3j + 1` as bits, mixed.
+    const TABLE128: [[u64; 2]; 128] = {
+        let mut table = [[0; 2]; 128];
+        let mut j = 0;
+        while j < 128 {
+            table[j] = [(j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15), 0x3FF0_0000_0000_0000 + 3 * j as u64 + 1];
+            j += 1;
+        }
+        table
+    };
 
     /// A table of sixteen different values for [`Isa::lookup16`].
     const TABLE: Table16 =
         Table16::new([-3.0, -2.5, -2.0, -1.5, -1.0, -0.5, -0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 1e300]);
 
     impl Kernel for Lanewise<'_> {
-        type Output = [Vec<f64>; 5];
+        type Output = [Vec<f64>; OPERATIONS];
         #[inline(always)]
-        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 5] {
-            let mut out = [(); 5].map(|()| vec![0.0; self.0.len()]);
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; OPERATIONS] {
+            let mut out = [(); OPERATIONS].map(|()| vec![0.0; self.0.len()]);
             for at in (0..self.0.len() - self.0.len() % I::WIDTH).step_by(I::WIDTH) {
                 #[allow(unsafe_code)]
                 // SAFETY: at + WIDTH ≤ len (the range stops at the last whole vector).
@@ -558,6 +694,13 @@ mod tests {
                     isa.store(&mut out[2], at, isa.zero_where_less(a, b, b));
                     isa.store(&mut out[3], at, isa.lookup16(&TABLE, a));
                     isa.store(&mut out[4], at, isa.plus_index_bits(b, a));
+                    isa.store(&mut out[5], at, isa.div(isa.neg_abs(a), b));
+                    isa.store(&mut out[6], at, isa.select_nonnegative(b, a, b));
+                    let (low, high) = isa.lookup128(&TABLE128, a);
+                    isa.store(&mut out[7], at, low);
+                    isa.store(&mut out[8], at, high);
+                    let within = if isa.all_abs_within(a, 0.25, 2.0) { 1.0 } else { 0.0 };
+                    isa.store(&mut out[9], at, isa.splat(within));
                 }
             }
             out
@@ -579,9 +722,9 @@ mod tests {
     struct Outlined<'a>(&'a [f64], &'a [f64]);
 
     impl Kernel for Outlined<'_> {
-        type Output = [Vec<f64>; 5];
+        type Output = [Vec<f64>; OPERATIONS];
         #[inline(always)]
-        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; 5] {
+        fn run<I: Isa>(self, isa: I) -> [Vec<f64>; OPERATIONS] {
             isa.outline(Lanewise(self.0, self.1))
         }
     }
@@ -608,16 +751,36 @@ mod tests {
         // NaN on either side of each comparison, and equal operands
         a[..4].copy_from_slice(&[f64::NAN, 0.25, f64::NAN, -0.0]);
         b[..4].copy_from_slice(&[0.25, f64::NAN, f64::NAN, 0.0]);
+        // the range test's edges in registers that pass it otherwise, and a register that passes
+        a[8..16].copy_from_slice(&[-0.5, 1.0, 2f64.next_down(), -0.25, 0.3, 0.4, 0.5, 0.6]);
+        a[16..24].copy_from_slice(&[-0.5, 1.0, -2.0, 0.3, 0.4, 0.5, 0.6, 0.7]);
+        a[24..32].copy_from_slice(&[0.5, 1.0, 0.25f64.next_down(), 0.3, 0.4, 0.5, 0.6, 0.7]);
         let raised = |x: f64| if x < -0.5 { -0.5 } else { x };
-        let want: [Vec<f64>; 5] = [
-            a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
-            a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
-            a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
-            a.iter().map(|x| TABLE.values[(x.to_bits() & 15) as usize]).collect(),
-            a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add(x.to_bits() << 48))).collect(),
-        ];
+        let entry = |x: &f64| TABLE128[(x.to_bits() & 127) as usize];
+        let want = |width: usize| -> [Vec<f64>; OPERATIONS] {
+            // the range test holds for a whole register: 1 in each lane where all its lanes pass
+            let within: Vec<bool> = a.iter().map(|x| (0.25..2.0).contains(&x.abs())).collect();
+            let whole = within.chunks(width).flat_map(|lanes| vec![lanes.iter().all(|&w| w); lanes.len()]);
+            [
+                a.iter().zip(&b).map(|(x, y)| x.mul_add(*y, 0.5) * y).collect(),
+                a.iter().zip(&b).map(|(x, y)| raised((-x).mul_add(*y, x - y))).collect(),
+                a.iter().zip(&b).map(|(x, y)| if x < y { 0.0 } else { *y }).collect(),
+                a.iter().map(|x| TABLE.values[(x.to_bits() & 15) as usize]).collect(),
+                a.iter().zip(&b).map(|(x, y)| f64::from_bits(y.to_bits().wrapping_add(x.to_bits() << 48))).collect(),
+                a.iter().zip(&b).map(|(x, y)| -x.abs() / y).collect(),
+                a.iter().zip(&b).map(|(x, y)| if *y >= 0.0 { *x } else { *y }).collect(),
+                a.iter().map(|x| f64::from_bits(entry(x)[0])).collect(),
+                a.iter().map(|x| f64::from_bits(entry(x)[1].wrapping_add(x.to_bits() << 45))).collect(),
+                whole.map(|w| if w { 1.0 } else { 0.0 }).collect(),
+            ]
+        };
         let bits = |v: &[f64]| v.iter().map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() }).collect::<Vec<_>>();
         for t in Target::available() {
+            let want = want(match t {
+                Target::Portable => 2,
+                Target::Avx2 => 4,
+                Target::Avx512 => 8,
+            });
             let got = run(t, Lanewise(&a, &b));
             for (op, (got, want)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(bits(got), bits(want), "{t}, operation {op}");

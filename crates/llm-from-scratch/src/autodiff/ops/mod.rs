@@ -13,6 +13,4 @@ mod shape;
 pub(crate) mod softmax;
 mod unary;
 
-pub(crate) use unary::sigmoid;
-
 pub use concat_slice::concat;

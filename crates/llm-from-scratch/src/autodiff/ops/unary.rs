@@ -3,7 +3,8 @@
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::values::{map_values, map_values_pair, zip_values};
+use crate::tensor::values::{map_values, update_value_pairs, update_values, zip_values};
+use llm_kernels::logistic;
 
 /// Which value a derivative is written in terms of: the backward reads only that one, so the other
 /// may be released.
@@ -140,16 +141,18 @@ impl TensorValue {
     pub fn silu(&self) -> Result<TensorValue> {
         let x = self.read("silu")?;
         let (shape, xs) = (x.shape().to_vec(), x.as_slice());
-        // σ(x) once per value: the output and, when a gradient is wanted, the local derivative
+        // σ(x) once per value, `llm_kernels::logistic` (with e = e^{−|x|}: 1/(1 + e) for x ≥ 0,
+        // e/(1 + e) below, so nothing overflows; many values at a time, with the bits of the C
+        // library's exp): the output and, when a gradient is wanted, the local derivative
         // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no second e^{−x} there)
-        let (out, slope) = if self.requires_grad() {
-            let (out, slope) = map_values_pair(xs, |x| {
-                let s = sigmoid(x);
-                (x * s, s + x * s * (1.0 - s))
-            });
-            (out, Some(slope))
+        let mut out = xs.to_vec();
+        let slope = if self.requires_grad() {
+            let mut slope = vec![0.0; xs.len()];
+            update_value_pairs(&mut out, &mut slope, logistic::silu_and_slope);
+            Some(slope)
         } else {
-            (map_values(xs, |x| x * sigmoid(x)), None)
+            update_values(&mut out, logistic::silu);
+            None
         };
         let out = Tensor::from_parts(shape, out);
         Ok(TensorValue::record("silu", vec![self.clone()], out, move |ctx| {
@@ -160,15 +163,6 @@ impl TensorValue {
             Ok(vec![Some(Tensor::from_parts(x.shape().to_vec(), values))])
         }))
     }
-}
-
-/// The logistic function, written so that it never overflows: with `e = e^{−|x|} ≤ 1`,
-/// `σ(x) = 1 / (1 + e)` for `x ≥ 0` and `e / (1 + e)` below. Only the numerator depends on the
-/// sign (a select, not a branch the processor would mispredict on half of a layer's values).
-pub(crate) fn sigmoid(x: f64) -> f64 {
-    let e = (-x.abs()).exp();
-    let numerator = if x >= 0.0 { 1.0 } else { e };
-    numerator / (1.0 + e)
 }
 
 #[cfg(test)]
@@ -216,9 +210,7 @@ mod tests {
         let grads = y.backward_with(&upstream).unwrap();
         let (out, dx) = (y.value().unwrap(), grads.get(&x).unwrap().clone());
         for (i, &v) in xs.iter().enumerate() {
-            // σ as two branches, each with its own exponential
-            let s = if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) };
-            assert_eq!(super::sigmoid(v).to_bits(), s.to_bits());
+            let s = llm_kernels::logistic::sigmoid(v);
             assert_eq!(out.as_slice()[i].to_bits(), (v * s).to_bits());
             let want = (s + v * s * (1.0 - s)) * upstream.as_slice()[i];
             assert_eq!(dx.as_slice()[i].to_bits(), want.to_bits());

@@ -9,7 +9,6 @@ use rayon::prelude::*;
 use super::QuantizedMatrix;
 use crate::attention::{AttentionConfig, AttentionError, Branch, KvCache, attend_cached, merge_heads, split_heads_of};
 use crate::autodiff::TensorValue;
-use crate::autodiff::ops::sigmoid;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::gguf::llama::{GgufRope, Layout, checked_plan, hugging_face_row};
 use crate::gguf::{Gguf, GgufError, TensorType};
@@ -384,8 +383,8 @@ const GATED_VALUES_PER_TASK: usize = 768;
 
 /// The feed-forward's gated hidden values `SiLU(gate) · up`, value by value in place of `gate`,
 /// with the bits of the tape's `silu` and `mul` the `f64` decoder records (`(g · σ(g)) · u`), on
-/// every thread: one token's take about 15 µs a layer on one (the C library's `exp` makes each
-/// σ, so they do not vectorise).
+/// every thread (`llm_kernels::logistic::gated`: σ in the target's registers, with the bits of the
+/// C library's `exp`).
 fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
     if gate.len() != up.len() {
         let (lhs, rhs) = (Shape::from(&[gate.len()][..]), Shape::from(&[up.len()][..]));
@@ -393,11 +392,7 @@ fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
         return Err(TensorAutodiffError::ShapeMismatch { op: "quantized llama feed-forward", lhs, rhs, reason }.into());
     }
     let tasks = gate.par_chunks_mut(GATED_VALUES_PER_TASK).zip(up.par_chunks(GATED_VALUES_PER_TASK));
-    tasks.for_each(|(gate, up)| {
-        for (g, &u) in gate.iter_mut().zip(up) {
-            *g = *g * sigmoid(*g) * u;
-        }
-    });
+    tasks.for_each(|(gate, up)| llm_kernels::logistic::gated(gate, up));
     Ok(gate)
 }
 
