@@ -51,6 +51,12 @@ fn operations() -> Vec<(&'static str, Operation)> {
             }),
         ),
         (
+            "SiLU over many values, with its slope for the backward",
+            Box::new(|| {
+                leaf(&[64, 1024], 17).silu().unwrap();
+            }),
+        ),
+        (
             "RoPE over many rows",
             Box::new(|| {
                 let rope = RotaryEmbedding::new(16, 4096, 10_000.0).unwrap();

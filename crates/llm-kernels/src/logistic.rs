@@ -33,6 +33,10 @@
 //! on every target and thread: the tape and the quantized decoder both call these functions, so
 //! they still agree bit for bit.
 
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
 use crate::isa::{self, Isa, Kernel, Portable};
 use crate::target::active;
 
@@ -259,23 +263,56 @@ pub fn sigmoid(x: f64) -> f64 {
     numerator / (1.0 + e)
 }
 
-/// `x ← x · σ(x)` for every value: SiLU in place.
-pub fn silu(values: &mut [f64]) {
-    isa::run(active(), Sweep(Silu(values)));
+/// Values per task of the parallel sweeps: long runs, so that splitting costs little.
+const VALUES_PER_TASK: usize = 4096;
+
+/// `x · σ(x)` for every value: SiLU, into a new vector (never filled before). With `parallel`,
+/// runs of 4096 values are spread over the current rayon pool, each computed alone, so the bits
+/// do not depend on the threads.
+#[allow(unsafe_code)]
+pub fn silu(x: &[f64], parallel: bool) -> Vec<f64> {
+    let target = active();
+    let mut out = Vec::with_capacity(x.len());
+    let spare = &mut out.spare_capacity_mut()[..x.len()];
+    if parallel {
+        let runs = spare.par_chunks_mut(VALUES_PER_TASK).zip(x.par_chunks(VALUES_PER_TASK));
+        runs.for_each(|(out, x)| isa::run(target, Sweep(SiluInto(x, out))));
+    } else {
+        isa::run(target, Sweep(SiluInto(x, spare)));
+    }
+    // SAFETY: a sweep writes every value of its output (`Sweep::run`), and the runs cover all
+    // `x.len()` of them (a panic before this line leaves the vector empty).
+    unsafe { out.set_len(x.len()) };
+    out
 }
 
-/// `x ← x · σ(x)` for every value, and `slope[i] ← σ + x·σ·(1 − σ)` (rounded as written, left
-/// to right), SiLU's derivative at each `x`, which a tape keeps for the backward pass.
-///
-/// # Panics
-/// If `slope` is not as long as `values`.
-pub fn silu_and_slope(values: &mut [f64], slope: &mut [f64]) {
-    assert_eq!(values.len(), slope.len(), "a slope for every value");
-    isa::run(active(), Sweep(SiluSlope(values, slope)));
+/// `x · σ(x)` for every value, and `σ + x·σ·(1 − σ)` (rounded as written, left to right), SiLU's
+/// derivative at each `x`, which a tape keeps for the backward pass: two new vectors, made as
+/// [`silu`] makes its one.
+#[allow(unsafe_code)]
+pub fn silu_and_slope(x: &[f64], parallel: bool) -> (Vec<f64>, Vec<f64>) {
+    let target = active();
+    let (mut out, mut slope) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
+    let (spare_out, spare_slope) =
+        (&mut out.spare_capacity_mut()[..x.len()], &mut slope.spare_capacity_mut()[..x.len()]);
+    if parallel {
+        let outputs = spare_out.par_chunks_mut(VALUES_PER_TASK).zip(spare_slope.par_chunks_mut(VALUES_PER_TASK));
+        let runs = outputs.zip(x.par_chunks(VALUES_PER_TASK));
+        runs.for_each(|((out, slope), x)| isa::run(target, Sweep(SiluSlopeInto(x, out, slope))));
+    } else {
+        isa::run(target, Sweep(SiluSlopeInto(x, spare_out, spare_slope)));
+    }
+    // SAFETY: as in `silu`, for both outputs.
+    unsafe {
+        out.set_len(x.len());
+        slope.set_len(x.len());
+    }
+    (out, slope)
 }
 
 /// `g ← (g · σ(g)) · u` for every pair: the gated hidden values of a SwiGLU feed-forward, in
-/// place of the gate's, with the bits of [`silu`] followed by a product with `up`.
+/// place of the gate's, with the bits of [`silu`] followed by a product with `up`. On the
+/// calling thread (a caller with many values splits them).
 ///
 /// # Panics
 /// If `up` is not as long as `gate`.
@@ -285,7 +322,8 @@ pub fn gated(gate: &mut [f64], up: &[f64]) {
 }
 
 /// What a sweep makes of each value `x` and its `σ(x)`: the whole registers' version and the
-/// one-value version, which must perform the same operations.
+/// one-value version, which must perform the same operations. Every value of the output is
+/// written once, by one of the two.
 #[allow(unsafe_code)] // `load` and `finish` read and write without bounds checks
 trait Finish {
     /// Values to sweep.
@@ -306,15 +344,33 @@ trait Finish {
     fn finish_one(&mut self, i: usize, x: f64, s: f64);
 }
 
-/// [`silu`]'s values.
-struct Silu<'a>(&'a mut [f64]);
-/// [`silu_and_slope`]'s values and slopes.
-struct SiluSlope<'a>(&'a mut [f64], &'a mut [f64]);
+/// [`silu`]'s inputs and output (the output as long as the inputs: the callers make it so).
+struct SiluInto<'a>(&'a [f64], &'a mut [MaybeUninit<f64>]);
+/// [`silu_and_slope`]'s inputs, values and slopes (all three of one length).
+struct SiluSlopeInto<'a>(&'a [f64], &'a mut [MaybeUninit<f64>], &'a mut [MaybeUninit<f64>]);
 /// [`gated`]'s gate and up values.
 struct Gated<'a>(&'a mut [f64], &'a [f64]);
 
+/// Writes the `WIDTH` lanes of `v` at `out[at..at + WIDTH]`, through a register's worth of
+/// values on the stack (the compiler stores them straight).
+///
+/// # Safety
+/// `at + WIDTH <= out.len()`.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn write<I: Isa>(isa: I, out: &mut [MaybeUninit<f64>], at: usize, v: I::V) {
+    let mut lanes = [0.0; 8];
+    // SAFETY: WIDTH ≤ 8 on every target.
+    unsafe { isa.store(&mut lanes, 0, v) };
+    // SAFETY: the caller's promise.
+    let out = unsafe { out.get_unchecked_mut(at..at + I::WIDTH) };
+    for (out, &v) in out.iter_mut().zip(&lanes) {
+        out.write(v);
+    }
+}
+
 #[allow(unsafe_code)] // loads and stores at the positions the callers promise lie in the slices
-impl Finish for Silu<'_> {
+impl Finish for SiluInto<'_> {
     fn len(&self) -> usize {
         self.0.len()
     }
@@ -325,8 +381,8 @@ impl Finish for Silu<'_> {
     }
     #[inline(always)]
     unsafe fn finish<I: Isa>(&mut self, isa: I, at: usize, x: I::V, s: I::V) {
-        // SAFETY: the caller's promise.
-        unsafe { isa.store(self.0, at, isa.mul(x, s)) }
+        // SAFETY: the caller's promise (the output is as long as the inputs).
+        unsafe { write(isa, self.1, at, isa.mul(x, s)) }
     }
     #[inline(always)]
     fn load_one(&self, i: usize) -> f64 {
@@ -334,12 +390,12 @@ impl Finish for Silu<'_> {
     }
     #[inline(always)]
     fn finish_one(&mut self, i: usize, x: f64, s: f64) {
-        self.0[i] = x * s;
+        self.1[i].write(x * s);
     }
 }
 
-#[allow(unsafe_code)] // as for `Silu`; `slope` is as long as the values (checked by the caller)
-impl Finish for SiluSlope<'_> {
+#[allow(unsafe_code)] // as for `SiluInto`
+impl Finish for SiluSlopeInto<'_> {
     fn len(&self) -> usize {
         self.0.len()
     }
@@ -352,10 +408,10 @@ impl Finish for SiluSlope<'_> {
     unsafe fn finish<I: Isa>(&mut self, isa: I, at: usize, x: I::V, s: I::V) {
         let out = isa.mul(x, s);
         let slope = isa.add(s, isa.mul(out, isa.sub(isa.splat(1.0), s)));
-        // SAFETY: the caller's promise, for both slices (of the same length).
+        // SAFETY: the caller's promise, for both outputs (as long as the inputs).
         unsafe {
-            isa.store(self.0, at, out);
-            isa.store(self.1, at, slope);
+            write(isa, self.1, at, out);
+            write(isa, self.2, at, slope);
         }
     }
     #[inline(always)]
@@ -364,12 +420,12 @@ impl Finish for SiluSlope<'_> {
     }
     #[inline(always)]
     fn finish_one(&mut self, i: usize, x: f64, s: f64) {
-        self.0[i] = x * s;
-        self.1[i] = s + x * s * (1.0 - s);
+        self.1[i].write(x * s);
+        self.2[i].write(s + x * s * (1.0 - s));
     }
 }
 
-#[allow(unsafe_code)] // as for `Silu`; `up` is as long as the gate (checked by the caller)
+#[allow(unsafe_code)] // as for `SiluInto`; `up` is as long as the gate (checked by the caller)
 impl Finish for Gated<'_> {
     fn len(&self) -> usize {
         self.0.len()
@@ -527,7 +583,7 @@ mod tests {
     /// (zeros, a subnormal, NaN, infinities, beyond ±512, `2⁻⁵⁴` and the double below it), and
     /// lengths that leave values after the last whole step of every target.
     fn sweep_inputs() -> Vec<Vec<f64>> {
-        let mut long: Vec<f64> = uniform(7, 4099).map(|u| 24.0 * u - 12.0).collect();
+        let mut long: Vec<f64> = uniform(7, 3 * VALUES_PER_TASK + 99).map(|u| 24.0 * u - 12.0).collect();
         let specials = [0.0, -0.0, 4.9e-324, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 600.0, -600.0, 511.9];
         for (k, &v) in specials.iter().enumerate() {
             long[37 * k + 3] = v;
@@ -555,14 +611,17 @@ mod tests {
             let want_slope: Vec<f64> = x.iter().zip(&s).map(|(&x, &s)| s + x * s * (1.0 - s)).collect();
             let want_gated: Vec<f64> = x.iter().zip(&s).zip(&up).map(|((&x, &s), &u)| x * s * u).collect();
             for target in Target::available() {
-                let (mut silu_out, mut slope_out, mut slope) = (x.clone(), x.clone(), vec![0.0; x.len()]);
                 let mut gated_out = x.clone();
-                with_target(target, || {
-                    silu(&mut silu_out);
-                    silu_and_slope(&mut slope_out, &mut slope);
-                    gated(&mut gated_out, &up);
-                })
-                .unwrap();
+                let ((silu_out, (slope_out, slope)), (silu_par, (slope_par_out, slope_par))) =
+                    with_target(target, || {
+                        gated(&mut gated_out, &up);
+                        ((silu(&x, false), silu_and_slope(&x, false)), (silu(&x, true), silu_and_slope(&x, true)))
+                    })
+                    .unwrap();
+                for (name, got) in [("silu", &silu_par), ("silu_and_slope's values", &slope_par_out)] {
+                    assert_eq!(bits(got), bits(&silu_out), "{target}, {name} in parallel");
+                }
+                assert_eq!(bits(&slope_par), bits(&slope), "{target}, slopes in parallel");
                 let n = x.len();
                 assert_eq!(bits(&silu_out), bits(&want_silu), "{target}, silu of {n}");
                 assert_eq!(bits(&slope_out), bits(&want_silu), "{target}, silu_and_slope's values of {n}");
@@ -570,12 +629,6 @@ mod tests {
                 assert_eq!(bits(&gated_out), bits(&want_gated), "{target}, gated of {n}");
             }
         }
-    }
-
-    #[test]
-    #[should_panic(expected = "a slope for every value")]
-    fn a_short_slope_is_refused() {
-        silu_and_slope(&mut [1.0, 2.0], &mut [0.0]);
     }
 
     #[test]

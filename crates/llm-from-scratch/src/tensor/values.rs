@@ -25,24 +25,6 @@ pub(crate) fn map_values(x: &[f64], f: impl Fn(f64) -> f64 + Sync) -> Vec<f64> {
     out
 }
 
-/// `f` over the values in place, a run at a time (a kernel that works on whole slices, such as
-/// `llm_kernels::logistic::silu`).
-pub(crate) fn update_values(values: &mut [f64], f: impl Fn(&mut [f64]) + Sync) {
-    if values.len() < PARALLEL_VALUES {
-        return f(values);
-    }
-    values.par_chunks_mut(VALUES_PER_TASK).for_each(&f);
-}
-
-/// `f` over the same runs of two slices of the same length, in place.
-pub(crate) fn update_value_pairs(a: &mut [f64], b: &mut [f64], f: impl Fn(&mut [f64], &mut [f64]) + Sync) {
-    debug_assert_eq!(a.len(), b.len());
-    if a.len() < PARALLEL_VALUES {
-        return f(a, b);
-    }
-    a.par_chunks_mut(VALUES_PER_TASK).zip(b.par_chunks_mut(VALUES_PER_TASK)).for_each(|(a, b)| f(a, b));
-}
-
 /// `f(a[i], b[i])` for every pair of values of two slices of the same length.
 pub(crate) fn zip_values(a: &[f64], b: &[f64], f: impl Fn(f64, f64) -> f64 + Sync) -> Vec<f64> {
     debug_assert_eq!(a.len(), b.len());
@@ -98,16 +80,7 @@ mod tests {
             let plain_zip: Vec<u64> = a.iter().zip(&b).map(|(&x, &y)| g(x, y).to_bits()).collect();
             for threads in [1, 2, 3] {
                 let (mapped, zipped) = pool(threads).install(|| (map_values(&a, f), zip_values(&a, &b, g)));
-                let (mut firsts, mut seconds) = (a.clone(), b.clone());
-                pool(threads).install(|| {
-                    update_values(&mut firsts, |run| run.iter_mut().for_each(|x| *x = f(*x)));
-                    update_value_pairs(&mut seconds, &mut a.clone(), |b, a| {
-                        b.iter_mut().zip(a.iter()).for_each(|(y, &x)| *y = g(x, *y))
-                    });
-                });
                 assert_eq!(mapped.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_map);
-                assert_eq!(firsts.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_map);
-                assert_eq!(seconds.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_zip);
                 assert_eq!(zipped.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), plain_zip);
             }
         }

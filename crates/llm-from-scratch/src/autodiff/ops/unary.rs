@@ -3,7 +3,7 @@
 use crate::autodiff::TensorValue;
 use crate::error::{Result, TensorAutodiffError};
 use crate::tensor::Tensor;
-use crate::tensor::values::{map_values, update_value_pairs, update_values, zip_values};
+use crate::tensor::values::{PARALLEL_VALUES, map_values, zip_values};
 use llm_kernels::logistic;
 
 /// Which value a derivative is written in terms of: the backward reads only that one, so the other
@@ -145,14 +145,12 @@ impl TensorValue {
         // e/(1 + e) below, so nothing overflows; many values at a time, with the bits of the C
         // library's exp): the output and, when a gradient is wanted, the local derivative
         // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no second e^{−x} there)
-        let mut out = xs.to_vec();
-        let slope = if self.requires_grad() {
-            let mut slope = vec![0.0; xs.len()];
-            update_value_pairs(&mut out, &mut slope, logistic::silu_and_slope);
-            Some(slope)
+        let parallel = xs.len() >= PARALLEL_VALUES;
+        let (out, slope) = if self.requires_grad() {
+            let (out, slope) = logistic::silu_and_slope(xs, parallel);
+            (out, Some(slope))
         } else {
-            update_values(&mut out, logistic::silu);
-            None
+            (logistic::silu(xs, parallel), None)
         };
         let out = Tensor::from_parts(shape, out);
         Ok(TensorValue::record("silu", vec![self.clone()], out, move |ctx| {
