@@ -5,7 +5,7 @@
 //! process-wide, so this file is a test binary of its own with a single test.
 
 use llm_from_scratch::attention::{AttentionConfig, GroupedQueryAttention, Visibility, tiled_attention};
-use llm_from_scratch::gguf::{QuantizedMatrix, TensorType};
+use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, QuantizedMatrix, TensorType};
 use llm_from_scratch::kernels::target::recorded;
 use llm_from_scratch::kernels::{Target, with_target};
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
@@ -54,6 +54,15 @@ fn operations() -> Vec<(&'static str, Operation)> {
             "SiLU over many values, with its slope for the backward",
             Box::new(|| {
                 leaf(&[64, 1024], 17).silu().unwrap();
+            }),
+        ),
+        (
+            "a quantized model's prompt (its gated values in tasks on both threads)",
+            Box::new(|| {
+                let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gguf/tiny-llama.gguf");
+                let model = QuantizedLlama::load(path, GgufRope::AsStored).unwrap();
+                let tokens: Vec<usize> = (0..12).map(|i| i * 5 % 48).collect();
+                model.forward_cached(&tokens, [1, 12], &mut model.new_caches(1)).unwrap();
             }),
         ),
         (
@@ -110,6 +119,10 @@ fn a_forced_target_holds_in_the_worker_threads_of_every_kernel() {
         for (name, operation) in operations() {
             let ((), ran) = pool.install(|| recorded(|| with_target(target, &operation).unwrap()));
             assert_eq!(ran, [target], "{name} forced to {target}");
+            // `Target::within` sets the calling thread's target alone: each kernel must hand it
+            // to the pool's workers (its own threads carry none)
+            let ((), ran) = pool.install(|| recorded(|| target.within(&operation)));
+            assert_eq!(ran, [target], "{name} within {target}");
         }
     }
 }

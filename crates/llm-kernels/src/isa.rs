@@ -750,7 +750,7 @@ mod tests {
         let mut b: Vec<f64> = (0..48).map(|i| (i as f64 * 0.11).cos()).collect();
         // NaN on either side of each comparison, and equal operands
         a[..4].copy_from_slice(&[f64::NAN, 0.25, f64::NAN, -0.0]);
-        b[..4].copy_from_slice(&[0.25, f64::NAN, f64::NAN, 0.0]);
+        b[..6].copy_from_slice(&[0.25, f64::NAN, f64::NAN, 0.0, 0.5, -0.0]); // and −0 selects as ≥ 0
         // the range test's edges in registers that pass it otherwise, and a register that passes
         a[8..16].copy_from_slice(&[-0.5, 1.0, 2f64.next_down(), -0.25, 0.3, 0.4, 0.5, 0.6]);
         a[16..24].copy_from_slice(&[-0.5, 1.0, -2.0, 0.3, 0.4, 0.5, 0.6, 0.7]);

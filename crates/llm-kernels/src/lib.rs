@@ -12,7 +12,7 @@
 //! | [`target`] | which instruction set runs: [`Target`], `LLM_KERNELS`, [`with_target`] | — |
 //! | [`gemm`] | the matrix product (`gemm-f64`, the one-row and split paths) | `tensor::matmul_naive` |
 //! | [`exp`] | a vectorisable `eˣ` and the softmax's shifted sums | `tensor::exp::exp_plain` |
-//! | [`logistic`] | `σ(x)` and SiLU over many values, with the C library's `exp` bits | `TensorValue::silu`'s formula with `f64::exp` |
+//! | [`logistic`] | `σ(x)` and SiLU over many values, the exponential with the C library's bits on x86-64 Linux | `TensorValue::silu`'s formula with `f64::exp` |
 //! | [`strips`] | tiled attention on strips of 32 queries, forward and backward | `attention::tiled` (plain and block paths) |
 //! | [`decode`] | one query row over a KV cache | `attention::decode::attend_row_naive` |
 //! | [`quant`] | one row times weights kept in quantized blocks; blocks into an `f64` panel | `gguf::QuantizedMatrix::row_times_plain` |

@@ -141,10 +141,11 @@ impl TensorValue {
     pub fn silu(&self) -> Result<TensorValue> {
         let x = self.read("silu")?;
         let (shape, xs) = (x.shape().to_vec(), x.as_slice());
-        // σ(x) once per value, `llm_kernels::logistic` (with e = e^{−|x|}: 1/(1 + e) for x ≥ 0,
-        // e/(1 + e) below, so nothing overflows; many values at a time, with the bits of the C
-        // library's exp): the output and, when a gradient is wanted, the local derivative
-        // d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no second e^{−x} there)
+        // σ(x) once per value, with e = e^{−|x|}: 1/(1 + e) for x ≥ 0, e/(1 + e) below, so
+        // nothing overflows (`llm_kernels::logistic`: many values at a time, the exponential
+        // with the C library's bits on x86-64 Linux); the output and, when a gradient is wanted,
+        // the local derivative d/dx x·σ(x) = σ(x) + x·σ(x)·(1 − σ(x)), kept for the backward (no
+        // second e^{−x} there). At x = ±∞ both take their limits.
         let parallel = xs.len() >= PARALLEL_VALUES;
         let (out, slope) = if self.requires_grad() {
             let (out, slope) = logistic::silu_and_slope(xs, parallel);
@@ -213,6 +214,31 @@ mod tests {
             let want = (s + v * s * (1.0 - s)) * upstream.as_slice()[i];
             assert_eq!(dx.as_slice()[i].to_bits(), want.to_bits());
         }
+    }
+
+    /// The plain formula with `f64::exp`: where that is glibc's build for processors with AVX2
+    /// and FMA (x86-64 Linux), the tape's SiLU has its bits (what chapters 36 and 37's reports
+    /// were made with); elsewhere it is within a few ulp.
+    #[test]
+    fn silu_is_the_plain_formula_with_the_c_librarys_exp() {
+        let n = 20_000;
+        let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 0.031).sin() * 30.0).collect();
+        let out = constant(&[n], &xs).unwrap().silu().unwrap().value().unwrap();
+        #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+        let bitwise = std::arch::is_x86_feature_detected!("fma") && std::arch::is_x86_feature_detected!("avx2");
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
+        let bitwise = false;
+        for (&v, &got) in xs.iter().zip(out.as_slice()) {
+            // σ as two branches, each with its own exponential
+            let s = if v >= 0.0 { 1.0 / (1.0 + (-v).exp()) } else { v.exp() / (1.0 + v.exp()) };
+            if bitwise {
+                assert_eq!(got.to_bits(), (v * s).to_bits(), "silu({v})");
+            } else {
+                assert!((got - v * s).abs() <= 1e-15 * (v * s).abs().max(1e-300), "silu({v})");
+            }
+        }
+        let limits = constant(&[3], &[f64::INFINITY, f64::NEG_INFINITY, 0.0]).unwrap().silu().unwrap();
+        assert_eq!(limits.value().unwrap().as_slice(), &[f64::INFINITY, 0.0, 0.0]);
     }
 
     #[test]

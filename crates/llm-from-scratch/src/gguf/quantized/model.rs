@@ -383,8 +383,8 @@ const GATED_VALUES_PER_TASK: usize = 768;
 
 /// The feed-forward's gated hidden values `SiLU(gate) · up`, value by value in place of `gate`,
 /// with the bits of the tape's `silu` and `mul` the `f64` decoder records (`(g · σ(g)) · u`), on
-/// every thread (`llm_kernels::logistic::gated`: σ in the target's registers, with the bits of the
-/// C library's `exp`).
+/// every thread (`llm_kernels::logistic::gated`: σ in the target's registers, its exponential
+/// with the bits of the C library's on x86-64 Linux), each with the caller's kernel target.
 fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
     if gate.len() != up.len() {
         let (lhs, rhs) = (Shape::from(&[gate.len()][..]), Shape::from(&[up.len()][..]));
@@ -392,7 +392,8 @@ fn gated(mut gate: Vec<f64>, up: &[f64]) -> Result<Vec<f64>, GgufError> {
         return Err(TensorAutodiffError::ShapeMismatch { op: "quantized llama feed-forward", lhs, rhs, reason }.into());
     }
     let tasks = gate.par_chunks_mut(GATED_VALUES_PER_TASK).zip(up.par_chunks(GATED_VALUES_PER_TASK));
-    tasks.for_each(|(gate, up)| llm_kernels::logistic::gated(gate, up));
+    let target = llm_kernels::active();
+    tasks.for_each(|(gate, up)| target.within(|| llm_kernels::logistic::gated(gate, up)));
     Ok(gate)
 }
 
