@@ -260,7 +260,7 @@ fn exp_one(a: f64) -> f64 {
 
 /// `σ(x) = 1 / (1 + e^{−x})`, written so that it never overflows: with `e = e^{−|x|} ≤ 1`,
 /// `1 / (1 + e)` for `x ≥ 0` and `e / (1 + e)` below. The same bits as every lane of the sweeps
-/// below, on every target.
+/// below, on every target. One value in, one out.
 pub fn sigmoid(x: f64) -> f64 {
     sigmoid_one(x)
 }
@@ -292,6 +292,8 @@ const VALUES_PER_TASK: usize = 4096;
 /// `x · σ(x)` for every value: SiLU, into a new vector (not zero-filled first). With `parallel`,
 /// runs of 4096 values are spread over the current rayon pool, each computed alone and with the
 /// caller's kernel target, so the bits do not depend on the threads.
+///
+/// Shapes: `x` of any length `n` (a tensor's values, any shape flattened) → `n` values.
 #[allow(unsafe_code)]
 pub fn silu(x: &[f64], parallel: bool) -> Vec<f64> {
     let target = active();
@@ -312,6 +314,8 @@ pub fn silu(x: &[f64], parallel: bool) -> Vec<f64> {
 /// `x · σ(x)` for every value, and `σ + x·σ·(1 − σ)` (rounded as written, left to right), SiLU's
 /// derivative at each `x`, which a tape keeps for the backward pass: two new vectors, made as
 /// [`silu`] makes its one.
+///
+/// Shapes: `x` of any length `n` → (`n` values, `n` slopes).
 #[allow(unsafe_code)]
 pub fn silu_and_slope(x: &[f64], parallel: bool) -> (Vec<f64>, Vec<f64>) {
     let target = active();
@@ -337,6 +341,9 @@ pub fn silu_and_slope(x: &[f64], parallel: bool) -> (Vec<f64>, Vec<f64>) {
 /// place of the gate's, with the bits of [`silu`] followed by a product with `up`. On the
 /// calling thread, with the [`active`] target (a caller that splits many values over threads
 /// hands its target on, `Target::within`).
+///
+/// Shapes: `gate` and `up` of one length `n` (a layer's hidden values, `[tokens, hidden]`
+/// flattened); `gate` is overwritten.
 ///
 /// # Panics
 /// If `up` is not as long as `gate`.
