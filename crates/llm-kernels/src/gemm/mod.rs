@@ -388,6 +388,83 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
     Ok(out)
 }
 
+/// Products side by side in one new vector: product `t`, `lhs_t · rhs_t` (each `m × n`), in
+/// values `t·m·n..(t + 1)·m·n` — [`matmul_new`] for a batch (one product per head, say). Each
+/// product runs on one thread, the products on every thread of the pool where `parallel`; each
+/// part holds the bits [`matmul`] writes into it (`accumulate` and `parallel` false), without a
+/// first pass of zeros where `gemm-f64` writes every value itself. The caller has checked that
+/// the values can be allocated.
+///
+/// # Errors
+/// [`ShapeError`] if a product's dimensions do not chain or its output is not `m × n`, or all
+/// of them hold more than [`MAX_VALUES`] values.
+#[allow(unsafe_code)]
+pub fn matmul_new_batch(
+    (m, n): (usize, usize),
+    products: &[(MatRef<'_>, MatRef<'_>)],
+    parallel: bool,
+) -> Result<Vec<f64>> {
+    let part = m.checked_mul(n);
+    let Some(len) = part.and_then(|part| values_within_ceiling(products.len(), part)) else {
+        return Err(ShapeError {
+            lhs: vec![products.len(), m],
+            rhs: vec![n],
+            reason: "the products have more values than the ceiling (gemm::MAX_VALUES)",
+        });
+    };
+    let part = m * n;
+    for (lhs, rhs) in products {
+        if lhs.rows != m || rhs.cols != n {
+            return Err(ShapeError {
+                lhs: vec![lhs.rows, lhs.cols],
+                rhs: vec![rhs.rows, rhs.cols],
+                reason: "a product of the batch does not have the batch's output shape",
+            });
+        }
+        check_dims(part, lhs, rhs)?;
+    }
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let target = active();
+    note(target);
+    let mut out = crate::allocator::unfilled(len);
+    let write = |(dst, (lhs, rhs)): (&mut [std::mem::MaybeUninit<f64>], &(MatRef<'_>, MatRef<'_>))| {
+        let (lhs, rhs, k) = (*lhs, *rhs, lhs.cols);
+        if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
+            // the paths that read their destination first: zeros, then `matmul` itself
+            dst.fill(std::mem::MaybeUninit::new(0.0));
+            // SAFETY: every value of `dst` was just written.
+            let dst = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [f64]) };
+            target.within(|| matmul(dst, lhs, rhs, false, false)).expect("dimensions checked above");
+        } else if splits_rows(m, k, n) {
+            // `matmul`'s fixed split, its halves one after the other on this thread
+            let (top, bottom) = dst.split_at_mut(m / 2 * n);
+            // SAFETY: each half holds its rows·n values, the views are checked ones' rows, and
+            // the first depth block writes every value before later ones read them (k > 0).
+            unsafe {
+                gemm_in_depth_blocks(target, top.as_mut_ptr().cast(), n, lhs.rows_to(m / 2), rhs, 1.0, false);
+                gemm_in_depth_blocks(target, bottom.as_mut_ptr().cast(), n, lhs.rows_from(m / 2), rhs, 1.0, false);
+            }
+        } else {
+            // SAFETY: `dst` holds m·n values and the views were checked (as in `matmul_new`);
+            // without accumulation the kernel writes every value before it reads any.
+            unsafe { gemm_raw(target, dst.as_mut_ptr().cast(), lhs, rhs, 1.0, false, false) };
+        }
+    };
+    let unfilled = &mut out.spare_capacity_mut()[..len];
+    if parallel {
+        use rayon::prelude::*;
+        unfilled.par_chunks_mut(part).zip(products.par_iter()).for_each(write);
+    } else {
+        unfilled.chunks_mut(part).zip(products).for_each(write);
+    }
+    // SAFETY: the parts cover `0..len` (`len = products · m·n`), and each branch of `write`
+    // writes every value of its part (see there).
+    unsafe { out.set_len(len) };
+    Ok(out)
+}
+
 /// Whether [`matmul_scaled`] runs `m × k · rhs` on one of its one-row paths.
 fn one_row(m: usize, k: usize, rhs: &MatRef<'_>) -> bool {
     let n = rhs.cols;

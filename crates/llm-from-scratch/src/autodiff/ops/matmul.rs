@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
-use crate::tensor::matmul::{MatRef, matmul as kernel, matmul_new};
+use crate::tensor::matmul::{MatRef, matmul as kernel, matmul_new, matmul_new_batch};
 use crate::tensor::{Tensor, broadcast_shapes};
 
 /// Which lhs and rhs matrix every output matrix reads.
@@ -149,6 +149,19 @@ fn grouped_products<'a>(
         let mut out = matmul_new(left(*l)?, right(*r)?, true)?;
         for &(l, r) in rest {
             kernel(&mut out, left(l)?, right(r)?, true, true)?;
+        }
+        return Ok(out);
+    }
+    if targets > 1 && rows * cols > 0 && per_target.iter().all(|list| !list.is_empty()) {
+        // each target's first product creates its part of the output (no pass of zeros), on
+        // every thread; the rest add to it, as below
+        let firsts = per_target.iter().map(|list| Ok((left(list[0].0)?, right(list[0].1)?)));
+        let mut out = matmul_new_batch((rows, cols), &firsts.collect::<Result<Vec<_>>>()?, true)?;
+        if per_target.iter().any(|list| list.len() > 1) {
+            let target = llm_kernels::active();
+            out.par_chunks_mut(rows * cols).zip(per_target.par_iter()).try_for_each(|(dst, list)| {
+                target.within(|| list[1..].iter().try_for_each(|&(l, r)| kernel(dst, left(l)?, right(r)?, true, false)))
+            })?;
         }
         return Ok(out);
     }

@@ -85,6 +85,21 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
     Ok(gemm::matmul_new(lhs, rhs, parallel)?)
 }
 
+/// Products of one output shape side by side in one new vector, product `t` (`m × n`) in values
+/// `t·m·n..`, each the bits of [`matmul`] of it alone on one thread, written without a first pass
+/// of zeros ([`gemm::matmul_new_batch`]).
+///
+/// # Errors
+/// [`TensorAutodiffError::ShapeMismatch`] if a product's dimensions do not chain or its output
+/// is not `m × n`.
+pub fn matmul_new_batch(
+    shape: (usize, usize),
+    products: &[(MatRef<'_>, MatRef<'_>)],
+    parallel: bool,
+) -> Result<Vec<f64>> {
+    Ok(gemm::matmul_new_batch(shape, products, parallel)?)
+}
+
 /// `row [k] · matrixᵢ [k, nᵢ] → [nᵢ]` for one row and several matrices in one parallel pass
 /// (decoding one token: its query, key and value projections); each equals [`matmul`] of the row
 /// with that matrix, bitwise ([`gemm::row_times_matrices`]).

@@ -227,6 +227,66 @@ fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
 }
 
 #[test]
+fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
+    // the paths of `a_new_product_equals_filling_zeros_bitwise_on_every_path`, three products
+    // of each shape with their own operands, on one thread and on two, in parallel and not
+    for &(m, k, n, transposed) in &[
+        (3, 4, 5, false),
+        (1, 300, 200, false),
+        (70, 129, 31, false),
+        (64, 40, 90, true),
+        (65, 600, 30, true),
+        (6, 0, 4, false),
+    ] {
+        let operands: Vec<(Vec<f64>, Vec<f64>)> =
+            (0..3).map(|t| (filled(m * k, 40 + 2 * t), filled(k * n, 41 + 2 * t))).collect();
+        let views: Vec<(MatRef<'_>, MatRef<'_>)> = operands
+            .iter()
+            .map(|(a, b)| {
+                let bv = if transposed {
+                    MatRef::row_major(b, n, k).unwrap().t()
+                } else {
+                    MatRef::row_major(b, k, n).unwrap()
+                };
+                (MatRef::row_major(a, m, k).unwrap(), bv)
+            })
+            .collect();
+        let mut want = Vec::new();
+        for &(a, b) in &views {
+            let mut alone = vec![f64::NAN; m * n];
+            matmul(&mut alone, a, b, false, false).unwrap();
+            want.extend(alone.iter().map(|v| v.to_bits()));
+        }
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            for parallel in [true, false] {
+                let got = pool.install(|| matmul_new_batch((m, n), &views, parallel)).unwrap();
+                let got: Vec<u64> = got.iter().map(|v| v.to_bits()).collect();
+                assert!(got == want, "{m}x{k}x{n}, {threads} threads, parallel {parallel}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_whose_products_do_not_fit_its_shape_is_an_error() {
+    let (a, b) = (filled(6, 1), filled(12, 2));
+    let (av, bv) = (MatRef::row_major(&a, 2, 3).unwrap(), MatRef::row_major(&b, 3, 4).unwrap());
+    assert_eq!(matmul_new_batch((2, 4), &[(av, bv), (av, bv)], true).unwrap().len(), 16);
+    assert!(matmul_new_batch((2, 4), &[], true).unwrap().is_empty());
+    // an output of another shape, dimensions that do not chain, more values than the ceiling
+    let wrong = MatRef::row_major(&b, 4, 3).unwrap();
+    let shape_of = |r: Result<Vec<f64>>| match r {
+        Err(TensorAutodiffError::ShapeMismatch { reason, .. }) => reason,
+        other => panic!("{other:?}"),
+    };
+    assert!(shape_of(matmul_new_batch((2, 4), &[(av, bv), (av, wrong)], true)).contains("output shape"));
+    assert!(shape_of(matmul_new_batch((2, 3), &[(av, wrong)], true)).contains("lhs [m,k]"));
+    assert!(shape_of(matmul_new_batch((1 << 20, 1 << 12), &[(av, bv)], true)).contains("ceiling"));
+    assert!(shape_of(matmul_new_batch((usize::MAX, 2), &[(av, bv)], true)).contains("ceiling"));
+}
+
+#[test]
 fn views_that_read_past_their_storage_are_rejected() {
     let data = [0.0; 5];
     assert!(MatRef::new(&data, 2, 3, 3, 1).is_err());
