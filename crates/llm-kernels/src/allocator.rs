@@ -127,8 +127,8 @@ pub fn advise_huge_pages<T>(buffer: &mut [std::mem::MaybeUninit<T>]) -> bool {
     }
 }
 
-/// Storage for a fresh product of `len` values, none written yet: where `gemm::matmul_new` and
-/// `gemm::matmul_in_stripes` take their outputs from, so that the largest are on huge pages
+/// Storage for a fresh product of `len` values, none written yet: where `gemm::matmul_new`,
+/// `gemm::matmul_new_batch` and `gemm::matmul_in_stripes` take their outputs from, so that the largest are on huge pages
 /// ([`advise_huge_pages`]). The caller checked that `len` values can be allocated. (Not
 /// `rows::build_rows`: rows on huge pages made a softmax over 1 GB of scores 15–20 % slower.)
 pub(crate) fn unfilled(len: usize) -> Vec<f64> {

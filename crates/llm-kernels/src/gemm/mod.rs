@@ -407,9 +407,9 @@ pub fn matmul_new_batch(
     let part = m.checked_mul(n);
     let Some(len) = part.and_then(|part| values_within_ceiling(products.len(), part)) else {
         return Err(ShapeError {
-            lhs: vec![products.len(), m],
-            rhs: vec![n],
-            reason: "the products have more values than the ceiling (gemm::MAX_VALUES)",
+            lhs: vec![products.len(), m, n],
+            rhs: vec![],
+            reason: "the batch [products, m, n] has more values than the ceiling (gemm::MAX_VALUES)",
         });
     };
     let part = m * n;
@@ -418,7 +418,7 @@ pub fn matmul_new_batch(
             return Err(ShapeError {
                 lhs: vec![lhs.rows, lhs.cols],
                 rhs: vec![rhs.rows, rhs.cols],
-                reason: "a product of the batch does not have the batch's output shape",
+                reason: "a product of the batch is not m × n, the batch's output shape",
             });
         }
         check_dims(part, lhs, rhs)?;
@@ -429,10 +429,15 @@ pub fn matmul_new_batch(
     let target = active();
     note(target);
     let mut out = crate::allocator::unfilled(len);
+    if cfg!(debug_assertions) {
+        // NaN where nothing was written yet: a value the products below missed fails the tests'
+        // bitwise comparisons instead of passing on whatever the allocator left there
+        out.spare_capacity_mut()[..len].fill(std::mem::MaybeUninit::new(f64::NAN));
+    }
     let write = |(dst, (lhs, rhs)): (&mut [std::mem::MaybeUninit<f64>], &(MatRef<'_>, MatRef<'_>))| {
         let (lhs, rhs, k) = (*lhs, *rhs, lhs.cols);
         if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
-            // the paths that read their destination first: zeros, then `matmul` itself
+            // the paths behind `matmul`'s safe `&mut [f64]`, which must hold values: zeros first
             dst.fill(std::mem::MaybeUninit::new(0.0));
             // SAFETY: every value of `dst` was just written.
             let dst = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [f64]) };
@@ -440,6 +445,7 @@ pub fn matmul_new_batch(
         } else if splits_rows(m, k, n) {
             // `matmul`'s fixed split, its halves one after the other on this thread
             let (top, bottom) = dst.split_at_mut(m / 2 * n);
+            debug_assert_eq!(bottom.len(), (m - m / 2) * n, "a half of the product and its rows disagree");
             // SAFETY: each half holds its rows·n values, the views are checked ones' rows, and
             // the first depth block writes every value before later ones read them (k > 0).
             unsafe {

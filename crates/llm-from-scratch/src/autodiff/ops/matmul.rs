@@ -415,6 +415,45 @@ mod tests {
     }
 
     #[test]
+    fn broadcast_lanes_and_their_adjoints_are_each_targets_products_in_order_bitwise() {
+        // lhs [2,1,m,k] and rhs [1,3,k,n]: six lanes; each lhs matrix feeds three of them and
+        // each rhs matrix two, so the adjoints sum several products per target. Each target must
+        // be its first product written alone, then the others added in lane order, whatever the
+        // thread count; shapes small (the loop), large enough for the kernel, and with dB's
+        // products long enough for the row split (64 × 260 · 260 × 16)
+        let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for (m, k, n) in [(3, 4, 5), (40, 33, 48), (260, 64, 16)] {
+            let (a, b) = (ramp(&[2, 1, m, k], 0.1), ramp(&[1, 3, k, n], -0.2));
+            let g = ramp(&[2, 3, m, n], 0.3);
+            let lanes = |i: usize, j: usize| (i * 3 + j) * m * n;
+            // the adjoints as plain sums of products per target, lanes in order
+            let (mut da, mut db) = (vec![0.0; 2 * m * k], vec![0.0; 3 * k * n]);
+            for i in 0..2 {
+                for j in 0..3 {
+                    let gv = MatRef::row_major(&g.as_slice()[lanes(i, j)..], m, n).unwrap();
+                    let av = MatRef::row_major(&a.as_slice()[i * m * k..], m, k).unwrap();
+                    let bv = MatRef::row_major(&b.as_slice()[j * k * n..], k, n).unwrap();
+                    let da_i = &mut da[i * m * k..(i + 1) * m * k];
+                    crate::tensor::matmul::matmul(da_i, gv, bv.t(), j > 0, false).unwrap();
+                    let db_j = &mut db[j * k * n..(j + 1) * k * n];
+                    crate::tensor::matmul::matmul(db_j, av.t(), gv, i > 0, false).unwrap();
+                }
+            }
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let (da_got, db_got) = pool.install(|| {
+                    let x = crate::autodiff::parameter(a.shape(), a.as_slice()).unwrap();
+                    let y = crate::autodiff::parameter(b.shape(), b.as_slice()).unwrap();
+                    let grads = x.matmul(&y).unwrap().backward_with(&g).unwrap();
+                    (grads.get(&x).unwrap().as_slice().to_vec(), grads.get(&y).unwrap().as_slice().to_vec())
+                });
+                assert_eq!(bits(&da_got), bits(&da), "dA, {m}x{k}x{n}, {threads} threads");
+                assert_eq!(bits(&db_got), bits(&db), "dB, {m}x{k}x{n}, {threads} threads");
+            }
+        }
+    }
+
+    #[test]
     fn gradcheck_matmul_shared_weight_batched_and_broadcast() {
         let cfg = GradcheckConfig::default();
         let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![

@@ -80,7 +80,8 @@ pub fn matmul_scaled(
 /// ([`gemm::matmul_new`]).
 ///
 /// # Errors
-/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain.
+/// [`TensorAutodiffError::ShapeMismatch`] if the dimensions do not chain, or the product has
+/// more than [`gemm::MAX_VALUES`] values.
 pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Vec<f64>> {
     Ok(gemm::matmul_new(lhs, rhs, parallel)?)
 }
@@ -91,7 +92,7 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
 ///
 /// # Errors
 /// [`TensorAutodiffError::ShapeMismatch`] if a product's dimensions do not chain or its output
-/// is not `m × n`.
+/// is not `m × n`, or the batch holds more than [`gemm::MAX_VALUES`] values.
 pub fn matmul_new_batch(
     shape: (usize, usize),
     products: &[(MatRef<'_>, MatRef<'_>)],

@@ -228,15 +228,20 @@ fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
 
 #[test]
 fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
-    // the paths of `a_new_product_equals_filling_zeros_bitwise_on_every_path`, three products
-    // of each shape with their own operands, on one thread and on two, in parallel and not
+    // the paths of `a_new_product_equals_filling_zeros_bitwise_on_every_path` and the
+    // transposed one-row path, three products of each shape with their own operands, on one
+    // thread and on two, in parallel and not
     for &(m, k, n, transposed) in &[
         (3, 4, 5, false),
         (1, 300, 200, false),
+        (1, 300, 200, true),
         (70, 129, 31, false),
         (64, 40, 90, true),
+        (65, 200, 30, false),
         (65, 600, 30, true),
         (6, 0, 4, false),
+        (0, 5, 4, false),
+        (4, 5, 0, false),
     ] {
         let operands: Vec<(Vec<f64>, Vec<f64>)> =
             (0..3).map(|t| (filled(m * k, 40 + 2 * t), filled(k * n, 41 + 2 * t))).collect();
@@ -266,6 +271,33 @@ fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
             }
         }
     }
+}
+
+#[test]
+fn a_batch_of_products_of_different_depths_takes_each_ones_path() {
+    // one output shape, depths that send the products down different paths in one batch: the
+    // small loop, the fast kernel, the split halves, an empty depth
+    let (m, n) = (65, 30);
+    let operands: Vec<(Vec<f64>, Vec<f64>)> = [1, 129, 600, 0]
+        .iter()
+        .enumerate()
+        .map(|(t, &k)| (filled(m * k, 60 + t as u64), filled(k * n, 70 + t as u64)))
+        .collect();
+    let views: Vec<(MatRef<'_>, MatRef<'_>)> = operands
+        .iter()
+        .map(|(a, b)| {
+            let k = b.len() / n;
+            (MatRef::row_major(a, m, k).unwrap(), MatRef::row_major(b, k, n).unwrap())
+        })
+        .collect();
+    let mut want = Vec::new();
+    for &(a, b) in &views {
+        let mut alone = vec![f64::NAN; m * n];
+        matmul(&mut alone, a, b, false, false).unwrap();
+        want.extend(alone.iter().map(|v| v.to_bits()));
+    }
+    let got = matmul_new_batch((m, n), &views, true).unwrap();
+    assert!(got.iter().map(|v| v.to_bits()).eq(want));
 }
 
 #[test]
