@@ -52,10 +52,12 @@ pub const PAIR: usize = 2;
 /// processor's own prefetching left the kernels waiting on their loads: `real-decode` took
 /// 12.5–14.4 ms a token without this and 8.8–10.1 with it; 1 024 and 4 096 bytes ahead were
 /// slower than 2 048 (`docs/performance.md`, 2026-12-05, tenth).
+#[cfg(target_arch = "x86_64")]
 const FETCH_AHEAD: usize = 2048;
 
 /// Asks for the bytes [`FETCH_AHEAD`] past the start of `block`, as many as it holds: the
 /// block that a token's kernel reads about two blocks later.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn fetch_ahead(block: &[u8]) {
     crate::fetch::fetch_bytes(block.as_ptr().wrapping_add(FETCH_AHEAD).cast(), block.len());

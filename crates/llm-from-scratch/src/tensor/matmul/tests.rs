@@ -192,19 +192,25 @@ fn several_matrices_in_one_pass_equal_one_product_each_bitwise() {
     assert!(row_times_matrices(&row, &[views[0], wrong], true).is_err());
 }
 
+/// `(m, k, n, transposed right side)` of a product down each path of the fast product: the small
+/// loop, the one-row paths (plain and transposed), the fast kernel (plain and transposed), halves
+/// of rows (an odd m; one depth block, then three), an empty depth, and empty outputs.
+const EVERY_PATH: [(usize, usize, usize, bool); 10] = [
+    (3, 4, 5, false),
+    (1, 300, 200, false),
+    (1, 300, 200, true),
+    (70, 129, 31, false),
+    (64, 40, 90, true),
+    (65, 200, 30, false),
+    (65, 600, 30, true),
+    (6, 0, 4, false),
+    (0, 5, 4, false),
+    (4, 5, 0, false),
+];
+
 #[test]
 fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
-    // (m, k, n): small loop, one-row path, fast kernel (plain and transposed), halves of rows
-    // (an odd m; the second in three depth blocks), empty depth
-    for &(m, k, n, transposed) in &[
-        (3, 4, 5, false),
-        (1, 300, 200, false),
-        (70, 129, 31, false),
-        (64, 40, 90, true),
-        (65, 200, 30, false),
-        (65, 600, 30, true),
-        (6, 0, 4, false),
-    ] {
+    for &(m, k, n, transposed) in &EVERY_PATH {
         let a = filled(m * k, 30);
         let b = filled(k * n, 31);
         let av = MatRef::row_major(&a, m, k).unwrap();
@@ -228,21 +234,9 @@ fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
 
 #[test]
 fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
-    // the paths of `a_new_product_equals_filling_zeros_bitwise_on_every_path` and the
-    // transposed one-row path, three products of each shape with their own operands, on one
-    // thread and on two, in parallel and not
-    for &(m, k, n, transposed) in &[
-        (3, 4, 5, false),
-        (1, 300, 200, false),
-        (1, 300, 200, true),
-        (70, 129, 31, false),
-        (64, 40, 90, true),
-        (65, 200, 30, false),
-        (65, 600, 30, true),
-        (6, 0, 4, false),
-        (0, 5, 4, false),
-        (4, 5, 0, false),
-    ] {
+    // three products of each shape with their own operands, on one thread and on two, in
+    // parallel and not
+    for &(m, k, n, transposed) in &EVERY_PATH {
         let operands: Vec<(Vec<f64>, Vec<f64>)> =
             (0..3).map(|t| (filled(m * k, 40 + 2 * t), filled(k * n, 41 + 2 * t))).collect();
         let views: Vec<(MatRef<'_>, MatRef<'_>)> = operands
