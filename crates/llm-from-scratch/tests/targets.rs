@@ -35,6 +35,14 @@ fn operations() -> Vec<(&'static str, Operation)> {
             }),
         ),
         (
+            "a batch of products, one per lane, and their adjoints",
+            Box::new(|| {
+                let (a, b) = (leaf(&[2, 3, 64, 40], 20), leaf(&[2, 3, 40, 48], 21));
+                let y = a.matmul(&b).unwrap();
+                y.backward_with(&Tensor::new(&[2, 3, 64, 48], values(6 * 64 * 48, 22)).unwrap()).unwrap();
+            }),
+        ),
+        (
             "one row times a matrix",
             Box::new(|| {
                 let (a, b) = (

@@ -234,8 +234,8 @@ fn a_new_product_equals_filling_zeros_bitwise_on_every_path() {
 
 #[test]
 fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
-    // three products of each shape with their own operands, on one thread and on two, in
-    // parallel and not
+    // three products of each shape with their own operands, on every kernel target, on one
+    // thread and on two, in parallel and not
     for &(m, k, n, transposed) in &EVERY_PATH {
         let operands: Vec<(Vec<f64>, Vec<f64>)> =
             (0..3).map(|t| (filled(m * k, 40 + 2 * t), filled(k * n, 41 + 2 * t))).collect();
@@ -250,18 +250,27 @@ fn a_batch_of_new_products_equals_each_product_alone_bitwise_on_every_path() {
                 (MatRef::row_major(a, m, k).unwrap(), bv)
             })
             .collect();
-        let mut want = Vec::new();
-        for &(a, b) in &views {
-            let mut alone = vec![f64::NAN; m * n];
-            matmul(&mut alone, a, b, false, false).unwrap();
-            want.extend(alone.iter().map(|v| v.to_bits()));
-        }
-        for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            for parallel in [true, false] {
-                let got = pool.install(|| matmul_new_batch((m, n), &views, parallel)).unwrap();
-                let got: Vec<u64> = got.iter().map(|v| v.to_bits()).collect();
-                assert!(got == want, "{m}x{k}x{n}, {threads} threads, parallel {parallel}");
+        for target in llm_kernels::target::Target::available() {
+            let forced = |f: &dyn Fn() -> Vec<f64>| llm_kernels::target::with_target(target, f).unwrap();
+            let want: Vec<u64> = forced(&|| {
+                let mut want = Vec::new();
+                for &(a, b) in &views {
+                    let mut alone = vec![f64::NAN; m * n];
+                    matmul(&mut alone, a, b, false, false).unwrap();
+                    want.extend(alone);
+                }
+                want
+            })
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                for parallel in [true, false] {
+                    let got = pool.install(|| forced(&|| matmul_new_batch((m, n), &views, parallel).unwrap()));
+                    let got: Vec<u64> = got.iter().map(|v| v.to_bits()).collect();
+                    assert!(got == want, "{target} {m}x{k}x{n}, {threads} threads, parallel {parallel}");
+                }
             }
         }
     }
