@@ -23,6 +23,8 @@
 
 use thiserror::Error;
 
+use std::mem::MaybeUninit;
+
 use crate::target::{Target, active, note};
 
 mod row_path;
@@ -333,10 +335,10 @@ fn matmul_small(dst: &mut [f64], lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f64, a
 ///
 /// Products that take `gemm-f64` are written into storage that was never filled: the kernel
 /// writes every value and reads none when it does not accumulate (a split product's first depth
-/// block writes every value of its half before the later blocks read them). A pass of zeros over each output
-/// is saved — 2 MiB per product of an `mha-train` step.
-/// Other products (small ones and one row) go through [`matmul`] on zeros. The caller has
-/// checked that `m·n` values can be allocated.
+/// block writes every value of its half before the later blocks read them). A pass of zeros over
+/// each output is saved — 2 MiB per product of an `mha-train` step. Other products (small ones
+/// and one row) go through [`matmul`] on zeros. The caller has checked that
+/// `m·n` values can be allocated.
 ///
 /// # Errors
 /// [`ShapeError`] if the dimensions do not chain, or the product has more than [`MAX_VALUES`]
@@ -350,40 +352,14 @@ pub fn matmul_new(lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) -> Result<Ve
         reason: "the product has more values than the ceiling (gemm::MAX_VALUES)",
     })?;
     check_dims(len, &lhs, &rhs)?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
     let target = active();
     note(target);
-    if len == 0 || k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
-        let mut out = vec![0.0; len];
-        matmul(&mut out, lhs, rhs, false, parallel)?;
-        return Ok(out);
-    }
     let mut out = crate::allocator::unfilled(len);
-    if splits_rows(m, k, n) {
-        // the halves of `matmul_scaled`, each written into its own unfilled rows
-        let half = m / 2;
-        let (top, bottom) = out.spare_capacity_mut()[..len].split_at_mut(half * n);
-        // SAFETY: each part holds the rows·n values of its half of the product, and the halves
-        // of the left side are views of its checked rows (as in `gemm_call`).
-        let half_product = |part: &mut [std::mem::MaybeUninit<f64>], rows: MatRef<'_>| {
-            // the product writes exactly `rows·n` values: the part must hold that many
-            assert_eq!(part.len(), rows.rows * n, "a half of the product and its rows disagree");
-            unsafe { gemm_in_depth_blocks(target, part.as_mut_ptr().cast(), n, rows, rhs, 1.0, false) }
-        };
-        let (upper, lower) = (lhs.rows_to(half), lhs.rows_from(half));
-        if parallel {
-            rayon::join(|| half_product(top, upper), || half_product(bottom, lower));
-        } else {
-            half_product(top, upper);
-            half_product(bottom, lower);
-        }
-    } else {
-        // SAFETY: the storage holds `len = m·n` values (capacity), the views were checked as in
-        // `gemm_call`.
-        unsafe { gemm_raw(target, out.as_mut_ptr(), lhs, rhs, 1.0, false, parallel) };
-    }
-    // SAFETY: without accumulation the kernel writes all the values of its destination before it
-    // reads any (in a split product, the first depth block of each half writes them all); the
-    // products above cover all m·n values (k > 0 here), so each is initialised.
+    write_unfilled(target, &mut out.spare_capacity_mut()[..len], (lhs, rhs), parallel);
+    // SAFETY: `write_unfilled` wrote all `len` values.
     unsafe { out.set_len(len) };
     Ok(out)
 }
@@ -429,46 +405,64 @@ pub fn matmul_new_batch(
     let target = active();
     note(target);
     let mut out = crate::allocator::unfilled(len);
-    if cfg!(debug_assertions) {
-        // NaN where nothing was written yet: a value the products below missed fails the tests'
-        // bitwise comparisons instead of passing on whatever the allocator left there
-        out.spare_capacity_mut()[..len].fill(std::mem::MaybeUninit::new(f64::NAN));
-    }
-    let write = |(dst, (lhs, rhs)): (&mut [std::mem::MaybeUninit<f64>], &(MatRef<'_>, MatRef<'_>))| {
-        let (lhs, rhs, k) = (*lhs, *rhs, lhs.cols);
-        if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
-            // the paths behind `matmul`'s safe `&mut [f64]`, which must hold values: zeros first
-            dst.fill(std::mem::MaybeUninit::new(0.0));
-            // SAFETY: every value of `dst` was just written.
-            let dst = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [f64]) };
-            target.within(|| matmul(dst, lhs, rhs, false, false)).expect("dimensions checked above");
-        } else if splits_rows(m, k, n) {
-            // `matmul`'s fixed split, its halves one after the other on this thread
-            let (top, bottom) = dst.split_at_mut(m / 2 * n);
-            debug_assert_eq!(bottom.len(), (m - m / 2) * n, "a half of the product and its rows disagree");
-            // SAFETY: each half holds its rows·n values, the views are checked ones' rows, and
-            // the first depth block writes every value before later ones read them (k > 0).
-            unsafe {
-                gemm_in_depth_blocks(target, top.as_mut_ptr().cast(), n, lhs.rows_to(m / 2), rhs, 1.0, false);
-                gemm_in_depth_blocks(target, bottom.as_mut_ptr().cast(), n, lhs.rows_from(m / 2), rhs, 1.0, false);
-            }
-        } else {
-            // SAFETY: `dst` holds m·n values and the views were checked (as in `matmul_new`);
-            // without accumulation the kernel writes every value before it reads any.
-            unsafe { gemm_raw(target, dst.as_mut_ptr().cast(), lhs, rhs, 1.0, false, false) };
-        }
-    };
     let unfilled = &mut out.spare_capacity_mut()[..len];
+    let write = |(dst, &product): (&mut [MaybeUninit<f64>], &(MatRef<'_>, MatRef<'_>))| {
+        write_unfilled(target, dst, product, false)
+    };
     if parallel {
         use rayon::prelude::*;
         unfilled.par_chunks_mut(part).zip(products.par_iter()).for_each(write);
     } else {
         unfilled.chunks_mut(part).zip(products).for_each(write);
     }
-    // SAFETY: the parts cover `0..len` (`len = products · m·n`), and each branch of `write`
-    // writes every value of its part (see there).
+    // SAFETY: the parts cover `0..len` (`len = products · m·n`), and `write_unfilled` wrote
+    // every value of each.
     unsafe { out.set_len(len) };
     Ok(out)
+}
+
+/// Writes `lhs · rhs` into `dst` (its `m·n` values, none read first) by the path [`matmul`] takes
+/// with `accumulate` false, so with its bits: the small loop, the one-row paths and an empty depth
+/// on zeros (they run behind `matmul`'s `&mut [f64]`, which must hold values), the split halves
+/// and `gemm-f64` straight into `dst`. The halves and `gemm-f64` use the pool's threads where
+/// `parallel`. The caller checked the dimensions against `dst.len() = m·n > 0`.
+#[allow(unsafe_code)]
+fn write_unfilled(target: Target, dst: &mut [MaybeUninit<f64>], (lhs, rhs): (MatRef<'_>, MatRef<'_>), parallel: bool) {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    debug_assert_eq!(dst.len(), m * n, "the destination holds the product");
+    if cfg!(debug_assertions) {
+        // NaN where nothing was written yet: a value a path below missed fails the tests' bitwise
+        // comparisons instead of passing on whatever the allocator left there
+        dst.fill(MaybeUninit::new(f64::NAN));
+    }
+    if k == 0 || is_small(m, k, n) || one_row(m, k, &rhs) {
+        dst.fill(MaybeUninit::new(0.0));
+        // SAFETY: every value of `dst` was just written.
+        let dst = unsafe { &mut *(std::ptr::from_mut(dst) as *mut [f64]) };
+        target.within(|| matmul(dst, lhs, rhs, false, parallel)).expect("dimensions checked by the caller");
+    } else if splits_rows(m, k, n) {
+        // the halves of `matmul_scaled`, each written into its own rows
+        let (top, bottom) = dst.split_at_mut(m / 2 * n);
+        let half_product = |part: &mut [MaybeUninit<f64>], rows: MatRef<'_>| {
+            // the product writes exactly `rows·n` values: the part must hold that many
+            assert_eq!(part.len(), rows.rows * n, "a half of the product and its rows disagree");
+            // SAFETY: the part holds the rows·n values of its half, the halves of the left side
+            // are views of its checked rows, and the first depth block writes every value before
+            // later blocks read them (k > 0).
+            unsafe { gemm_in_depth_blocks(target, part.as_mut_ptr().cast(), n, rows, rhs, 1.0, false) }
+        };
+        let (upper, lower) = (lhs.rows_to(m / 2), lhs.rows_from(m / 2));
+        if parallel {
+            rayon::join(|| half_product(top, upper), || half_product(bottom, lower));
+        } else {
+            half_product(top, upper);
+            half_product(bottom, lower);
+        }
+    } else {
+        // SAFETY: `dst` holds m·n values and the views were checked (as in `gemm_call`); without
+        // accumulation the kernel writes every value before it reads any.
+        unsafe { gemm_raw(target, dst.as_mut_ptr().cast(), lhs, rhs, 1.0, false, parallel) };
+    }
 }
 
 /// Whether [`matmul_scaled`] runs `m × k · rhs` on one of its one-row paths.
