@@ -261,8 +261,10 @@ impl Kernel for ExpShiftedSum<'_> {
 
 /// The body of [`exp_shifted_sum`], inlined into kernels that are already compiled per target.
 ///
-/// Eight values at a time: where every exponent of a chunk lies in `[−708, 709]` or below −745.2
-/// (a hidden score's −∞) — in a softmax, nearly always — the chunk goes through
+/// Eight values at a time: a chunk whose every exponent lies below −745.2 (eight hidden scores'
+/// −∞, as the end of a causal row has) is eight zeros, and adds nothing to the sums (adding
+/// those zeros would leave them as they are: the same bits). Where every exponent of a chunk
+/// lies in `[−708, 709]` or below −745.2 — in a softmax, nearly always — the chunk goes through
 /// [`exp_weight_vectors`] in the target's registers, which gives [`exp`]'s bits there (0 below
 /// −745.2); a chunk with a value elsewhere (NaN, the far tails) takes [`exp_inline`] value by
 /// value. The table lookup keeps the compiler from vectorising the value-by-value loop by itself.
@@ -273,12 +275,17 @@ pub(crate) fn exp_shifted_sum_inline<I: Isa>(isa: I, values: &mut [f64], shift: 
     let mut chunks = values.chunks_exact_mut(8);
     for chunk in &mut chunks {
         let mut x = [0.0; 8];
-        let mut in_range = true;
+        let (mut in_range, mut all_under) = (true, true);
         for (x, v) in x.iter_mut().zip(chunk.iter()) {
             *x = *v - shift;
             in_range &= (SUBNORMAL..=709.0).contains(x) || *x < UNDERFLOW;
+            all_under &= *x < UNDERFLOW;
         }
-        if in_range {
+        if all_under {
+            // eight zeros (a causal row's hidden keys): the lanes stay as they are, as adding
+            // them would leave them
+            chunk.fill(0.0);
+        } else if in_range {
             for at in (0..8).step_by(I::WIDTH) {
                 // SAFETY: at + WIDTH ≤ 8, the length of `x`, `chunk` and `lanes` (WIDTH divides 8).
                 #[allow(unsafe_code)]
@@ -405,13 +412,31 @@ mod tests {
         base.extend([f64::NEG_INFINITY, -0.25, -750.0, -1.0, f64::NEG_INFINITY, -3.0, -2e300, 0.5]);
         base.extend([-709.5, 707.5, -0.0, -1.25, -2.5, f64::NEG_INFINITY, -1.0, -2.0]); // x = −708, 709
         base.extend([-744.0, 0.0, 3.5, 709.5, -1.0, -2.0, -3.0, -4.0]);
+        // a chunk whose every exponent lies below −745.2: eight zeros, the sums untouched
+        base.extend([f64::NEG_INFINITY, -750.0, -2e300, f64::NEG_INFINITY, -800.0, -746.8, -746.71, -1e6]);
         base.extend([-2.0, f64::NAN, -1.0]);
         let shift = -1.5;
         let mut portable = base.clone();
         let sum = exp_shifted_sum_inline(Portable, &mut portable, shift);
         assert!(sum.is_nan(), "the NaN input poisons the sum");
-        let finite: Vec<f64> = (0..1001).map(|i| -0.037 * i as f64).collect();
+        // a row whose chunks 40..64 are hidden keys (as the end of a causal row)
+        let finite: Vec<f64> =
+            (0..1001).map(|i| if (320..512).contains(&i) { f64::NEG_INFINITY } else { -0.037 * i as f64 }).collect();
         let finite_sum = exp_shifted_sum_inline(Portable, &mut finite.clone(), shift);
+        // the sum in the documented order, one value at a time: eight lanes, the tail, then
+        // the lanes in pairs
+        let (mut lanes, mut tail) = ([0.0; 8], 0.0);
+        for (i, v) in finite.iter().enumerate() {
+            let e = exp(v - shift);
+            if i < finite.len() / 8 * 8 {
+                lanes[i % 8] += e;
+            } else {
+                tail += e;
+            }
+        }
+        let plain =
+            ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])) + tail;
+        assert_eq!(finite_sum.to_bits(), plain.to_bits());
         for target in crate::target::Target::available() {
             let mut values = base.clone();
             let s = crate::target::with_target(target, || exp_shifted_sum(&mut values, shift)).unwrap();

@@ -36,6 +36,16 @@ pub struct RowBlock<'a> {
 pub struct BlockWritten<'a>(PhantomData<fn(&'a ()) -> &'a ()>);
 
 impl<'a> RowBlock<'a> {
+    /// The indices of the block's rows in the whole output.
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.values.len() / self.row_len
+    }
+
+    /// The width of each row.
+    pub fn width(&self) -> usize {
+        self.row_len
+    }
+
     /// Writes the block's rows in order, row `r` (its index in the whole output) by `fill(r, row)`.
     ///
     /// Inlined into its caller, so that a kernel compiled for one instruction set can run the
@@ -90,6 +100,17 @@ impl<'a> RowOut<'a> {
     /// If `src` is not exactly as wide as the row.
     pub fn copy_from(self, src: &[f64]) -> Written<'a> {
         self.0.write_copy_of_slice(src);
+        Written(PhantomData)
+    }
+
+    /// Copies `src` into the row, then hands the row, now written, to `then`, which may change
+    /// its values in place (a softmax row made where it is stored).
+    ///
+    /// # Panics
+    /// If `src` is not exactly as wide as the row.
+    #[inline(always)]
+    pub fn copy_from_then(self, src: &[f64], then: impl FnOnce(&mut [f64])) -> Written<'a> {
+        then(self.0.write_copy_of_slice(src));
         Written(PhantomData)
     }
 
@@ -153,6 +174,21 @@ impl<'a> RowOut<'a> {
         assert_eq!(written, out.len(), "every pair of the row is written");
         Written(PhantomData)
     }
+}
+
+/// Eight sums side by side: `sums[l] = Σ_k term(l, k)` over `k` in `0..width`, each added in
+/// order of `k` from −0, as `Iterator::sum` adds: the bits of eight plain loops. A plain loop's
+/// additions form one chain, each waiting on the last; eight chains (eight rows of a block, one
+/// per `l`) keep the adder busy while each waits.
+#[inline(always)]
+pub(crate) fn side_by_side_sums(width: usize, term: impl Fn(usize, usize) -> f64) -> [f64; 8] {
+    let mut sums = [-0.0; 8];
+    for k in 0..width {
+        for (l, sum) in sums.iter_mut().enumerate() {
+            *sum += term(l, k);
+        }
+    }
+    sums
 }
 
 /// How [`build_rows`] spreads the rows over threads.

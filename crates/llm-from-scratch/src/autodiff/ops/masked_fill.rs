@@ -1,5 +1,7 @@
 //! `masked_fill`: replace the masked entries by a constant (−∞ before a softmax hides a key).
 
+use llm_kernels::softmax::HiddenKeys;
+
 use crate::autodiff::TensorValue;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
@@ -19,27 +21,59 @@ pub(crate) fn check_mask(op: &'static str, mask: &Mask, shape: &[usize]) -> Resu
     Ok(())
 }
 
-/// For every element of `shape`, whether the (broadcast) mask covers it.
-pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
-    check_mask(op, mask, shape)?;
-    let mut covered = vec![false; shape.iter().product()];
-    let (ms, flags) = (mask.shape(), mask.as_slice());
-    let zeros = vec![0; shape.len()];
-    match (ms.split_last(), shape.split_last()) {
-        (Some((&w, mask_rows)), Some((&width, rows))) if w == width && w > 0 => {
-            // the mask's rows are whole rows of the output (a causal [T, T] under [B, H, T, T]):
-            // copy row by row, broadcasting only the row index
-            let strides = broadcast_strides(mask_rows, rows);
-            for_each_broadcast(rows, &strides, &zeros, |o, m, _| {
-                covered[o * w..(o + 1) * w].copy_from_slice(&flags[m * w..(m + 1) * w]);
-            });
-        }
-        _ => {
-            let strides = broadcast_strides(ms, shape);
-            for_each_broadcast(shape, &strides, &zeros, |o, m, _| covered[o] = flags[m]);
+/// A mask broadcast to a value's shape, kept as rows: the flags of each row of keys once, and for
+/// each row of the value (every axis but the last) the row of flags it takes. A causal `[T, T]`
+/// mask under `[B, H, T, T]` scores stays `T` rows of flags and `B·H·T` row numbers, where
+/// expanding it would write a flag per score; a mask that broadcasts along the last axis is
+/// expanded, each row of the value then taking its own row of flags.
+pub(crate) struct MaskRows {
+    flags: Vec<bool>,
+    width: usize,
+    row_of: Vec<usize>,
+}
+
+impl MaskRows {
+    /// `mask` as rows of `shape` (checked to broadcast to it).
+    pub(crate) fn of(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Self> {
+        check_mask(op, mask, shape)?;
+        let (ms, flags) = (mask.shape(), mask.as_slice());
+        let (width, rows) = match shape.split_last() {
+            Some((&width, rows)) => (width, rows),
+            None => (1, &[][..]),
+        };
+        match ms.split_last() {
+            Some((&w, mask_rows)) if w == width && w > 0 => {
+                // the mask's rows are whole rows of the value: broadcast only the row index
+                let strides = broadcast_strides(mask_rows, rows);
+                let mut row_of = Vec::with_capacity(rows.iter().product());
+                for_each_broadcast(rows, &strides, &vec![0; rows.len()], |_, m, _| row_of.push(m));
+                Ok(Self { flags: flags.to_vec(), width, row_of })
+            }
+            _ => {
+                let mut covered = vec![false; shape.iter().product()];
+                let strides = broadcast_strides(ms, shape);
+                for_each_broadcast(shape, &strides, &vec![0; shape.len()], |o, m, _| covered[o] = flags[m]);
+                Ok(Self { flags: covered, width, row_of: (0..rows.iter().product()).collect() })
+            }
         }
     }
-    Ok(covered)
+
+    /// The flags of row `r` of the value.
+    fn row(&self, r: usize) -> &[bool] {
+        let m = self.row_of[r];
+        &self.flags[m * self.width..(m + 1) * self.width]
+    }
+
+    /// The view the softmax kernels read (`None` for rows of no keys).
+    pub(crate) fn keys(&self) -> Option<HiddenKeys<'_>> {
+        HiddenKeys::new(&self.flags, self.width, &self.row_of)
+    }
+}
+
+/// For every element of `shape`, whether the (broadcast) mask covers it.
+pub(crate) fn expand(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Vec<bool>> {
+    let rows = MaskRows::of(op, mask, shape)?;
+    Ok((0..rows.row_of.len()).flat_map(|r| rows.row(r)).copied().collect())
 }
 
 impl TensorValue {

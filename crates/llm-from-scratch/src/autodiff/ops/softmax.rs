@@ -9,11 +9,15 @@
 //!
 //! A NaN input stays NaN (it is propagated, never hidden).
 
+use llm_kernels::rows::{BlockWritten, RowBlock, RowTasks, build_rows};
+use llm_kernels::softmax::SoftmaxRows;
+use llm_kernels::target::active;
+
 use crate::autodiff::TensorValue;
-use crate::autodiff::ops::masked_fill::expand;
+use crate::autodiff::ops::masked_fill::MaskRows;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::exp::exp_shifted_sum;
-use crate::tensor::values::map_rows;
+use crate::tensor::values::PARALLEL_VALUES;
 use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
@@ -45,8 +49,10 @@ pub(crate) fn softmax_row(x: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Backward of one row: `dx_j = y_j · (dy_j − Σ_k dy_k · y_k)`.
-pub(crate) fn softmax_row_backward(y: &[f64], dy: &[f64], dx: &mut [f64]) {
+/// Backward of one row: `dx_j = y_j · (dy_j − Σ_k dy_k · y_k)`. The plain twin of the kernel the
+/// op runs (`llm_kernels::softmax`, which adds eight rows' sums side by side).
+#[cfg(test)]
+fn softmax_row_backward(y: &[f64], dy: &[f64], dx: &mut [f64]) {
     let dot: f64 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
     for ((d, &yj), &gj) in dx.iter_mut().zip(y).zip(dy) {
         *d = yj * (gj - dot);
@@ -55,6 +61,7 @@ pub(crate) fn softmax_row_backward(y: &[f64], dy: &[f64], dx: &mut [f64]) {
 
 /// [`softmax_row_backward`] over the visible entries only: a hidden entry gets `dx_j = 0` and its
 /// `dy_j` (which may be NaN when it paired a hidden key's value) takes no part in the sum.
+#[cfg(test)]
 fn masked_softmax_row_backward(y: &[f64], dy: &[f64], hidden: &[bool], dx: &mut [f64]) {
     let visible = |j: &usize| !hidden[*j];
     let dot: f64 = (0..y.len()).filter(visible).map(|j| y[j] * dy[j]).sum();
@@ -106,11 +113,11 @@ impl TensorValue {
     /// # Ok::<(), llm_from_scratch::TensorAutodiffError>(())
     /// ```
     pub fn masked_softmax_last_axis(&self, mask: &Mask) -> Result<TensorValue> {
-        let covered = expand("masked_softmax", mask, self.shape())?;
-        self.softmax_with("masked_softmax", Some(covered))
+        let hidden = MaskRows::of("masked_softmax", mask, self.shape())?;
+        self.softmax_with("masked_softmax", Some(hidden))
     }
 
-    fn softmax_with(&self, op: &'static str, masked: Option<Vec<bool>>) -> Result<TensorValue> {
+    fn softmax_with(&self, op: &'static str, hidden: Option<MaskRows>) -> Result<TensorValue> {
         let width = match self.shape().last() {
             Some(&w) => w,
             None => {
@@ -122,46 +129,47 @@ impl TensorValue {
             }
         };
         let x = self.read(op)?;
-        // each row into storage never filled before (`map_rows`, whose workers run the
-        // exponentials on the caller's target)
-        let xs = x.as_slice();
-        let out = map_rows((x.len(), width), ROWS_PER_TASK, |r, orow, row_buf| {
-            let (start, xrow) = (r * width, &xs[r * width..(r + 1) * width]);
-            match &masked {
-                None => softmax_row(xrow, orow),
-                Some(m) => {
-                    for ((b, &v), &hide) in row_buf.iter_mut().zip(xrow).zip(&m[start..start + width]) {
-                        *b = if hide { f64::NEG_INFINITY } else { v };
-                    }
-                    softmax_row(row_buf, orow);
-                }
-            }
-        });
+        // each block of rows by the kernel compiled for the target (`softmax_row` for each row,
+        // with the hidden keys taken as −∞), into storage never filled before
+        let keys = hidden.as_ref().and_then(MaskRows::keys);
+        let out = softmax_rows(x.len(), width, |kernel, block| kernel.forward(x.as_slice(), keys, block));
         let out = Tensor::from_parts(x.shape().to_vec(), out);
         Ok(TensorValue::record(op, vec![self.clone()], out, move |ctx| {
             // forward: y = softmax(x) per row  =>  dx_j = y_j · (dy_j − Σ_k dy_k y_k)
-            // (masked entries are skipped: dx_j = 0, and their dy_j takes no part in the sum)
+            // (hidden entries are skipped: dx_j = 0, and their dy_j takes no part in the sum;
+            // `softmax_row_backward` and `masked_softmax_row_backward` for each row)
             let (y, g) = (ctx.output()?, ctx.grad());
-            let (ys, gs) = (y.as_slice(), g.as_slice());
-            let dx = map_rows((y.len(), width), ROWS_PER_TASK, |r, drow, _| {
-                let rows = r * width..(r + 1) * width;
-                let (yrow, grow) = (&ys[rows.clone()], &gs[rows.clone()]);
-                match &masked {
-                    None => softmax_row_backward(yrow, grow, drow),
-                    Some(m) => masked_softmax_row_backward(yrow, grow, &m[rows], drow),
-                }
+            let keys = hidden.as_ref().and_then(MaskRows::keys);
+            let dx = softmax_rows(y.len(), width, |kernel, block| {
+                kernel.backward((y.as_slice(), g.as_slice()), keys, block)
             });
             Ok(vec![Some(Tensor::from_parts(y.shape().to_vec(), dx))])
         }))
     }
 }
 
+/// `len` values as rows of `width`, each block of [`ROWS_PER_TASK`] rows written by `block`
+/// with the row loops compiled for the caller's target, on every thread when there are many.
+fn softmax_rows(
+    len: usize,
+    width: usize,
+    block: impl for<'o> Fn(SoftmaxRows, RowBlock<'o>) -> BlockWritten<'o> + Sync + Send,
+) -> Vec<f64> {
+    if width == 0 || len == 0 {
+        return vec![0.0; len];
+    }
+    let kernel = SoftmaxRows::new(active());
+    let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: len >= PARALLEL_VALUES };
+    build_rows((len, width), tasks, || (), |_, rows| block(kernel, rows))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
+    use super::{masked_softmax_row_backward, softmax_row, softmax_row_backward};
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
-    use crate::tensor::Tensor;
+    use crate::tensor::{Mask, Tensor};
 
     #[test]
     fn hand_values_and_defined_edge_rows() {
@@ -211,6 +219,114 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Rows that reach every branch of a row's softmax and its adjoint: ordinary values, a NaN
+    /// among the visible keys and among the hidden ones, every key hidden, +∞ and −∞, a maximum
+    /// of +0 beside −0, a causal row's end of −∞; widths around the kernels' blocks of eight; and a mask of every fourth
+    /// flag per row, shifted row by row.
+    fn edge_rows(width: usize, rows: usize, seed: u64) -> (Vec<f64>, Vec<f64>, Vec<bool>) {
+        let mut rng = crate::nn::SplitMix64::new(seed);
+        let mut x: Vec<f64> = (0..rows * width).map(|_| rng.uniform(-20.0, 20.0)).collect();
+        let dy: Vec<f64> = (0..rows * width).map(|_| rng.uniform(-2.0, 2.0)).collect();
+        let hidden: Vec<bool> = (0..rows * width).map(|i| (i + i / width).is_multiple_of(4)).collect();
+        let mut dy = dy;
+        for r in 0..rows {
+            let row = &mut x[r * width..(r + 1) * width];
+            match r % 9 {
+                1 => row[width / 2] = f64::NAN,
+                2 => row[width - 1] = f64::INFINITY,
+                3 => row.fill(f64::NEG_INFINITY),
+                4 => {
+                    row.fill(-1.0);
+                    row[0] = -0.0;
+                    row[width - 1] = 0.0;
+                }
+                5 => row[0] = f64::NEG_INFINITY,
+                // the end of a causal row: whole chunks of eight hidden keys
+                6 => row[width / 4 + 1..].fill(f64::NEG_INFINITY),
+                _ => {}
+            }
+            // a hidden key's adjoint may be NaN, and must take no part
+            if r % 5 == 0 {
+                dy[r * width] = f64::NAN;
+            }
+        }
+        (x, dy, hidden)
+    }
+
+    fn bits(values: &[f64]) -> Vec<u64> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    #[test]
+    fn the_kernels_give_the_plain_rows_bits_on_every_target_and_thread_count() {
+        use llm_kernels::target::{Target, with_target};
+        // 300 rows of 64 run in parallel blocks of 64 rows, the last of 44 (not a multiple of 8)
+        for (width, rows) in [(1, 5), (3, 13), (7, 9), (8, 17), (9, 11), (16, 8), (64, 300), (65, 21), (257, 3)] {
+            let (x, dy, flags) = edge_rows(width, rows, (width * rows) as u64);
+            let shape = [rows, width];
+            let mask = Mask::new(&shape, flags.clone()).unwrap();
+            // the plain rows: forward, then the adjoint of each row's output
+            let (mut want_y, mut want_masked) = (vec![0.0; rows * width], vec![0.0; rows * width]);
+            let (mut want_dx, mut want_masked_dx) = (vec![0.0; rows * width], vec![0.0; rows * width]);
+            for r in 0..rows {
+                let span = r * width..(r + 1) * width;
+                softmax_row(&x[span.clone()], &mut want_y[span.clone()]);
+                let hidden: Vec<f64> = x[span.clone()]
+                    .iter()
+                    .zip(&flags[span.clone()])
+                    .map(|(&v, &h)| if h { f64::NEG_INFINITY } else { v })
+                    .collect();
+                softmax_row(&hidden, &mut want_masked[span.clone()]);
+                softmax_row_backward(&want_y[span.clone()], &dy[span.clone()], &mut want_dx[span.clone()]);
+                masked_softmax_row_backward(
+                    &want_masked[span.clone()],
+                    &dy[span.clone()],
+                    &flags[span.clone()],
+                    &mut want_masked_dx[span],
+                );
+            }
+            let hidden = super::MaskRows::of("t", &mask, &shape).unwrap();
+            for target in Target::available() {
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    let run = || {
+                        let y = super::softmax_rows(x.len(), width, |k, b| k.forward(&x, None, b));
+                        let ym = super::softmax_rows(x.len(), width, |k, b| k.forward(&x, hidden.keys(), b));
+                        let dx = super::softmax_rows(x.len(), width, |k, b| k.backward((&want_y, &dy), None, b));
+                        let dxm = super::softmax_rows(x.len(), width, |k, b| {
+                            k.backward((&want_masked, &dy), hidden.keys(), b)
+                        });
+                        (y, ym, dx, dxm)
+                    };
+                    let (y, ym, dx, dxm) = pool.install(|| with_target(target, run)).unwrap();
+                    let at = format!("width {width}, {target:?}, {threads} threads");
+                    assert_eq!(bits(&y), bits(&want_y), "forward, {at}");
+                    assert_eq!(bits(&ym), bits(&want_masked), "masked forward, {at}");
+                    assert_eq!(bits(&dx), bits(&want_dx), "backward, {at}");
+                    assert_eq!(bits(&dxm), bits(&want_masked_dx), "masked backward, {at}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_mask_broadcast_by_rows_or_by_keys_hides_the_same_scores() {
+        // a causal [4, 4] under [2, 3, 4, 4] (rows of flags shared), against the same flags
+        // expanded to a mask of the full shape, and a mask broadcast along the keys ([4, 1])
+        let shape = [2, 3, 4, 4];
+        let x = constant(&shape, &(0..96).map(|i| (i as f64 * 0.37).sin() * 4.0).collect::<Vec<_>>()).unwrap();
+        let causal = Mask::causal(4, 4, 0).unwrap();
+        let full = Mask::new(&shape, super::super::masked_fill::expand("t", &causal, &shape).unwrap()).unwrap();
+        let by_rows = x.masked_softmax_last_axis(&causal).unwrap().value().unwrap();
+        assert!(by_rows.bitwise_eq(&x.masked_softmax_last_axis(&full).unwrap().value().unwrap()));
+        let keys = Mask::new(&[4, 1], vec![false, true, false, true]).unwrap();
+        let by_keys = x.masked_softmax_last_axis(&keys).unwrap().value().unwrap();
+        let filled = x.masked_fill(&keys, f64::NEG_INFINITY).unwrap().softmax_last_axis().unwrap().value().unwrap();
+        assert!(by_keys.bitwise_eq(&filled));
+        // rows whose every key is hidden are zeros
+        assert!(by_keys.as_slice().chunks(4).skip(1).step_by(2).all(|row| row.iter().all(|&v| v == 0.0)));
     }
 
     #[test]
