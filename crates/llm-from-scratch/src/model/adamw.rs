@@ -14,9 +14,15 @@
 //! As in nanoGPT, only matrices (rank ≥ 2: projections, the embedding) decay; gains and biases do
 //! not, since pulling a gain towards 0 would switch its normalised input off.
 
+use rayon::prelude::*;
+
 use crate::model::ModelError;
 use crate::nn::NamedParameters;
 use crate::tensor::Tensor;
+use crate::tensor::values::PARALLEL_VALUES;
+
+/// Values per task of a step on every thread.
+const VALUES_PER_RUN: usize = 4096;
 
 /// `β₁`, `β₂`, `ε` and the decoupled weight decay `λ`.
 #[derive(Clone, Debug, PartialEq)]
@@ -199,16 +205,35 @@ impl AdamW {
         self.steps += 1;
         self.beta_powers = (self.beta_powers.0 * beta1, self.beta_powers.1 * beta2);
         let (correction1, correction2) = (1.0 - self.beta_powers.0, 1.0 - self.beta_powers.1);
-        for (i, (param, value)) in params.iter().zip(values).enumerate() {
-            let decay = if decays(value.shape()) { 1.0 - lr * weight_decay } else { 1.0 };
-            let (m, v) = (&mut self.first[i], &mut self.second[i]);
-            let mut next = value.into_vec();
-            for (((p, &g), m), v) in next.iter_mut().zip(grads[i].as_slice()).zip(m.iter_mut()).zip(v.iter_mut()) {
+        let decay: Vec<f64> =
+            values.iter().map(|v| if decays(v.shape()) { 1.0 - lr * weight_decay } else { 1.0 }).collect();
+        let mut next: Vec<Vec<f64>> = values.into_iter().map(Tensor::into_vec).collect();
+        let parallel = next.iter().map(Vec::len).sum::<usize>() >= PARALLEL_VALUES;
+        // one value's step, from its own gradient and moments alone
+        let step = |(p, g, m, v, decay): (&mut [f64], &[f64], &mut [f64], &mut [f64], f64)| {
+            for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                 *m = beta1 * *m + (1.0 - beta1) * g;
                 *v = beta2 * *v + (1.0 - beta2) * g * g;
                 let (m_hat, v_hat) = (*m / correction1, *v / correction2);
                 *p = *p * decay - lr * m_hat / (v_hat.sqrt() + eps);
             }
+        };
+        // every tensor in runs of values, on every thread once there are many: each value is
+        // updated alone, so the bits do not depend on the threads
+        let runs =
+            next.iter_mut().zip(grads).zip(self.first.iter_mut().zip(self.second.iter_mut())).zip(&decay).flat_map(
+                |(((p, g), (m, v)), &decay)| {
+                    let pieces = p.chunks_mut(VALUES_PER_RUN).zip(g.as_slice().chunks(VALUES_PER_RUN));
+                    let moments = m.chunks_mut(VALUES_PER_RUN).zip(v.chunks_mut(VALUES_PER_RUN));
+                    pieces.zip(moments).map(move |((p, g), (m, v))| (p, g, m, v, decay))
+                },
+            );
+        if parallel {
+            runs.collect::<Vec<_>>().into_par_iter().for_each(step);
+        } else {
+            runs.for_each(step);
+        }
+        for (param, next) in params.iter().zip(next) {
             param.value().set_value(Tensor::new(param.value().shape(), next)?)?;
         }
         Ok(())
@@ -272,6 +297,52 @@ mod tests {
         let got = w.value().unwrap();
         assert!(got.as_slice().iter().zip(&c).all(|(w, c)| (w - c).abs() < 1e-3), "{got:?}");
         assert_eq!(adamw.steps(), 2000);
+    }
+
+    #[test]
+    fn many_values_on_any_thread_count_take_the_plain_steps_bits() {
+        // a matrix and a gain, together past the threshold of running on every thread (a run of
+        // values shorter than the others at each tensor's end); three steps against the formula
+        // written out value by value
+        let (rows, d) = (300, 64);
+        let w: Vec<f64> = (0..rows * d).map(|i| (i as f64 * 0.37).sin()).collect();
+        let g: Vec<f64> = (0..d).map(|i| 1.0 + i as f64 / 100.0).collect();
+        let grads = |k: usize| {
+            let gw = (0..rows * d).map(|i| ((i * (k + 3)) as f64 * 0.013).cos()).collect();
+            let gg = (0..d).map(|i| (i + k) as f64 * 0.01 - 0.2).collect();
+            [Tensor::new(&[rows, d], gw).unwrap(), Tensor::new(&[d], gg).unwrap()]
+        };
+        let config = AdamWConfig::default();
+        let (lr, (b1, b2)) = (0.01, (config.beta1, config.beta2));
+        let mut plain = [w.clone(), g.clone()];
+        let mut moments = [(vec![0.0; rows * d], vec![0.0; rows * d]), (vec![0.0; d], vec![0.0; d])];
+        let mut powers = (1.0, 1.0);
+        for k in 0..3 {
+            powers = (powers.0 * b1, powers.1 * b2);
+            for (t, decay) in [(0, 1.0 - lr * config.weight_decay), (1, 1.0)] {
+                let grad = grads(k)[t].clone().into_vec();
+                let (m, v) = &mut moments[t];
+                for i in 0..plain[t].len() {
+                    m[i] = b1 * m[i] + (1.0 - b1) * grad[i];
+                    v[i] = b2 * v[i] + (1.0 - b2) * grad[i] * grad[i];
+                    let (m_hat, v_hat) = (m[i] / (1.0 - powers.0), v[i] / (1.0 - powers.1));
+                    plain[t][i] = plain[t][i] * decay - lr * m_hat / (v_hat.sqrt() + config.eps);
+                }
+            }
+        }
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let got: Vec<Vec<u64>> = pool.install(|| {
+                let params = list(&[("w", &[rows, d], &w), ("gain", &[d], &g)]);
+                let mut adamw = AdamW::new(config.clone(), &params).unwrap();
+                for k in 0..3 {
+                    adamw.update(&params, &grads(k), lr).unwrap();
+                }
+                params.iter().map(|p| bits(p.value().value().unwrap().as_slice())).collect()
+            });
+            assert_eq!(got, [bits(&plain[0]), bits(&plain[1])], "{threads} threads");
+        }
     }
 
     #[test]

@@ -12,10 +12,17 @@
 //! prompt half of a copy task, whose tokens are random and cannot be predicted). Fusing the two
 //! steps keeps the backward one line: `∂loss/∂z_j = (softmax(z)_j − [j = t]) / M`.
 
+use llm_kernels::target::active;
+use rayon::prelude::*;
+
 use crate::autodiff::TensorValue;
 use crate::error::{Shape, TensorAutodiffError};
 use crate::tensor::Tensor;
 use crate::tensor::exp::exp_shifted_sum;
+use crate::tensor::values::PARALLEL_VALUES;
+
+/// Rows per task when the rows run on every thread.
+const ROWS_PER_TASK: usize = 64;
 
 /// `log Σ_j e^{z_j}` of one row, and `e^{z_j − max}` written into `scratch`.
 fn log_sum_exp(row: &[f64], scratch: &mut [f64]) -> (f64, f64) {
@@ -72,15 +79,31 @@ pub fn cross_entropy(logits: &TensorValue, targets: &[Option<usize>]) -> Result<
         return Err(invalid("scored rows", 0.0, "at least one target must be given"));
     }
     let z = logits.read(op)?;
-    let mut scratch = vec![0.0; vocab];
-    let mut total = 0.0;
-    for (row, target) in z.as_slice().chunks(vocab).zip(targets) {
-        let Some(t) = *target else { continue };
-        if let Some(&bad) = row.iter().find(|v| !v.is_finite()) {
-            return Err(invalid("logit", bad, "logits of a scored row must be finite"));
-        }
-        total += log_sum_exp(row, &mut scratch).0 - row[t];
+    if let Some(&bad) = z
+        .as_slice()
+        .chunks(vocab)
+        .zip(targets)
+        .filter(|(_, t)| t.is_some())
+        .flat_map(|(row, _)| row)
+        .find(|v| !v.is_finite())
+    {
+        return Err(invalid("logit", bad, "logits of a scored row must be finite"));
     }
+    // each scored row's lse(z) − z_t (on every thread when there are many rows), then their sum
+    // in row order on this thread: the same bits on any number of threads
+    let target = active();
+    let scratch = || vec![0.0; vocab];
+    let row_loss = |scratch: &mut Vec<f64>, (row, t): (&[f64], &Option<usize>)| {
+        t.map(|t| target.within(|| log_sum_exp(row, scratch).0 - row[t]))
+    };
+    let losses: Vec<Option<f64>> = if z.len() < PARALLEL_VALUES {
+        let mut scratch = scratch();
+        z.as_slice().chunks(vocab).zip(targets).map(|row| row_loss(&mut scratch, row)).collect()
+    } else {
+        let rows = z.as_slice().par_chunks(vocab).zip(targets).with_min_len(ROWS_PER_TASK);
+        rows.map_init(scratch, row_loss).collect()
+    };
+    let total = losses.iter().flatten().fold(0.0, |total, loss| total + loss);
     let inverse_count = 1.0 / scored as f64;
     let targets = targets.to_vec();
     Ok(TensorValue::record(op, vec![logits.clone()], Tensor::scalar(total * inverse_count), move |ctx| {
@@ -88,13 +111,21 @@ pub fn cross_entropy(logits: &TensorValue, targets: &[Option<usize>]) -> Result<
         //   =>  dz_j = dloss · (softmax(z)_j − [j = t]) / M,  0 for an ignored row
         let (z, g) = (ctx.input(0)?, ctx.grad().as_slice()[0] * inverse_count);
         let mut dz = vec![0.0; z.len()];
-        for ((drow, row), target) in dz.chunks_mut(vocab).zip(z.as_slice().chunks(vocab)).zip(&targets) {
-            let Some(t) = *target else { continue };
-            let (_, sum) = log_sum_exp(row, drow); // drow = e^{z − max}
+        // rows are independent: on every thread when there are many
+        let target = active();
+        let row_adjoint = |((drow, row), t): ((&mut [f64], &[f64]), &Option<usize>)| {
+            let Some(t) = *t else { return };
+            let (_, sum) = target.within(|| log_sum_exp(row, drow)); // drow = e^{z − max}
             for d in drow.iter_mut() {
                 *d *= g / sum;
             }
             drow[t] -= g;
+        };
+        if z.len() < PARALLEL_VALUES {
+            dz.chunks_mut(vocab).zip(z.as_slice().chunks(vocab)).zip(&targets).for_each(row_adjoint);
+        } else {
+            let rows = dz.par_chunks_mut(vocab).zip(z.as_slice().par_chunks(vocab)).zip(&targets);
+            rows.with_min_len(ROWS_PER_TASK).for_each(row_adjoint);
         }
         Ok(vec![Some(Tensor::from_parts(z.shape().to_vec(), dz))])
     }))
@@ -104,6 +135,42 @@ pub fn cross_entropy(logits: &TensorValue, targets: &[Option<usize>]) -> Result<
 mod tests {
     use super::*;
     use crate::autodiff::{GradcheckConfig, constant, gradcheck};
+
+    #[test]
+    fn many_rows_on_any_thread_count_give_the_plain_rows_bits() {
+        // 400 rows of 57 (past the threshold of running on every thread), every third ignored:
+        // the loss and its adjoint against each row's formula written out, summed in row order
+        let (rows, vocab) = (400, 57);
+        let mut rng = crate::nn::SplitMix64::new(57);
+        let z: Vec<f64> = (0..rows * vocab).map(|_| rng.uniform(-6.0, 6.0)).collect();
+        let targets: Vec<Option<usize>> = (0..rows).map(|r| (r % 3 != 1).then_some((r * 7) % vocab)).collect();
+        let scored = targets.iter().flatten().count() as f64;
+        let (mut total, mut dz) = (0.0, vec![0.0; rows * vocab]);
+        for ((row, drow), t) in z.chunks(vocab).zip(dz.chunks_mut(vocab)).zip(&targets) {
+            let Some(t) = *t else { continue };
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            drow.copy_from_slice(row);
+            let sum = exp_shifted_sum(drow, max);
+            total += max + sum.ln() - row[t];
+            let g = 1.0 / scored;
+            for d in drow.iter_mut() {
+                *d *= g / sum;
+            }
+            drow[t] -= g;
+        }
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for threads in [1, 2, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let (loss, grad) = pool.install(|| {
+                let p = crate::autodiff::parameter(&[rows, vocab], &z).unwrap();
+                let loss = cross_entropy(&p, &targets).unwrap();
+                let grads = loss.backward().unwrap();
+                (loss.value().unwrap().as_slice()[0], grads.get(&p).unwrap().clone().into_vec())
+            });
+            assert_eq!(loss.to_bits(), (total * (1.0 / scored)).to_bits(), "{threads} threads");
+            assert_eq!(bits(&grad), bits(&dz), "{threads} threads");
+        }
+    }
 
     #[test]
     fn hand_values_and_stability() {
