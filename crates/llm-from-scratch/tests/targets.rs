@@ -9,7 +9,7 @@ use llm_from_scratch::gguf::{GgufRope, QuantizedLlama, QuantizedMatrix, TensorTy
 use llm_from_scratch::kernels::target::recorded;
 use llm_from_scratch::kernels::{Target, with_target};
 use llm_from_scratch::nn::{RotaryEmbedding, SplitMix64};
-use llm_from_scratch::{Tensor, TensorValue, constant, parameter};
+use llm_from_scratch::{Mask, Tensor, TensorValue, constant, parameter};
 
 fn values(n: usize, seed: u64) -> Vec<f64> {
     let mut rng = SplitMix64::new(seed);
@@ -56,6 +56,14 @@ fn operations() -> Vec<(&'static str, Operation)> {
             "the softmax of many rows",
             Box::new(|| {
                 leaf(&[64, 64, 64], 6).softmax_last_axis().unwrap();
+            }),
+        ),
+        (
+            "a causal softmax of many rows and its adjoint",
+            Box::new(|| {
+                let x = leaf(&[16, 64, 64], 23);
+                let y = x.masked_softmax_last_axis(&Mask::causal(64, 64, 0).unwrap()).unwrap();
+                y.backward_with(&Tensor::new(&[16, 64, 64], values(16 * 64 * 64, 24)).unwrap()).unwrap();
             }),
         ),
         (

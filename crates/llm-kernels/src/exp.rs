@@ -283,7 +283,8 @@ pub(crate) fn exp_shifted_sum_inline<I: Isa>(isa: I, values: &mut [f64], shift: 
         }
         if all_under {
             // eight zeros (a causal row's hidden keys): the lanes stay as they are, as adding
-            // them would leave them
+            // +0 would leave them (a lane starts at +0 and only ever adds values ≥ +0 or NaN, so
+            // it is never −0, the one value `x + 0` changes)
             chunk.fill(0.0);
         } else if in_range {
             for at in (0..8).step_by(I::WIDTH) {

@@ -17,7 +17,7 @@
 //! | [`decode`] | one query row over a KV cache | `attention::decode::attend_row_naive` |
 //! | [`quant`] | one row times weights kept in quantized blocks; blocks into an `f64` panel | `gguf::QuantizedMatrix::row_times_plain` |
 //! | [`rope`] | rotating rows of pairs | `nn::rope::rotate_pair` |
-//! | [`softmax`] | softmax rows and their adjoints, hidden keys skipped | `autodiff::ops::softmax::softmax_row`, `softmax_row_backward` |
+//! | [`softmax`] | softmax rows and their adjoints, hidden keys skipped | `autodiff::ops::softmax::softmax_row`, `softmax_row_backward`, `masked_softmax_row_backward` |
 //! | [`visibility`] | which keys a query sees, as plain data | `attention::Visibility`, `SlidingWindow` |
 //! | [`rows`] | filling a new buffer row by row, in parallel, without zeroing it first | — |
 //! | [`bands`] | tasks writing side by side in the same rows (heads in a token's row) | — |

@@ -1,8 +1,8 @@
 //! Building a tensor's values row by row, in parallel, straight into storage that was never
 //! filled: no pass of zeros before the real values, no copy after.
 //!
-//! RoPE's rotation ([`crate::rope`]) and the teaching crate's row copies of a permutation build
-//! their outputs this way. The one
+//! RoPE's rotation ([`crate::rope`]), the softmax rows and their adjoints ([`crate::softmax`])
+//! and the teaching crate's row copies of a permutation build their outputs this way. The one
 //! `unsafe` step — telling the vector its values are there — is here, and the types make it
 //! true: each task's rows reach the caller as a [`RowBlock`], which hands each row on as a
 //! [`RowOut`], whose only methods write every value of the row and hand back the [`Written`]

@@ -24,6 +24,10 @@ use crate::tensor::values::PARALLEL_VALUES;
 /// Values per task of a step on every thread.
 const VALUES_PER_RUN: usize = 4096;
 
+/// The most values [`AdamW::update`] copies at a time (a tensor larger than this is copied
+/// alone): 8 MiB beside the parameters.
+const BATCH_VALUES: usize = 1 << 20;
+
 /// `β₁`, `β₂`, `ε` and the decoupled weight decay `λ`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdamWConfig {
@@ -187,6 +191,17 @@ impl AdamW {
     /// frameworks skip such a step; here the caller decides what to do with the batch); a
     /// tensor error if a parameter's value was released. Nothing is changed on error.
     pub fn update(&mut self, params: &NamedParameters, grads: &[Tensor], lr: f64) -> Result<(), ModelError> {
+        self.update_in_batches(params, grads, lr, BATCH_VALUES)
+    }
+
+    /// [`AdamW::update`], copying at most `batch_values` values at a time (or one larger tensor).
+    fn update_in_batches(
+        &mut self,
+        params: &NamedParameters,
+        grads: &[Tensor],
+        lr: f64,
+        batch_values: usize,
+    ) -> Result<(), ModelError> {
         if !(lr >= 0.0 && lr.is_finite()) {
             return Err(ModelError::setting("adamw", "learning rate", lr, "must be finite and ≥ 0"));
         }
@@ -205,11 +220,7 @@ impl AdamW {
         self.steps += 1;
         self.beta_powers = (self.beta_powers.0 * beta1, self.beta_powers.1 * beta2);
         let (correction1, correction2) = (1.0 - self.beta_powers.0, 1.0 - self.beta_powers.1);
-        let decay: Vec<f64> =
-            values.iter().map(|v| if decays(v.shape()) { 1.0 - lr * weight_decay } else { 1.0 }).collect();
-        let mut next: Vec<Vec<f64>> = values.into_iter().map(Tensor::into_vec).collect();
-        let parallel = next.iter().map(Vec::len).sum::<usize>() >= PARALLEL_VALUES;
-        // one value's step, from its own gradient and moments alone
+        // a run of values' steps, each value's from its own gradient and moments alone
         let step = |(p, g, m, v, decay): (&mut [f64], &[f64], &mut [f64], &mut [f64], f64)| {
             for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
                 *m = beta1 * *m + (1.0 - beta1) * g;
@@ -218,23 +229,40 @@ impl AdamW {
                 *p = *p * decay - lr * m_hat / (v_hat.sqrt() + eps);
             }
         };
-        // every tensor in runs of values, on every thread once there are many: each value is
-        // updated alone, so the bits do not depend on the threads
-        let runs =
-            next.iter_mut().zip(grads).zip(self.first.iter_mut().zip(self.second.iter_mut())).zip(&decay).flat_map(
+        // the tensors in batches of at most `batch_values` values (or one larger tensor), so that
+        // one batch's copy at most is held beside the parameters; each batch in runs of values,
+        // on every thread once there are many: each value is updated alone, so the bits do not
+        // depend on the threads
+        let mut values = values.into_iter().peekable();
+        let mut start = 0;
+        while let Some(first) = values.next() {
+            let mut batch = vec![first];
+            let mut total = batch[0].len();
+            while let Some(more) = values.next_if(|v| total + v.len() <= batch_values) {
+                total += more.len();
+                batch.push(more);
+            }
+            let end = start + batch.len();
+            let decay: Vec<f64> =
+                batch.iter().map(|v| if decays(v.shape()) { 1.0 - lr * weight_decay } else { 1.0 }).collect();
+            let mut next: Vec<Vec<f64>> = batch.into_iter().map(Tensor::into_vec).collect();
+            let moments = self.first[start..end].iter_mut().zip(&mut self.second[start..end]);
+            let runs = next.iter_mut().zip(&grads[start..end]).zip(moments).zip(&decay).flat_map(
                 |(((p, g), (m, v)), &decay)| {
                     let pieces = p.chunks_mut(VALUES_PER_RUN).zip(g.as_slice().chunks(VALUES_PER_RUN));
                     let moments = m.chunks_mut(VALUES_PER_RUN).zip(v.chunks_mut(VALUES_PER_RUN));
                     pieces.zip(moments).map(move |((p, g), (m, v))| (p, g, m, v, decay))
                 },
             );
-        if parallel {
-            runs.collect::<Vec<_>>().into_par_iter().for_each(step);
-        } else {
-            runs.for_each(step);
-        }
-        for (param, next) in params.iter().zip(next) {
-            param.value().set_value(Tensor::new(param.value().shape(), next)?)?;
+            if total >= PARALLEL_VALUES {
+                runs.collect::<Vec<_>>().into_par_iter().for_each(step);
+            } else {
+                runs.for_each(step);
+            }
+            for (param, next) in params.iter().skip(start).zip(next) {
+                param.value().set_value(Tensor::new(param.value().shape(), next)?)?;
+            }
+            start = end;
         }
         Ok(())
     }
@@ -333,15 +361,19 @@ mod tests {
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for threads in [1, 2, 3] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-            let got: Vec<Vec<u64>> = pool.install(|| {
-                let params = list(&[("w", &[rows, d], &w), ("gain", &[d], &g)]);
-                let mut adamw = AdamW::new(config.clone(), &params).unwrap();
-                for k in 0..3 {
-                    adamw.update(&params, &grads(k), lr).unwrap();
-                }
-                params.iter().map(|p| bits(p.value().value().unwrap().as_slice())).collect()
-            });
-            assert_eq!(got, [bits(&plain[0]), bits(&plain[1])], "{threads} threads");
+            // all in one batch, and one tensor at a time (a batch of 64 values holds the gain
+            // alone and leaves the matrix to a batch of its own)
+            for batch in [BATCH_VALUES, 64] {
+                let got: Vec<Vec<u64>> = pool.install(|| {
+                    let params = list(&[("w", &[rows, d], &w), ("gain", &[d], &g)]);
+                    let mut adamw = AdamW::new(config.clone(), &params).unwrap();
+                    for k in 0..3 {
+                        adamw.update_in_batches(&params, &grads(k), lr, batch).unwrap();
+                    }
+                    params.iter().map(|p| bits(p.value().value().unwrap().as_slice())).collect()
+                });
+                assert_eq!(got, [bits(&plain[0]), bits(&plain[1])], "{threads} threads, batches of {batch}");
+            }
         }
     }
 

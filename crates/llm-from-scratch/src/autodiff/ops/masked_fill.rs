@@ -41,6 +41,11 @@ impl MaskRows {
             Some((&width, rows)) => (width, rows),
             None => (1, &[][..]),
         };
+        if shape.contains(&0) {
+            // no values, so no flags; and no row numbers either, which a `[2³¹, 0]` value would
+            // otherwise ask for before anything else
+            return Ok(Self { flags: Vec::new(), width, row_of: Vec::new() });
+        }
         match ms.split_last() {
             Some((&w, mask_rows)) if w == width && w > 0 => {
                 // the mask's rows are whole rows of the value: broadcast only the row index

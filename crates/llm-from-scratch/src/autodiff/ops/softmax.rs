@@ -223,8 +223,8 @@ mod tests {
 
     /// Rows that reach every branch of a row's softmax and its adjoint: ordinary values, a NaN
     /// among the visible keys and among the hidden ones, every key hidden, +∞ and −∞, a maximum
-    /// of +0 beside −0, a causal row's end of −∞; widths around the kernels' blocks of eight; and a mask of every fourth
-    /// flag per row, shifted row by row.
+    /// of +0 beside −0, a causal row's end of −∞; widths around the kernels' blocks of eight;
+    /// and a mask of every fourth flag per row, shifted row by row.
     fn edge_rows(width: usize, rows: usize, seed: u64) -> (Vec<f64>, Vec<f64>, Vec<bool>) {
         let mut rng = crate::nn::SplitMix64::new(seed);
         let mut x: Vec<f64> = (0..rows * width).map(|_| rng.uniform(-20.0, 20.0)).collect();
@@ -327,6 +327,12 @@ mod tests {
         assert!(by_keys.bitwise_eq(&filled));
         // rows whose every key is hidden are zeros
         assert!(by_keys.as_slice().chunks(4).skip(1).step_by(2).all(|row| row.iter().all(|&v| v == 0.0)));
+        // a value with no keys at all holds nothing and allocates nothing per row, however many
+        // rows it names
+        let empty = constant(&[1 << 31, 0], &[]).unwrap();
+        let none = Mask::new(&[1, 0], vec![]).unwrap();
+        assert!(empty.masked_softmax_last_axis(&none).unwrap().value().unwrap().as_slice().is_empty());
+        assert!(empty.masked_fill(&none, 0.0).unwrap().value().unwrap().as_slice().is_empty());
     }
 
     #[test]
