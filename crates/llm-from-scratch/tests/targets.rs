@@ -59,6 +59,16 @@ fn operations() -> Vec<(&'static str, Operation)> {
             }),
         ),
         (
+            "attention's masked products and their adjoints (hidden entries checked and cleared)",
+            Box::new(|| {
+                let causal = Mask::causal(64, 64, 0).unwrap();
+                let (q, kt, v) = (leaf(&[16, 64, 16], 25), leaf(&[16, 16, 64], 26), leaf(&[16, 64, 16], 27));
+                let weights = q.matmul_scores(&kt, &causal).unwrap().masked_softmax_last_axis(&causal).unwrap();
+                let out = weights.matmul_visible(&v, &causal).unwrap();
+                out.backward_with(&Tensor::new(&[16, 64, 16], values(16 * 64 * 16, 28)).unwrap()).unwrap();
+            }),
+        ),
+        (
             "a causal softmax of many rows and its adjoint",
             Box::new(|| {
                 let x = leaf(&[16, 64, 64], 23);

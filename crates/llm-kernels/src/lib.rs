@@ -15,6 +15,7 @@
 //! | [`logistic`] | `σ(x)` and SiLU over many values, the exponential with the C library's bits on x86-64 Linux | `TensorValue::silu`'s formula with `f64::exp` |
 //! | [`strips`] | tiled attention on strips of 32 queries, forward and backward | `attention::tiled` (plain and block paths) |
 //! | [`decode`] | one query row over a KV cache | `attention::decode::attend_row_naive` |
+//! | [`masked`] | the hidden entries of a masked product checked to be 0, or set to 0 | `autodiff::ops::masked_matmul`'s `Hidden` (its loops in the docs) |
 //! | [`quant`] | one row times weights kept in quantized blocks; blocks into an `f64` panel | `gguf::QuantizedMatrix::row_times_plain` |
 //! | [`rope`] | rotating rows of pairs | `nn::rope::rotate_pair` |
 //! | [`softmax`] | softmax rows and their adjoints, hidden keys skipped | `autodiff::ops::softmax::softmax_row`, `softmax_row_backward`, `masked_softmax_row_backward` |
@@ -43,6 +44,7 @@ mod fetch;
 pub mod gemm;
 mod isa;
 pub mod logistic;
+pub mod masked;
 pub mod parallel;
 pub mod quant;
 pub mod rope;

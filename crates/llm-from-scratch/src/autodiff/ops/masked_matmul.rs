@@ -25,6 +25,7 @@
 use crate::autodiff::TensorValue;
 use std::borrow::Cow;
 
+use llm_kernels::masked::{hidden_are_zero, zero_hidden};
 use rayon::prelude::*;
 
 use crate::autodiff::ops::masked_fill::{check_mask, expand};
@@ -71,12 +72,12 @@ impl Hidden {
         &self.flags[self.offsets[t]..self.offsets[t] + self.size]
     }
 
-    /// `true` when every hidden entry of `values` (the whole batch) is exactly 0.
+    /// `true` when every hidden entry of `values` (the whole batch) is exactly 0: for each
+    /// matrix, `m.iter().zip(lane).all(|(&x, &h)| !h || x == 0.0)`, the loop compiled for the
+    /// target (`llm_kernels::masked`).
     fn all_zero(&self, values: &[f64]) -> bool {
-        values
-            .par_chunks(self.size.max(1))
-            .enumerate()
-            .all(|(t, m)| m.iter().zip(self.lane(t)).all(|(&x, &h)| !h || x == 0.0))
+        let target = llm_kernels::active();
+        values.par_chunks(self.size.max(1)).enumerate().all(|(t, m)| target.within(|| hidden_are_zero(m, self.lane(t))))
     }
 
     /// `values` with the hidden entries replaced by 0 (select, never multiply); borrowed when
@@ -92,15 +93,14 @@ impl Hidden {
         owned
     }
 
-    /// Sets the hidden entries of `values` to 0, in place.
+    /// Sets the hidden entries of `values` to 0, in place: for each matrix, `if h { *x = 0.0 }`
+    /// beside each flag, the loop compiled for the target (`llm_kernels::masked`).
     fn zero(&self, values: &mut [f64]) {
-        values.par_chunks_mut(self.size.max(1)).enumerate().for_each(|(t, m)| {
-            for (x, &h) in m.iter_mut().zip(self.lane(t)) {
-                if h {
-                    *x = 0.0;
-                }
-            }
-        });
+        let target = llm_kernels::active();
+        values
+            .par_chunks_mut(self.size.max(1))
+            .enumerate()
+            .for_each(|(t, m)| target.within(|| zero_hidden(m, self.lane(t))));
     }
 }
 
