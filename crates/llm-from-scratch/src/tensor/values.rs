@@ -5,7 +5,7 @@
 //! thousand values is faster on one thread than the hand-off to another, so short passes stay
 //! serial; the threshold depends only on the length.
 
-use llm_kernels::rows::{RowTasks, build_rows};
+use llm_kernels::rows::{BlockWritten, RowBlock, RowTasks, build_rows};
 use rayon::prelude::*;
 
 /// From this many values on, a pass runs on every thread (the SwiGLU hidden layer of chapter 37's
@@ -47,17 +47,30 @@ pub(crate) fn map_rows(
     rows_per_task: usize,
     f: impl Fn(usize, &mut [f64], &mut [f64]) + Sync + Send,
 ) -> Vec<f64> {
-    if width == 0 || len == 0 {
-        return vec![0.0; len];
-    }
-    let tasks = RowTasks { rows_per_task, parallel: len >= PARALLEL_VALUES };
     let scratch = || (vec![0.0; width], vec![0.0; width]);
-    build_rows((len, width), tasks, scratch, |(row_buf, spare), block| {
+    row_blocks((len, width), rows_per_task, scratch, |(row_buf, spare), block| {
         block.write_rows(|r, row| {
             f(r, row_buf, spare);
             row.copy_from(row_buf)
         })
     })
+}
+
+/// Rows of `width` values (`len / width` of them) in blocks of `rows_per_task` rows, each block
+/// written whole by `fill` ([`llm_kernels::rows::build_rows`], `init` making each task's
+/// scratch), on every thread from [`PARALLEL_VALUES`] values on; no values (or rows of none)
+/// give zeros.
+pub(crate) fn row_blocks<S>(
+    (len, width): (usize, usize),
+    rows_per_task: usize,
+    init: impl Fn() -> S + Sync + Send,
+    fill: impl for<'a> Fn(&mut S, RowBlock<'a>) -> BlockWritten<'a> + Sync + Send,
+) -> Vec<f64> {
+    if width == 0 || len == 0 {
+        return vec![0.0; len];
+    }
+    let tasks = RowTasks { rows_per_task, parallel: len >= PARALLEL_VALUES };
+    build_rows((len, width), tasks, init, fill)
 }
 
 #[cfg(test)]

@@ -54,19 +54,41 @@ impl MaskRows {
                 for_each_broadcast(rows, &strides, &vec![0; rows.len()], |_, m, _| row_of.push(m));
                 Ok(Self { flags: flags.to_vec(), width, row_of })
             }
-            _ => {
-                let mut covered = vec![false; shape.iter().product()];
-                let strides = broadcast_strides(ms, shape);
-                for_each_broadcast(shape, &strides, &vec![0; shape.len()], |o, m, _| covered[o] = flags[m]);
-                Ok(Self { flags: covered, width, row_of: (0..rows.iter().product()).collect() })
-            }
+            _ => Ok(Self::expanded(mask, shape)),
         }
+    }
+
+    /// `mask` expanded to a flag per value of `shape` (which it broadcasts to, checked by the
+    /// caller, and which holds values), each row of the value taking its own row of flags.
+    fn expanded(mask: &Mask, shape: &[usize]) -> Self {
+        let (ms, flags) = (mask.shape(), mask.as_slice());
+        let mut covered = vec![false; shape.iter().product()];
+        let strides = broadcast_strides(ms, shape);
+        for_each_broadcast(shape, &strides, &vec![0; shape.len()], |o, m, _| covered[o] = flags[m]);
+        let width = shape.last().copied().unwrap_or(1);
+        let rows = covered.len() / width;
+        Self { flags: covered, width, row_of: (0..rows).collect() }
+    }
+
+    /// The same flags, with the rows of each block of `count` rows of the value one after another
+    /// in the flags (so that [`MaskRows::run`] can hand a block over as one slice): as they are
+    /// when every block's rows already are (a causal `[T, T]` under `[B, H, T, T]`, blocks of
+    /// `T`), else expanded.
+    pub(crate) fn in_runs_of(self, count: usize, mask: &Mask, shape: &[usize]) -> Self {
+        let runs = self.row_of.chunks(count.max(1)).all(|block| block.windows(2).all(|p| p[1] == p[0] + 1));
+        if runs { self } else { Self::expanded(mask, shape) }
+    }
+
+    /// The flags of rows `first..first + count` of the value, one after another (see
+    /// [`MaskRows::in_runs_of`]).
+    pub(crate) fn run(&self, first: usize, count: usize) -> &[bool] {
+        let start = self.row_of[first] * self.width;
+        &self.flags[start..start + count * self.width]
     }
 
     /// The flags of row `r` of the value.
     fn row(&self, r: usize) -> &[bool] {
-        let m = self.row_of[r];
-        &self.flags[m * self.width..(m + 1) * self.width]
+        self.run(r, 1)
     }
 
     /// The view the softmax kernels read (`None` for rows of no keys).
@@ -142,6 +164,11 @@ mod tests {
             let mut want = vec![false; shape.iter().product()];
             super::for_each_broadcast(&shape, &strides, &[0; 4], |o, m, _| want[o] = mask.as_slice()[m]);
             assert_eq!(super::expand("t", &mask, &shape).unwrap(), want, "mask {mask_shape:?}");
+            // in runs of a matrix's 4 rows, each matrix's flags are its 20 expanded ones
+            let rows = super::MaskRows::of("t", &mask, &shape).unwrap().in_runs_of(4, &mask, &shape);
+            for t in 0..6 {
+                assert_eq!(rows.run(4 * t, 4), &want[20 * t..20 * (t + 1)], "mask {mask_shape:?}, matrix {t}");
+            }
         }
     }
 

@@ -28,48 +28,34 @@ use std::borrow::Cow;
 use llm_kernels::masked::{hidden_are_zero, zero_hidden};
 use rayon::prelude::*;
 
-use crate::autodiff::ops::masked_fill::{check_mask, expand};
+use crate::autodiff::ops::masked_fill::MaskRows;
 use crate::autodiff::ops::matmul::Plan;
 use crate::error::{Result, Shape, TensorAutodiffError};
-use crate::tensor::broadcast::{broadcast_strides, for_each_broadcast};
 use crate::tensor::dense::all_finite;
 use crate::tensor::{Mask, Tensor};
 
 /// Which entries of a batch of `[m, n]` matrices a mask hides, without expanding a mask that
-/// broadcasts over the batch (a `[T, T]` causal mask over `[B, H, T, T]` scores stays `[T, T]`).
+/// broadcasts over the batch (a `[T, T]` causal mask over `[B, H, T, T]` scores stays `[T, T]`):
+/// the mask's rows ([`MaskRows`]), each matrix's `m` rows one run of flags.
 struct Hidden {
-    /// The flags: the mask's own, or the mask expanded to the whole shape.
-    flags: Vec<bool>,
-    /// Per matrix of the batch, the offset of its `m·n` flags in `flags`.
-    offsets: Vec<usize>,
+    rows: MaskRows,
+    /// Rows per matrix.
+    m: usize,
     /// `m·n`.
     size: usize,
 }
 
 impl Hidden {
     fn new(op: &'static str, mask: &Mask, shape: &[usize]) -> Result<Self> {
-        check_mask(op, mask, shape)?;
         let r = shape.len(); // ≥ 2: both products are of matrices
-        let size = shape[r - 2] * shape[r - 1];
-        let (lanes_shape, ms) = (&shape[..r - 2], mask.shape());
-        if ms.len() >= 2 && ms[ms.len() - 2..] == shape[r - 2..] {
-            // the mask's [m, n] block of each matrix, through the broadcast of its leading axes
-            let strides = broadcast_strides(&ms[..ms.len() - 2], lanes_shape);
-            let mut offsets = Vec::with_capacity(lanes_shape.iter().product());
-            for_each_broadcast(lanes_shape, &strides, &vec![0; lanes_shape.len()], |_, o, _| offsets.push(o * size));
-            if lanes_shape.is_empty() {
-                offsets = vec![0];
-            }
-            return Ok(Self { flags: mask.as_slice().to_vec(), offsets, size });
-        }
-        let flags = expand(op, mask, shape)?;
-        let offsets = (0..flags.len() / size.max(1)).map(|t| t * size).collect();
-        Ok(Self { flags, offsets, size })
+        let (m, size) = (shape[r - 2], shape[r - 2] * shape[r - 1]);
+        let rows = MaskRows::of(op, mask, shape)?.in_runs_of(m, mask, shape);
+        Ok(Self { rows, m, size })
     }
 
     /// The flags of matrix `t`, `m·n` of them.
     fn lane(&self, t: usize) -> &[bool] {
-        &self.flags[self.offsets[t]..self.offsets[t] + self.size]
+        if self.size == 0 { &[] } else { self.rows.run(t * self.m, self.m) }
     }
 
     /// `true` when every hidden entry of `values` (the whole batch) is exactly 0: for each

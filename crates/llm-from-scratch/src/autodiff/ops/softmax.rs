@@ -9,7 +9,7 @@
 //!
 //! A NaN input stays NaN (it is propagated, never hidden).
 
-use llm_kernels::rows::{BlockWritten, RowBlock, RowTasks, build_rows};
+use llm_kernels::rows::{BlockWritten, RowBlock};
 use llm_kernels::softmax::SoftmaxRows;
 use llm_kernels::target::active;
 
@@ -17,7 +17,7 @@ use crate::autodiff::TensorValue;
 use crate::autodiff::ops::masked_fill::MaskRows;
 use crate::error::{Result, Shape, TensorAutodiffError};
 use crate::tensor::exp::exp_shifted_sum;
-use crate::tensor::values::PARALLEL_VALUES;
+use crate::tensor::values::row_blocks;
 use crate::tensor::{Mask, Tensor};
 
 /// Rows per parallel task: large enough that a task outweighs its scheduling.
@@ -155,12 +155,8 @@ fn softmax_rows(
     width: usize,
     block: impl for<'o> Fn(SoftmaxRows, RowBlock<'o>) -> BlockWritten<'o> + Sync + Send,
 ) -> Vec<f64> {
-    if width == 0 || len == 0 {
-        return vec![0.0; len];
-    }
     let kernel = SoftmaxRows::new(active());
-    let tasks = RowTasks { rows_per_task: ROWS_PER_TASK, parallel: len >= PARALLEL_VALUES };
-    build_rows((len, width), tasks, || (), |_, rows| block(kernel, rows))
+    row_blocks((len, width), ROWS_PER_TASK, || (), |_, rows| block(kernel, rows))
 }
 
 #[cfg(test)]
