@@ -483,7 +483,8 @@ fn train_step() -> Result<Outcome, String> {
 /// `train-text step`: one optimiser step of chapter 37's character model (the configuration of
 /// `demos/ch37-train-on-text`, rebuilt here): V = 57 characters, d = 64, L = 2 blocks of H = 4
 /// query heads sharing G = 2 key/value heads (d_h = 16), SwiGLU width 176, tied head, RoPE base
-/// 10 000 over 64 positions, explicit attention kernel; a batch of B = 16 windows of T = 64 inputs
+/// 10 000 over 64 positions, the chapter's tiled attention kernel (its `ATTENTION_PATH`; until
+/// 2026-12-06 both ran the explicit one); a batch of B = 16 windows of T = 64 inputs
 /// (N = B·T = 1 024 positions, all scored). A step is [`Trainer::step`]: forward, loss, backward,
 /// global-norm clipping at 1, AdamW (warm-up/cosine schedule of the chapter). The windows are
 /// uniformly random ids (the cost does not depend on which characters they are); four batches
@@ -492,17 +493,22 @@ fn train_step() -> Result<Outcome, String> {
 /// With P = 95 808 weights in the matrix products (per block `2·d·d_h·(H+G)` = 12 288 attention
 /// and `3·d·176` = 33 792 feed-forward; the tied head `d·V` = 3 648), 96 128 parameters in all:
 /// - Flops, forward: products `2·P·N` = 196.2 M, attention over the full square
-///   `L · 2 · 2·B·T²·(H·d_h)` = 33.6 M → 229.8 MFLOP; backward twice that; AdamW about 12 flops per
-///   parameter (1.2 MFLOP) → 690.6 MFLOP in all, floor 3.1 ms at 220 GFLOP/s.
+///   `L · 2 · 2·B·T²·(H·d_h)` = 33.6 M → 229.8 MFLOP (the count PyTorch's peer is credited with;
+///   the tiled kernel skips the hidden half of the square); backward twice that; AdamW about 12
+///   flops per parameter (1.2 MFLOP) → 690.6 MFLOP in all, floor 3.1 ms at 220 GFLOP/s.
 /// - Bytes: the update moves `7 · 8 · 96 128` = 5.4 MB (0.2 ms at 25 GB/s); the activations kept
-///   for backward are about 0.5 MB per `[B, T, d]` tensor and 0.5 MB per `[B, H, T, T]` one.
+///   for backward are about 0.5 MB per `[B, T, d]` tensor (the tiled kernel keeps no `[B, H, T, T]`
+///   one).
 fn train_text() -> Result<Outcome, String> {
     const VOCAB: usize = 57;
     const BATCH: usize = 16;
     const CONTEXT: usize = 64;
     const FLOPS: f64 = 690.6e6;
     let err = |e: ModelError| e.to_string();
-    let config = DecoderConfig::new(VOCAB, 64, 2, 4).with_kv_heads(2).with_rope(CONTEXT, 10_000.0);
+    let config = DecoderConfig::new(VOCAB, 64, 2, 4)
+        .with_kv_heads(2)
+        .with_rope(CONTEXT, 10_000.0)
+        .with_path(AttentionPath::Tiled);
     let model = Decoder::new(config, &mut SplitMix64::new(37)).map_err(err)?;
     let schedule = LrSchedule::warmup_cosine(4e-3, 2e-4, 40, 800).map_err(err)?;
     let training = TrainingConfig { adamw: AdamWConfig::default(), schedule, clip_norm: Some(1.0) };

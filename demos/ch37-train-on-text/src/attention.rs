@@ -1,6 +1,7 @@
 //! Where the trained model looks when it reads a phrase of the book: every head's attention
 //! weights over [`PHRASE`], for the figure.
 
+use llm_from_scratch::attention::AttentionPath;
 use llm_from_scratch::model::{CharTokenizer, Decoder};
 
 use crate::{CORPUS, DemoResult};
@@ -76,7 +77,10 @@ pub fn phrase_attention(model: &Decoder, tokenizer: &CharTokenizer) -> DemoResul
         return Err(format!("{PHRASE:?} is not in the book").into());
     }
     let ids = tokenizer.encode(PHRASE)?;
-    let trace = model.forward_traced(&ids, [1, ids.len()])?;
+    // the model trains on the tiled kernel, which never forms the weights: the explicit kernel
+    // on the same parameters computes them (the same attention to 1e-12)
+    let explicit = Decoder::from_named(model.config().clone().with_path(AttentionPath::Explicit), &model.parameters())?;
+    let trace = explicit.forward_traced(&ids, [1, ids.len()])?;
     let mut layers = Vec::with_capacity(trace.attention.len());
     for layer in &trace.attention {
         let weights = layer.weights.as_ref().ok_or("the explicit kernel keeps its weights")?;

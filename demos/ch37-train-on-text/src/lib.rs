@@ -7,7 +7,8 @@
 //! ```text
 //! text ──CharTokenizer──▶ ids (57 characters) ──▶ train: first 90 %   validation: last 10 %
 //! every step: 16 random windows of 65 ids from train → inputs [16, 64], targets shifted by one
-//! model: d = 64, 2 blocks (GQA 4/2 heads + RoPE, SwiGLU), tied embedding, 64 positions
+//! model: d = 64, 2 blocks (GQA 4/2 heads + RoPE, SwiGLU), tied embedding, 64 positions,
+//!        attention on chapter 34's tiled kernel (the figure's weights from the explicit one)
 //! AdamW, linear warm-up then cosine decay, global gradient norm clipped to 1
 //! ```
 //!
@@ -51,6 +52,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use demo_support::report::{fmt_f64, fmt_thousands};
+use llm_from_scratch::attention::AttentionPath;
 use llm_from_scratch::model::{
     AdamWConfig, CharTokenizer, Decoder, DecoderConfig, Decoding, Recipe, Sampling, StepReport, TokenBatch, TrainState,
     Trainer, save_train_state,
@@ -110,9 +112,18 @@ pub const SAMPLING: Sampling = Sampling::TopP { temperature: 0.8, k: usize::MAX,
 /// Seed of the sample.
 pub const SAMPLE_SEED: u64 = 7;
 
+/// The attention kernel the model trains and evaluates with: chapter 34's tiled kernel, which
+/// gives the explicit kernel's loss and gradients to 1e-12 without forming the `[B, H, T, T]`
+/// scores and weights (a sixth less time per step). The figure's attention weights come from the
+/// explicit kernel on the same parameters ([`attention::phrase_attention`]).
+pub const ATTENTION_PATH: AttentionPath = AttentionPath::Tiled;
+
 /// The model's configuration for a vocabulary of `vocab` characters.
 pub fn config(vocab: usize) -> DecoderConfig {
-    DecoderConfig::new(vocab, MODEL_WIDTH, LAYERS, QUERY_HEADS).with_kv_heads(KV_HEADS).with_rope(CONTEXT, ROPE_BASE)
+    DecoderConfig::new(vocab, MODEL_WIDTH, LAYERS, QUERY_HEADS)
+        .with_kv_heads(KV_HEADS)
+        .with_rope(CONTEXT, ROPE_BASE)
+        .with_path(ATTENTION_PATH)
 }
 
 /// The corpus as ids, split into training and validation text.
@@ -255,7 +266,11 @@ impl Run {
         if history.last().is_none_or(|p| p.step > state.step) {
             return Err(format!("the saved history does not lead to the saved step {}", state.step).into());
         }
-        Ok(Self { trainer: state.into_trainer(RECIPE.training_config()?)?, history })
+        // a saved state holds the weights, not the kernel: continue on the chapter's, as an
+        // uninterrupted run does (the bits of every later step depend on it)
+        let TrainState { model, optimizer, step, .. } = state;
+        let model = Decoder::from_named(model.config().clone().with_path(ATTENTION_PATH), &model.parameters())?;
+        Ok(Self { trainer: Trainer::resume(model, RECIPE.training_config()?, optimizer, step)?, history })
     }
 
     /// Trains until `until` steps have been taken, calling `progress` after every step and
