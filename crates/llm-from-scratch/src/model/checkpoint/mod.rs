@@ -44,6 +44,7 @@
 mod config_json;
 mod dtypes;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub(crate) use config_json::{config_from_json, config_to_json};
@@ -287,8 +288,40 @@ fn to_safetensors(model: &Decoder, path: &Path) -> Result<Vec<u8>, CheckpointErr
         .map(|(name, shape, bytes)| Ok((name.as_str(), TensorView::new(Dtype::F64, shape.clone(), bytes)?)))
         .collect::<Result<Vec<_>, SafeTensorError>>()
         .map_err(header_error)?;
-    let metadata = [(CONFIG_METADATA.to_string(), config_to_json(model.config()))].into_iter().collect();
-    safetensors::serialize(views, Some(metadata)).map_err(header_error)
+    let metadata = [(CONFIG_METADATA.to_string(), config_to_json(model.config()))].into();
+    serialize_sorted(views, metadata).map_err(header_error)
+}
+
+/// `safetensors::serialize` with every key of the header in name order, so that the same tensors
+/// and metadata always give the same bytes.
+///
+/// The crate takes the metadata as a `HashMap` and writes it in that map's iteration order, which
+/// differs from one map to the next: a training state (eight entries or more) saved twice gave two
+/// different files. The header is read back and written again with its keys sorted (tensors by
+/// name, the metadata by key): the same entries in the same length of JSON, padded as the crate
+/// pads it, and the tensors' bytes untouched. Readers look tensors up by name and order them by
+/// their offsets, so the order of the entries means nothing to them.
+pub(crate) fn serialize_sorted(
+    views: Vec<(&str, TensorView<'_>)>,
+    metadata: BTreeMap<String, String>,
+) -> Result<Vec<u8>, SafeTensorError> {
+    let mut file = safetensors::serialize(views, Some(metadata.into_iter().collect()))?;
+    let header_len = file.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes);
+    let Some(header) = header_len.and_then(|n| usize::try_from(n).ok()).and_then(|n| file.get_mut(8..8 + n)) else {
+        return Ok(file); // not reached: the crate always writes a length and that many bytes
+    };
+    let mut entries: BTreeMap<String, serde_json::Value> = serde_json::from_slice(header)?;
+    if let Some(meta) = entries.get_mut("__metadata__") {
+        // a map of strings, sorted whatever order `serde_json`'s own maps keep
+        let sorted: BTreeMap<String, String> = serde_json::from_value(meta.take())?;
+        *meta = serde_json::to_value(sorted)?;
+    }
+    let sorted = serde_json::to_vec(&entries)?;
+    if sorted.len() <= header.len() {
+        header[..sorted.len()].copy_from_slice(&sorted);
+        header[sorted.len()..].fill(b' ');
+    }
+    Ok(file)
 }
 
 /// The model of `config` on the tensors of `file`: every tensor checked (present, a float dtype,

@@ -45,7 +45,7 @@ use thiserror::Error;
 
 use crate::autodiff::parameter;
 use crate::error::Shape;
-use crate::model::checkpoint::{config_from_json, config_to_json};
+use crate::model::checkpoint::{config_from_json, config_to_json, serialize_sorted};
 use crate::model::names::{BLOCK_TENSORS, parameter_shapes};
 use crate::model::{AdamW, AdamWConfig, CheckpointError, Decoder, DecoderConfig, ModelError, Trainer, TrainingConfig};
 use crate::nn::{NamedParameter, NamedParameters};
@@ -216,7 +216,7 @@ pub fn save_train_state(
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     metadata.extend(notes.iter().map(|(k, v)| (format!("note.{k}"), v.clone())));
-    let file = safetensors::serialize(views, Some(metadata.into_iter().collect())).map_err(header_error)?;
+    let file = serialize_sorted(views, metadata).map_err(header_error)?;
     std::fs::write(path, file).map_err(|e| io_error("write", path, &e))
 }
 
