@@ -68,7 +68,8 @@ impl PhraseAttention {
     }
 }
 
-/// The attention of every head of `model` over [`PHRASE`], from the model's own forward pass.
+/// The attention of every head of `model` over [`PHRASE`]: the explicit kernel's weights on the
+/// model's parameters (the tiled kernel it trains with never forms them).
 ///
 /// # Errors
 /// The phrase is not in the book, or has a character the tokenizer does not know; library errors.

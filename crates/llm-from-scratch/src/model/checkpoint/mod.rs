@@ -296,7 +296,7 @@ fn to_safetensors(model: &Decoder, path: &Path) -> Result<Vec<u8>, CheckpointErr
 /// and metadata always give the same bytes.
 ///
 /// The crate takes the metadata as a `HashMap` and writes it in that map's iteration order, which
-/// differs from one map to the next: a training state (eight entries or more) saved twice gave two
+/// differs from one map to the next: a training state (six entries or more) saved twice gave two
 /// different files. The header is read back and written again with its keys sorted (tensors by
 /// name, the metadata by key): the same entries in the same length of JSON, padded as the crate
 /// pads it, and the tensors' bytes untouched. Readers look tensors up by name and order them by
@@ -306,10 +306,10 @@ pub(crate) fn serialize_sorted(
     metadata: BTreeMap<String, String>,
 ) -> Result<Vec<u8>, SafeTensorError> {
     let mut file = safetensors::serialize(views, Some(metadata.into_iter().collect()))?;
+    // the crate writes the header's length, then that many bytes; anything else is refused
     let header_len = file.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes);
-    let Some(header) = header_len.and_then(|n| usize::try_from(n).ok()).and_then(|n| file.get_mut(8..8 + n)) else {
-        return Ok(file); // not reached: the crate always writes a length and that many bytes
-    };
+    let end = header_len.and_then(|n| usize::try_from(n).ok()).and_then(|n| n.checked_add(8));
+    let header = end.and_then(|end| file.get_mut(8..end)).ok_or(SafeTensorError::InvalidHeaderLength)?;
     let mut entries: BTreeMap<String, serde_json::Value> = serde_json::from_slice(header)?;
     if let Some(meta) = entries.get_mut("__metadata__") {
         // a map of strings, sorted whatever order `serde_json`'s own maps keep
@@ -317,10 +317,10 @@ pub(crate) fn serialize_sorted(
         *meta = serde_json::to_value(sorted)?;
     }
     let sorted = serde_json::to_vec(&entries)?;
-    if sorted.len() <= header.len() {
-        header[..sorted.len()].copy_from_slice(&sorted);
-        header[sorted.len()..].fill(b' ');
-    }
+    // the same entries in compact JSON: as long as the crate's, never longer
+    let (text, padding) = header.split_at_mut_checked(sorted.len()).ok_or(SafeTensorError::InvalidHeaderLength)?;
+    text.copy_from_slice(&sorted);
+    padding.fill(b' ');
     Ok(file)
 }
 

@@ -70,7 +70,7 @@ fn n_steps_save_resume_n_steps_equals_2n_steps_bitwise() {
 
 #[test]
 fn the_same_state_saved_twice_is_the_same_file() {
-    // the metadata passes through a hash map on its way into the file; its entries (eight here)
+    // the metadata passes through a hash map on its way into the file; its entries (ten here)
     // came out in another order from one save to the next
     let mut trainer = fresh();
     trainer.step(&batch(0)).unwrap();
