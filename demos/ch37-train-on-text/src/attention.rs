@@ -80,7 +80,7 @@ pub fn phrase_attention(model: &Decoder, tokenizer: &CharTokenizer) -> DemoResul
     let ids = tokenizer.encode(PHRASE)?;
     // the model trains on the tiled kernel, which never forms the weights: the explicit kernel
     // on the same parameters computes them (the same attention to 1e-12)
-    let explicit = Decoder::from_named(model.config().clone().with_path(AttentionPath::Explicit), &model.parameters())?;
+    let explicit = model.with_attention_path(AttentionPath::Explicit)?;
     let trace = explicit.forward_traced(&ids, [1, ids.len()])?;
     let mut layers = Vec::with_capacity(trace.attention.len());
     for layer in &trace.attention {

@@ -115,7 +115,8 @@ pub const SAMPLE_SEED: u64 = 7;
 /// The attention kernel the model trains and evaluates with: chapter 34's tiled kernel, which
 /// gives the explicit kernel's loss and gradients to 1e-12 without forming the `[B, H, T, T]`
 /// scores and weights (a sixth less time per step). The figure's attention weights come from the
-/// explicit kernel on the same parameters ([`attention::phrase_attention`]).
+/// explicit kernel on the same parameters ([`attention::phrase_attention`],
+/// [`Decoder::with_attention_path`]).
 pub const ATTENTION_PATH: AttentionPath = AttentionPath::Tiled;
 
 /// The model's configuration for a vocabulary of `vocab` characters.
@@ -269,7 +270,7 @@ impl Run {
         // a saved state holds the weights, not the kernel: continue on the chapter's, as an
         // uninterrupted run does (the bits of every later step depend on it)
         let TrainState { model, optimizer, step, .. } = state;
-        let model = Decoder::from_named(model.config().clone().with_path(ATTENTION_PATH), &model.parameters())?;
+        let model = model.with_attention_path(ATTENTION_PATH)?;
         Ok(Self { trainer: Trainer::resume(model, RECIPE.training_config()?, optimizer, step)?, history })
     }
 

@@ -12,7 +12,7 @@
 //! With tied embeddings `W_head = embed_tokensᵀ`: the same leaf is read twice (by the lookup and,
 //! transposed, by the head), so the tape adds both adjoints into its gradient.
 
-use crate::attention::{AttentionError, AttentionTrace, Branch, KvCache};
+use crate::attention::{AttentionError, AttentionPath, AttentionTrace, Branch, KvCache};
 use crate::autodiff::TensorValue;
 use crate::model::names::{EMBED_TOKENS, FINAL_NORM, LM_HEAD, parameter_shapes, take};
 use crate::model::{DecoderBlock, DecoderConfig, ModelError, TokenBatch, TokenEmbedding, cross_entropy};
@@ -111,6 +111,18 @@ impl Decoder {
             false => Some(Linear::from_parameters(take(params, LM_HEAD, &[d, v])?, None)?.named("lm_head")),
         };
         Self::assemble(config, embed, layers, norm, lm_head)
+    }
+
+    /// This model computing its attention with `path`: the same parameters (shared, not copied),
+    /// another kernel ([`AttentionPath`]). A model that trains on the tiled kernel, which never
+    /// forms the attention weights, shows them this way
+    /// (`with_attention_path(AttentionPath::Explicit)`, then [`Decoder::forward_traced`]); and a
+    /// model loaded from a file, which stores no kernel, continues on the one it trained with.
+    ///
+    /// # Errors
+    /// None for a model of this crate (its parameters are those its configuration needs).
+    pub fn with_attention_path(&self, path: AttentionPath) -> Result<Self, ModelError> {
+        Self::from_named(self.config.clone().with_path(path), &self.parameters)
     }
 
     /// The model from its parts, with its parameter list checked.
@@ -357,10 +369,12 @@ mod tests {
     #[test]
     fn the_tiled_kernel_trains_like_the_explicit_one() {
         // same weights, both kernels: the loss and every gradient agree to 1e-12 (relative)
-        use crate::attention::AttentionPath;
         let explicit = Decoder::new(config().with_embedding_init_std(0.5), &mut SplitMix64::new(4)).unwrap();
-        let tiled_config = config().with_embedding_init_std(0.5).with_path(AttentionPath::Tiled);
-        let tiled = Decoder::from_named(tiled_config, &explicit.parameters()).unwrap();
+        let tiled = explicit.with_attention_path(AttentionPath::Tiled).unwrap();
+        assert_eq!((explicit.config().path, tiled.config().path), (AttentionPath::Explicit, AttentionPath::Tiled));
+        // the same leaves, not copies
+        let (ours, theirs) = (explicit.parameters(), tiled.parameters());
+        assert!(ours.iter().zip(theirs.iter()).all(|(a, b)| a.name() == b.name() && a.value().same_node(b.value())));
         let batch = TokenBatch::next_token(&[vec![1, 5, 5, 0, 6, 2, 2, 3], vec![2, 3, 4, 1, 1, 0, 6, 6]], 2).unwrap();
         let (a, b) = (explicit.loss(&batch).unwrap(), tiled.loss(&batch).unwrap());
         let (la, lb) = (a.value().unwrap().as_slice()[0], b.value().unwrap().as_slice()[0]);
@@ -397,8 +411,7 @@ mod tests {
             }
         }
         // the tiled kernel never forms the weights
-        let tiled = config().with_embedding_init_std(0.5).with_path(crate::attention::AttentionPath::Tiled);
-        let tiled = Decoder::from_named(tiled, &model.parameters()).unwrap();
+        let tiled = model.with_attention_path(AttentionPath::Tiled).unwrap();
         assert!(tiled.forward_traced(&tokens, [2, 3]).unwrap().attention.iter().all(|t| t.weights.is_none()));
     }
 
