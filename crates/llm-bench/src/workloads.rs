@@ -500,26 +500,37 @@ fn train_step() -> Result<Outcome, String> {
 ///   for backward are about 0.5 MB per `[B, T, d]` tensor (the tiled kernel keeps no `[B, H, T, T]`
 ///   one).
 fn train_text() -> Result<Outcome, String> {
-    const VOCAB: usize = 57;
-    const BATCH: usize = 16;
-    const CONTEXT: usize = 64;
     const FLOPS: f64 = 690.6e6;
     let err = |e: ModelError| e.to_string();
-    let config = DecoderConfig::new(VOCAB, 64, 2, 4)
-        .with_kv_heads(2)
-        .with_rope(CONTEXT, 10_000.0)
-        .with_path(AttentionPath::Tiled);
+    let (config, training) = text_model().map_err(err)?;
     let model = Decoder::new(config, &mut SplitMix64::new(37)).map_err(err)?;
-    let schedule = LrSchedule::warmup_cosine(4e-3, 2e-4, 40, 800).map_err(err)?;
-    let training = TrainingConfig { adamw: AdamWConfig::default(), schedule, clip_norm: Some(1.0) };
     let mut trainer = Trainer::new(model, training).map_err(err)?;
     let mut rng = SplitMix64::new(3_700);
-    let mut window = || (0..=CONTEXT).map(|_| rng.below(VOCAB as u64) as usize).collect::<Vec<_>>();
+    let mut window = || (0..=TEXT_CONTEXT).map(|_| rng.below(TEXT_VOCAB as u64) as usize).collect::<Vec<_>>();
     let batches: Vec<TokenBatch> = (0..4)
-        .map(|_| TokenBatch::next_token(&(0..BATCH).map(|_| window()).collect::<Vec<_>>(), 0))
+        .map(|_| TokenBatch::next_token(&(0..TEXT_BATCH).map(|_| window()).collect::<Vec<_>>(), 0))
         .collect::<Result<_, _>>()
         .map_err(err)?;
     time_steps("train-text", &mut trainer, &batches, FLOPS)
+}
+
+/// Characters in chapter 37's vocabulary.
+const TEXT_VOCAB: usize = 57;
+/// Windows per step in chapter 37.
+const TEXT_BATCH: usize = 16;
+/// Inputs per window in chapter 37.
+const TEXT_CONTEXT: usize = 64;
+
+/// Chapter 37's model and training settings, rebuilt here (the chapter's crate is not a
+/// dependency of the benchmark): a test holds them equal to the chapter's own, attention kernel
+/// included, so that `train-text` measures the step the chapter takes.
+fn text_model() -> Result<(DecoderConfig, TrainingConfig), ModelError> {
+    let config = DecoderConfig::new(TEXT_VOCAB, 64, 2, 4)
+        .with_kv_heads(2)
+        .with_rope(TEXT_CONTEXT, 10_000.0)
+        .with_path(AttentionPath::Tiled);
+    let schedule = LrSchedule::warmup_cosine(4e-3, 2e-4, 40, 800)?;
+    Ok((config, TrainingConfig { adamw: AdamWConfig::default(), schedule, clip_norm: Some(1.0) }))
 }
 
 /// The median time of one optimiser step of `trainer`, the `batches` rotating (the model keeps
@@ -554,6 +565,18 @@ mod tests {
         }
         assert!(Workload::from_str("GEMM", false).is_err());
         assert_eq!(Workload::value_variants().len(), NAMES.len());
+    }
+
+    #[test]
+    fn train_text_takes_chapter_37s_step() {
+        // until 2026-12-06 the chapter and this copy trained on the explicit kernel; a kernel,
+        // a shape or a setting changed in one place and not the other fails here
+        use ch37_train_on_text as ch37;
+        let (config, training) = text_model().unwrap();
+        let corpus = ch37::Corpus::new(ch37::CORPUS).unwrap();
+        assert_eq!(config, ch37::config(corpus.tokenizer.vocab_size()));
+        assert_eq!(training, ch37::RECIPE.training_config().unwrap());
+        assert_eq!((TEXT_BATCH, TEXT_CONTEXT, 37), (ch37::BATCH, ch37::CONTEXT, ch37::SEED));
     }
 
     #[test]
