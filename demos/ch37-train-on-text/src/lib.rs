@@ -267,11 +267,8 @@ impl Run {
         if history.last().is_none_or(|p| p.step > state.step) {
             return Err(format!("the saved history does not lead to the saved step {}", state.step).into());
         }
-        // a saved state holds the weights, not the kernel: continue on the chapter's, as an
-        // uninterrupted run does (the bits of every later step depend on it)
-        let TrainState { model, optimizer, step, .. } = state;
-        let model = model.with_attention_path(ATTENTION_PATH)?;
-        Ok(Self { trainer: Trainer::resume(model, RECIPE.training_config()?, optimizer, step)?, history })
+        // the state names the attention kernel it trained with, so the run continues on it
+        Ok(Self { trainer: state.into_trainer(RECIPE.training_config()?)?, history })
     }
 
     /// Trains until `until` steps have been taken, calling `progress` after every step and

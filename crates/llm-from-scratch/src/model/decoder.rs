@@ -117,7 +117,8 @@ impl Decoder {
     /// another kernel ([`AttentionPath`]). A model that trains on the tiled kernel, which never
     /// forms the attention weights, shows them this way
     /// (`with_attention_path(AttentionPath::Explicit)`, then [`Decoder::forward_traced`]); and a
-    /// model loaded from a file, which stores no kernel, continues on the one it trained with.
+    /// model loaded from a checkpoint, which stores no kernel, runs on the one chosen here (a
+    /// training state names its kernel: [`crate::model::load_train_state`]).
     ///
     /// # Errors
     /// None for a model of this crate (its parameters are those its configuration needs).

@@ -4,7 +4,9 @@
 //! training also needs the optimiser: AdamW's two moments for every weight, its step count and its
 //! bias-correction products `β₁ᵗ, β₂ᵗ`, and the trainer's step (it selects the learning rate).
 //! With all of them restored, N steps + save + load + N steps computes exactly what 2N steps
-//! compute — bit for bit, as the tests check.
+//! compute — bit for bit, as the tests check. So the file also names the attention kernel: the
+//! tiled and the explicit kernel agree to 1e-12, not bit for bit, and a model checkpoint does not
+//! store which one ran.
 //!
 //! # The file
 //!
@@ -21,6 +23,8 @@
 //!              adamw                  {"beta1", "beta2", "eps", "weight_decay"}
 //!              step, adamw.steps      decimal integers (equal)
 //!              adamw.beta_powers      β₁ᵗ and β₂ᵗ as 16-digit hexadecimal f64 bit patterns
+//!              attention              `explicit` or `tiled`: the kernel the run trains with
+//!                                     (absent in files written before 2026-12-06: explicit)
 //!              note.<key>             anything the caller adds (e.g. a tokenizer's vocabulary)
 //! ```
 //!
@@ -43,6 +47,7 @@ use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use serde_json::{Value, json};
 use thiserror::Error;
 
+use crate::attention::AttentionPath;
 use crate::autodiff::parameter;
 use crate::error::Shape;
 use crate::model::checkpoint::{config_from_json, config_to_json, serialize_sorted};
@@ -211,6 +216,7 @@ pub fn save_train_state(
         ("step", trainer.steps_taken().to_string()),
         ("adamw.steps", optimizer.steps().to_string()),
         ("adamw.beta_powers", format!("{:016x},{:016x}", p1.to_bits(), p2.to_bits())),
+        (ATTENTION_KEY, path_name(trainer.model().config().path).to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -259,6 +265,12 @@ pub fn load_train_state(path: impl AsRef<Path>) -> Result<TrainState, TrainState
     })?;
     let adamw = parse_adamw(meta("adamw")?).map_err(|reason| bad("adamw", reason))?;
     let config = config_from_json(meta("config")?, &format!("{}: __metadata__.config", shown(path)))?;
+    let attention = match metadata.get(ATTENTION_KEY).map(String::as_str) {
+        None => AttentionPath::Explicit, // written before the file named its kernel
+        Some(name) => path_named(name)
+            .ok_or_else(|| bad(ATTENTION_KEY, format!("= {name:?} is neither \"explicit\" nor \"tiled\"")))?,
+    };
+    let config = config.with_path(attention);
     check_limits(&config, file.len())?;
 
     let specs = parameter_shapes(&config);
@@ -296,6 +308,22 @@ pub fn load_train_state(path: impl AsRef<Path>) -> Result<TrainState, TrainState
     let notes =
         metadata.iter().filter_map(|(k, v)| k.strip_prefix("note.").map(|k| (k.to_string(), v.clone()))).collect();
     Ok(TrainState { model, optimizer, step, notes })
+}
+
+/// The metadata key of the attention kernel the run trains with.
+const ATTENTION_KEY: &str = "attention";
+
+/// How the file names an [`AttentionPath`].
+fn path_name(path: AttentionPath) -> &'static str {
+    match path {
+        AttentionPath::Explicit => "explicit",
+        AttentionPath::Tiled => "tiled",
+    }
+}
+
+/// The [`AttentionPath`] the file names, if it names one.
+fn path_named(name: &str) -> Option<AttentionPath> {
+    [AttentionPath::Explicit, AttentionPath::Tiled].into_iter().find(|&p| path_name(p) == name)
 }
 
 /// `"3fe0000000000000,3fe8000000000000"` → `(0.5, 0.75)`.

@@ -69,6 +69,39 @@ fn n_steps_save_resume_n_steps_equals_2n_steps_bitwise() {
 }
 
 #[test]
+fn a_run_on_the_tiled_kernel_resumes_on_it_bitwise() {
+    // the kernels agree to 1e-12, not bit for bit: a resumed run must continue on the one it
+    // trained with, which the file names (a file without the name trained on the explicit one)
+    use crate::attention::AttentionPath;
+    let tiled = |t: Trainer| {
+        let model = t.model().with_attention_path(AttentionPath::Tiled).unwrap();
+        Trainer::new(model, training()).unwrap()
+    };
+    let (mut straight, mut first) = (tiled(fresh()), tiled(fresh()));
+    for step in 0..3 {
+        straight.step(&batch(step)).unwrap();
+        first.step(&batch(step)).unwrap();
+    }
+    let path = temp("tiled");
+    save_train_state(&first, &BTreeMap::new(), &path).unwrap();
+    let state = load_train_state(&path).unwrap();
+    assert_eq!(state.model.config().path, AttentionPath::Tiled);
+    let mut resumed = state.into_trainer(training()).unwrap();
+    for step in 3..6 {
+        assert_eq!(straight.step(&batch(step)).unwrap(), resumed.step(&batch(step)).unwrap());
+    }
+    assert_eq!(bits(&resumed), bits(&straight));
+    // the same file without the kernel's name: read as the explicit kernel's
+    let (tensors, mut metadata) = saved_of(&path);
+    metadata.remove("attention");
+    let views: Vec<(String, TensorView<'_>)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(&path, safetensors::serialize(views, Some(metadata.into_iter().collect())).unwrap()).unwrap();
+    assert_eq!(load_train_state(&path).unwrap().model.config().path, AttentionPath::Explicit);
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
 fn the_same_state_saved_twice_is_the_same_file() {
     // the metadata passes through a hash map on its way into the file; its entries (ten here)
     // came out in another order from one save to the next
@@ -101,8 +134,14 @@ fn saved() -> (Stored, BTreeMap<String, String>) {
     }
     let path = temp(&format!("saved-{:?}", std::thread::current().id()).replace(['(', ')'], ""));
     save_train_state(&trainer, &BTreeMap::new(), &path).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
+    let stored = saved_of(&path);
     std::fs::remove_file(&path).ok();
+    stored
+}
+
+/// The tensors and metadata of the file at `path`.
+fn saved_of(path: &std::path::Path) -> (Stored, BTreeMap<String, String>) {
+    let bytes = std::fs::read(path).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
     let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
     let tensors = file
@@ -156,6 +195,10 @@ fn every_corruption_is_a_typed_error() {
         m.insert("adamw".into(), "{\"beta1\": 2}".into());
     });
     assert!(matches!(err, TrainStateError::Metadata { ref key, .. } if key == "adamw"), "{err}");
+    let err = load_modified("attention", |_, m| {
+        m.insert("attention".into(), "flash".into());
+    });
+    assert_eq!(err.to_string(), "train state metadata: attention = \"flash\" is neither \"explicit\" nor \"tiled\"");
     let err = load_modified("config", |_, m| {
         m.insert("config".into(), "{".into());
     });
