@@ -467,10 +467,9 @@ pub(super) mod x86 {
         }
     }
 
-    /// [`group_sums`], the 4-bit formats' blocks that [`exact_head`] admits made by
-    /// [`exact_block_512`] if `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of
-    /// `x`),
-    /// else by lookups (`unit_sums`): the same bits either way.
+    /// [`group_sums`], the blocks that [`exact_head`] admits made by [`exact_block_512`] if `BW`
+    /// and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), else by lookups and
+    /// conversions (`unit_sums`): the same bits either way.
     ///
     /// # Safety
     /// The processor has AVX-512F, and AVX512BW if `BW`.
@@ -490,10 +489,10 @@ pub(super) mod x86 {
             // SAFETY: AVX512BW if `BW` (the caller).
             let sums = unsafe {
                 match (w.format, groups) {
-                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, false>(unit, x, no_minus_zero),
+                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, BW>(unit, x, no_minus_zero),
                     (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x, no_minus_zero),
                     (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, false>(unit, x, no_minus_zero),
+                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, BW>(unit, x, no_minus_zero),
                     (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x, no_minus_zero),
                     (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x, no_minus_zero),
                 }
@@ -506,14 +505,22 @@ pub(super) mod x86 {
         }
     }
 
-    /// One block of `G` groups' terms added to `sums` ([rows 0–7, 8–15] of each group), a 4-bit
-    /// format's values made as [`ExactValues`] makes them, eight at a time: the byte `0xf0 | q`
-    /// placed by one byte shuffle (AVX512BW) in a double `2⁻¹⁰⁰⁸·(1 + q/16)`, then
-    /// `A·u + C` with `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`, exactly the value.
+    /// One block of `G` groups' terms added to `sums` ([rows 0–7, 8–15] of each group), the
+    /// values made as [`ExactValues`] makes them, eight at a time, each by one byte shuffle
+    /// (AVX512BW) and one exact fused multiply-add `A·u + C`:
+    ///
+    /// - 4-bit formats: the byte `0xf0 | q` placed in a double `u = 2⁻¹⁰⁰⁸·(1 + q/16)`, with
+    ///   `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`;
+    /// - `Q8_0`: the byte `q + 128` placed in byte 5 of the bits of 1.0, `u = 1 + (q + 128)·2⁻¹²`,
+    ///   with `A = 2¹²·d`, `C = −4224·d`. The shuffle is merge-masked: it writes byte 5 of each
+    ///   lane and keeps the other seven from the bits of 1.0, so no operation ors them in (with
+    ///   AVX2, [`ExactValues::of`] needs one). Per sixteen weights one exclusive or (`q + 128`),
+    ///   two shuffles and four fused multiply-adds, where the conversions took two widenings,
+    ///   two two-part conversions, two multiplications and two fused multiply-adds.
     ///
     /// # Safety
-    /// The processor has AVX-512F and AVX512BW; `format` is `Q4_0` or `Q4_1`, and every group's
-    /// head passes [`exact_head`] (which also makes it long enough for the loads below).
+    /// The processor has AVX-512F and AVX512BW, and every group's head passes [`exact_head`]
+    /// (which also makes it long enough for the loads below).
     #[inline(never)]
     #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
     unsafe fn exact_block_512<const G: usize>(
@@ -525,8 +532,12 @@ pub(super) mod x86 {
     ) {
         #[cfg(test)]
         SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
-        let factor = if format == BlockFormat::Q4_1 { -16.0 } else { -24.0 };
-        let big = _mm512_set1_pd(f64::from_bits(2035 << 52)); // 2¹⁰¹²
+        let (big, factor) = match format {
+            BlockFormat::Q8_0 => (4096.0, -4224.0),
+            BlockFormat::Q4_0 => (f64::from_bits(2035 << 52), -24.0), // 2¹⁰¹²
+            BlockFormat::Q4_1 => (f64::from_bits(2035 << 52), -16.0),
+        };
+        let big = _mm512_set1_pd(big);
         let mut scale = [_mm512_setzero_pd(); 2 * PAIR];
         let mut offset = [_mm512_setzero_pd(); 2 * PAIR];
         for (g, head) in heads.iter().enumerate() {
@@ -551,23 +562,46 @@ pub(super) mod x86 {
                 offset[2 * g + h] = _mm512_fmadd_pd(d, _mm512_set1_pd(factor), m);
             }
         }
-        // byte 8h + k of a group's sixteen into byte 6 of lane k
-        const fn control(h: usize) -> [i8; 64] {
+        // byte 8h + k of a group's sixteen into byte `at` of lane k
+        const fn control(h: usize, at: usize) -> [i8; 64] {
             let mut c = [-128i8; 64];
             let mut k = 0;
             while k < 8 {
-                c[8 * k + 6] = (8 * h + k) as i8;
+                c[8 * k + at] = (8 * h + k) as i8;
                 k += 1;
             }
             c
         }
-        const CONTROLS: [[i8; 64]; 2] = [control(0), control(1)];
-        // SAFETY: 64 bytes each.
-        let controls = unsafe {
-            [_mm512_loadu_si512(CONTROLS[0].as_ptr().cast()), _mm512_loadu_si512(CONTROLS[1].as_ptr().cast())]
-        };
-        let high = _mm512_set1_epi8(0xf0u8 as i8);
+        const NIBBLES: [[i8; 64]; 2] = [control(0, 6), control(1, 6)];
+        const BYTES: [[i8; 64]; 2] = [control(0, 5), control(1, 5)];
         let mut s = *sums;
+        if format == BlockFormat::Q8_0 {
+            // SAFETY: 64 bytes each.
+            let controls =
+                unsafe { [_mm512_loadu_si512(BYTES[0].as_ptr().cast()), _mm512_loadu_si512(BYTES[1].as_ptr().cast())] };
+            let one = _mm512_set1_epi64(0x3ff0_0000_0000_0000); // the bits of 1.0
+            let sign = _mm512_set1_epi8(-128);
+            const BYTE_5: __mmask64 = 0x2020_2020_2020_2020; // byte 5 of each lane
+            for (line, &a) in lines.chunks_exact(G * GROUP).zip(xs) {
+                let a = _mm512_set1_pd(a);
+                for g in 0..G {
+                    // SAFETY: the group's sixteen bytes of the line's `G · 16`.
+                    let bytes = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(line.as_ptr().add(g * GROUP).cast()) });
+                    let bytes = _mm512_xor_si512(bytes, sign); // q + 128
+                    for h in 0..2 {
+                        let u = _mm512_castsi512_pd(_mm512_mask_shuffle_epi8(one, BYTE_5, bytes, controls[h]));
+                        s[2 * g + h] =
+                            _mm512_fmadd_pd(a, _mm512_fmadd_pd(scale[2 * g + h], u, offset[2 * g + h]), s[2 * g + h]);
+                    }
+                }
+            }
+            *sums = s;
+            return;
+        }
+        // SAFETY: 64 bytes each.
+        let controls =
+            unsafe { [_mm512_loadu_si512(NIBBLES[0].as_ptr().cast()), _mm512_loadu_si512(NIBBLES[1].as_ptr().cast())] };
+        let high = _mm512_set1_epi8(0xf0u8 as i8);
         for (line, pair) in lines.chunks_exact(G * GROUP).zip(xs.chunks_exact(2)) {
             let (a, b) = (_mm512_set1_pd(pair[0]), _mm512_set1_pd(pair[1]));
             for g in 0..G {
@@ -866,8 +900,8 @@ pub(super) mod x86 {
     /// bits). Compiled per format (`F`, as `BlockFormat as u8`) and group count, so that neither is
     /// tested in a loop.
     ///
-    /// With `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), the 4-bit formats'
-    /// blocks whose heads pass [`exact_head`] go to [`exact_block_512`] instead.
+    /// With `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), the blocks
+    /// whose heads pass [`exact_head`] go to [`exact_block_512`] instead.
     ///
     /// # Safety
     /// If `BW`, the processor has AVX512BW.
@@ -932,11 +966,7 @@ pub(super) mod x86 {
                         out
                     }};
                 }
-                if BW
-                    && no_minus_zero
-                    && format != BlockFormat::Q8_0
-                    && heads.iter().all(|head| exact_head(format, head))
-                {
+                if BW && no_minus_zero && heads.iter().all(|head| exact_head(format, head)) {
                     // SAFETY: the caller checked AVX512BW (`BW`).
                     unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
                     continue;
@@ -1724,8 +1754,8 @@ mod tests {
     }
 
     /// The dispatch takes the byte shuffles wherever they can run: on each x86 target that can
-    /// (AVX-512 with AVX512BW for the 4-bit formats, AVX2 with F16C for all three), a product of
-    /// admitted blocks makes some of its values by them, and none when an input is tiny
+    /// (AVX-512 with AVX512BW, AVX2 with F16C, each for all three formats), a product of admitted
+    /// blocks makes some of its values by them, and none when an input is tiny
     /// (`sums_never_reach_minus_zero`). The products run on this thread (`parallel` false), whose
     /// count of shuffled blocks the kernels keep in test builds.
     #[cfg(target_arch = "x86_64")]
@@ -1745,7 +1775,7 @@ mod tests {
             group_rows(format, &mut bytes, rows, cols).unwrap();
             let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
             let mut x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
-            let targets = [(Target::Avx512, bw && format != BlockFormat::Q8_0), (Target::Avx2, avx2)];
+            let targets = [(Target::Avx512, bw), (Target::Avx2, avx2)];
             for (target, expected) in targets.into_iter().filter(|(t, _)| t.is_available()) {
                 let mut out = vec![0.0; rows];
                 let before = shuffled();
