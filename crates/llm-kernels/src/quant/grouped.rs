@@ -1606,9 +1606,10 @@ mod tests {
         }
     }
 
-    /// The AVX-512 kernel's outputs for all of `w`'s rows, with the lookups and (where the
-    /// processor has AVX512BW) with the byte shuffle; none where it lacks AVX-512. The dispatch
-    /// takes the byte shuffle wherever it can, so the lookups are tested only here.
+    /// The AVX-512 kernel's outputs for all of `w`'s rows, without the byte shuffles (lookups
+    /// and conversions) and (where the processor has AVX512BW) with them; none where it lacks
+    /// AVX-512. The dispatch takes the byte shuffles wherever it can, so the kernel without them
+    /// is tested only here.
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     fn avx512_variants(x: &[f64], w: &QuantRows<'_>) -> Vec<(&'static str, Vec<f64>)> {
@@ -1618,7 +1619,7 @@ mod tests {
             let mut got = vec![0.0; whole];
             // SAFETY: the processor runs AVX-512 (checked).
             unsafe { x86::group_sums_as::<false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
-            out.push(("AVX-512 with lookups", got));
+            out.push(("AVX-512 without byte shuffles", got));
             if std::arch::is_x86_feature_detected!("avx512bw") {
                 let mut got = vec![0.0; whole];
                 // SAFETY: the processor runs AVX-512 and AVX512BW (checked).
@@ -1677,14 +1678,16 @@ mod tests {
     fn infinite_and_largest_scales_sum_as_the_plain_loops_on_every_target() {
         let scales: [u16; 4] = [0x7c00, 0xfc00, 0x6c00, 0x7bff]; // +∞, −∞, 2¹², 65504
         for format in FORMATS {
-            let (rows, cols) = (40, 64); // a pair and eight rows after it, as stored
+            let (rows, cols) = (56, 64); // a pair, a lone group and eight rows after it, as stored
             let mut bytes = stored(format, rows, cols, 5);
             for (i, block) in bytes.chunks_exact_mut(format.block_bytes()).enumerate() {
                 let (head, row) = (format.head_bytes(), i / (cols / BLOCK));
-                // the first group's blocks with ±∞ among their scales, the second's with 2¹² or
-                // 65504 (a block of sixteen rows goes to one path or the other as a whole)
+                // the first group's blocks with ±∞ among their scales, the others' with 2¹² or
+                // 65504: a unit's block goes to one path or the other as a whole (with AVX2 a
+                // group's, with AVX-512 a pair's), so the lone group's finite scales reach the
+                // exact values where their format admits them (`Q8_0`'s)
                 if i % 3 == 0 {
-                    let scale = if row / GROUP == 1 { scales[2 + i / 3 % 2] } else { scales[i / 3 % 2] };
+                    let scale = if row / GROUP >= 1 { scales[2 + i / 3 % 2] } else { scales[i / 3 % 2] };
                     block[..2].copy_from_slice(&scale.to_le_bytes());
                 }
                 if format == BlockFormat::Q4_1 {

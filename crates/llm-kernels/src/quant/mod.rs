@@ -51,9 +51,9 @@
 //! that keep every sum from −0 (`grouped::sums_never_reach_minus_zero`); the lookups, and the
 //! AVX2 kernel's values made in `f32` and widened, stay for the rest. On the Zen 4, one core: the
 //! AVX2 kernel went from 7.6 to 9.1 G weights/s, the AVX-512 one from 9.3 to 9.8 (not measured on
-//! the Zen 5). `Q8_0`'s values are made the same way: with AVX2 since then, with AVX-512 by a
-//! merge-masked shuffle since 2026-12-06 (on an Intel Xeon core 13.0 G weights/s against 9.5 by
-//! conversions; on both threads the head then reads its bytes at the streaming rate).
+//! the Zen 5; `docs/performance.md`, "2026-12-05, fourth"). `Q8_0`'s values are made the same
+//! way: with AVX2 since that change, with AVX-512 (by a merge-masked shuffle) since "2026-12-06,
+//! later", where the head then read its bytes at the streaming rate on an Intel Xeon.
 
 use std::ops::Range;
 
