@@ -330,21 +330,11 @@ fn add_weighted_values<const SKIP_ZEROS: bool>(runs: &[Run<'_>], weights: &[f64]
 /// a time (two passes over the rows) ran no faster on either target.
 const SUMS_AT_ONCE: usize = 64;
 
-/// How far ahead of the row it sums [`add_rows`] asks for a row of values, in bytes (at least
-/// one row). The stretches are summed one after the other, so each reads one stream of memory,
-/// and on an Intel Xeon (Sapphire Rapids or later) the processor's own prefetching left the sums
-/// waiting on their loads: in a profile of SmolLM2's decoding (cache of 256–456 positions) they
-/// took about 13 % of both threads' time, where the scores, reading as many bytes in eight
-/// streams, took 1 %; asked for ahead, about a third less (one thread: 17.5–18.3 ms a token
-/// against 17.7–18.8, `docs/performance.md`, 2026-12-06, later). 1 024 and 4 096 bytes were no
-/// better than 2 048 within the host's spread.
-const VALUES_AHEAD: usize = 2048;
-
 /// `sums[e] += w_r · v_r[e]` for the rows `r` of `values` in order (`sums.len()` values a row),
 /// skipping zero weights with `SKIP_ZEROS`. The sums are taken [`SUMS_AT_ONCE`] at a time through
 /// every row, in registers (those past the last whole [`SUMS_AT_ONCE`], through memory), rather
 /// than row by row through memory: each sum still adds its rows in order, so the bits are the
-/// same. The first pass asks for each row [`VALUES_AHEAD`] bytes before it sums it.
+/// same.
 #[inline(always)]
 fn add_rows<const SKIP_ZEROS: bool>(weights: &[f64], values: &[f64], sums: &mut [f64]) {
     let d = sums.len();
@@ -353,11 +343,7 @@ fn add_rows<const SKIP_ZEROS: bool>(weights: &[f64], values: &[f64], sums: &mut 
         let width = sums.len();
         if let Ok(sums) = <&mut [f64; SUMS_AT_ONCE]>::try_from(&mut *sums) {
             let mut held = *sums;
-            let ahead = (VALUES_AHEAD / (8 * d)).max(1);
-            for (r, (&w, row)) in weights.iter().zip(values.chunks_exact(d)).enumerate() {
-                if first == 0 {
-                    crate::fetch::fetch_rows(values, (r + ahead, 1), d, d);
-                }
+            for (&w, row) in weights.iter().zip(values.chunks_exact(d)) {
                 if SKIP_ZEROS && w == 0.0 {
                     continue;
                 }
