@@ -1793,6 +1793,52 @@ mod tests {
         }
     }
 
+    /// Scales of ±0, the smallest and largest subnormal halves of either sign and the smallest
+    /// normal one, in blocks with no infinite scale beside them, take the byte shuffles as an
+    /// ordinary model's scales do, and sum as the plain loops, inputs of ±0 among them. (The
+    /// special-halves test puts ±∞ in every unit, so there such scales reach only the
+    /// conversions.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn zero_and_subnormal_scales_take_the_byte_shuffles_and_sum_as_the_plain_loops() {
+        let specials: [u16; 7] = [0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x83ff, 0x0400];
+        let shuffled = || x86::SHUFFLED_BLOCKS.with(std::cell::Cell::get);
+        let avx2 = Target::Avx2.is_available() && std::arch::is_x86_feature_detected!("f16c");
+        let bw = Target::Avx512.is_available() && std::arch::is_x86_feature_detected!("avx512bw");
+        // the formats whose blocks the scale's exponent alone admits (`Q4_1`'s rule also weighs
+        // its minimum: `a_pair_sums_as_the_plain_loops_whether_its_values_are_made_in_f64_or_in_f32`)
+        for format in [BlockFormat::Q8_0, BlockFormat::Q4_0] {
+            let (rows, cols) = (56, 128); // a pair, a lone group and eight rows after it, as stored
+            let ordinary = stored(format, rows, cols, 23);
+            let mut special = ordinary.clone();
+            for (i, block) in special.chunks_exact_mut(format.block_bytes()).enumerate() {
+                block[..2].copy_from_slice(&specials[i % specials.len()].to_le_bytes());
+            }
+            let mut x: Vec<f64> = (0..cols).map(|k| ((k * 7919 % 211) as f64 - 105.0) / 37.0).collect();
+            (x[2], x[77]) = (-0.0, 0.0);
+            assert!(sums_never_reach_minus_zero(&x));
+            let mut counts = Vec::new();
+            for mut bytes in [ordinary, special] {
+                group_rows(format, &mut bytes, rows, cols).unwrap();
+                let w = QuantRows::grouped(format, &bytes, rows, cols).unwrap();
+                let mut want = vec![0.0; rows];
+                with_target(Target::Portable, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
+                assert!(want.iter().all(|v| v.is_finite()), "{format:?} {want:?}");
+                every_kernel_gives(&x, &w, &want, &format!("{format:?}"));
+                let targets = [(Target::Avx512, bw), (Target::Avx2, avx2)];
+                for (target, _) in targets.into_iter().filter(|&(t, shuffles)| shuffles && t.is_available()) {
+                    let before = shuffled();
+                    with_target(target, || row_times_quantized(&x, &w, &mut want, false)).unwrap().unwrap();
+                    counts.push((target, shuffled() - before));
+                }
+            }
+            // as many blocks shuffled with the special scales as with ordinary ones, and some
+            let (with_ordinary, with_special) = counts.split_at(counts.len() / 2);
+            assert_eq!(with_ordinary, with_special, "{format:?}");
+            assert!(with_special.iter().all(|&(_, n)| n > 0), "{format:?} {counts:?}");
+        }
+    }
+
     /// The inputs that keep sums from −0: zeros, NaN, ±∞ and magnitudes from 2⁻⁹⁹⁸ up; not a
     /// nonzero input below that.
     #[test]
