@@ -184,6 +184,27 @@ fn decoding_wide_heads_over_a_wrapped_ring_equals_the_full_pass() {
 }
 
 #[test]
+fn decoding_over_a_long_cache_with_query_heads_grouped_equals_the_full_pass() {
+    // head width 64 and 255 cached positions and more: each kv lane's keys and values pass the
+    // bytes from which a one-token step attends a kv head's query heads in one task
+    // (`GROUPED_LANE_BYTES`); three kv lanes (one batch row) split the last one between two
+    // tasks, four (two batch rows) do not; a sink and a window that keeps every position
+    let mut rng = SplitMix64::new(10);
+    for (batch, kv_heads, query_heads, window) in
+        [(1, 3, 6, None), (2, 2, 6, Some(SlidingWindow::Exclusive(300))), (1, 1, 3, None)]
+    {
+        let mut config =
+            AttentionConfig::new(48, query_heads, kv_heads, 64).with_rope(300, 10_000.0).with_sinks(window.is_some());
+        config.window = window;
+        let layer = GroupedQueryAttention::new("long", config, &mut rng).unwrap();
+        let x = random(&[batch, 260, 48], &mut rng);
+        let full = layer.forward(&constant(x.shape(), x.as_slice()).unwrap(), 0).unwrap().output.value().unwrap();
+        let cached = decode_in_chunks(&layer, &x, &[255, 1, 1, 1, 1, 1]);
+        assert!(close(&cached, &full, 1e-12), "{batch} batch rows, {kv_heads} kv heads, window {window:?}");
+    }
+}
+
+#[test]
 fn window_cache_holds_the_last_positions_in_order() {
     let mut rng = SplitMix64::new(5);
     let config = AttentionConfig::new(8, 2, 1, 4).with_rope(32, 100.0).with_window(SlidingWindow::Inclusive(3));

@@ -9,6 +9,9 @@
 //! The teaching crate's `attention::decode::attend_row_naive` says it in ten lines; [`attend_row`]
 //! is the same computation arranged for speed — decoding is bound by reading the cache, so it
 //! scores several stretches of keys side by side — and the tests there hold the two together.
+//! [`attend_rows`] attends several query rows over the same keys and values (the query heads of
+//! one key/value head), reading each key and value row once for all of them; each row gets the
+//! bits [`attend_row`] gives it alone.
 
 use thiserror::Error;
 
@@ -150,6 +153,16 @@ pub enum DecodeError {
         /// Its keys.
         rows: usize,
     },
+    /// A query of another width than the first of the same call.
+    #[error("decoding rows: query {index} holds {width} values, the first {expected}")]
+    Widths {
+        /// Which query.
+        index: usize,
+        /// Its width.
+        width: usize,
+        /// The first query's width.
+        expected: usize,
+    },
     /// Scratch space for fewer scores than there are keys.
     #[error("decoding row: scratch for {actual} scores where the runs hold {needed} keys")]
     Scratch {
@@ -174,51 +187,80 @@ pub fn attend_row(
     scores: &mut [f64],
     out: &mut [f64],
 ) -> Result<(), DecodeError> {
-    let width = query.q.len();
+    attend_rows(std::slice::from_ref(query), runs, scores, out)
+}
+
+/// [`attend_row`] for several query rows over the same keys and values (the query heads that
+/// share a key/value head), `out` holding their outputs one after the other and `scores` scratch
+/// for their scores (as many per query as there are keys). Each key and value row is read from
+/// memory once for all of them: where a lane's cache no longer fits in a core's cache, reading it
+/// once rather than once per query head is what a decoding step saves. Every output has the bits
+/// [`attend_row`] gives its query alone (the same operations in the same order; tests). The
+/// kernel runs on the first query's target (every target gives the same bits).
+///
+/// # Errors
+/// As [`attend_row`], for any of the queries; [`DecodeError::Widths`] if the queries are not all
+/// as wide as the first. Checked before anything is written; no queries write nothing.
+pub fn attend_rows(
+    queries: &[RowQuery<'_>],
+    runs: &[Run<'_>],
+    scores: &mut [f64],
+    out: &mut [f64],
+) -> Result<(), DecodeError> {
+    let Some(first) = queries.first() else {
+        return Ok(());
+    };
+    let width = first.q.len();
     if width == 0 {
         return Err(DecodeError::EmptyQuery);
     }
-    if out.len() != width {
-        return Err(DecodeError::Output { expected: width, actual: out.len() });
+    if let Some((index, query)) = queries.iter().enumerate().find(|(_, query)| query.q.len() != width) {
+        return Err(DecodeError::Widths { index, width: query.q.len(), expected: width });
     }
-    let mut needed = 0usize;
-    for (index, &(first, keys, values)) in runs.iter().enumerate() {
-        if keys.len() != values.len() || !keys.len().is_multiple_of(width) {
-            return Err(DecodeError::Run { index, keys: keys.len(), values: values.len(), width });
+    let wanted = width.saturating_mul(queries.len());
+    if out.len() != wanted {
+        return Err(DecodeError::Output { expected: wanted, actual: out.len() });
+    }
+    let mut keys = 0usize;
+    for (index, &(first, run_keys, values)) in runs.iter().enumerate() {
+        if run_keys.len() != values.len() || !run_keys.len().is_multiple_of(width) {
+            return Err(DecodeError::Run { index, keys: run_keys.len(), values: values.len(), width });
         }
-        let rows = keys.len() / width;
+        let rows = run_keys.len() / width;
         if rows > 0 && first.checked_add(rows - 1).is_none() {
             return Err(DecodeError::Positions { index, first, rows });
         }
         // several runs may view the same memory, so their rows are added with a check
-        needed = needed.saturating_add(rows);
+        keys = keys.saturating_add(rows);
     }
+    let needed = keys.saturating_mul(queries.len());
     if scores.len() < needed {
         return Err(DecodeError::Scratch { needed, actual: scores.len() });
     }
     // every target performs the same IEEE operations in the same order (the scores and sums use
     // no fused multiply-add; the exponentials use the same fused ones everywhere): the same bits
-    isa::run(query.target, AttendRow { query, runs, scores, out });
+    isa::run(first.target, AttendRows { queries, runs, keys, scores, out });
     Ok(())
 }
 
-/// [`attend_row`] as a kernel compiled per target.
-struct AttendRow<'a, 'q> {
-    query: &'a RowQuery<'q>,
+/// [`attend_rows`] as a kernel compiled per target.
+struct AttendRows<'a, 'q> {
+    queries: &'a [RowQuery<'q>],
     runs: &'a [Run<'q>],
+    keys: usize,
     scores: &'a mut [f64],
     out: &'a mut [f64],
 }
 
-impl Kernel for AttendRow<'_, '_> {
+impl Kernel for AttendRows<'_, '_> {
     type Output = ();
     #[inline(always)]
     fn run<I: Isa>(self, isa: I) {
-        attend_row_portable(isa, self.query, self.runs, self.scores, self.out);
+        attend_rows_portable(isa, self.queries, self.runs, self.keys, self.scores, self.out);
     }
 }
 
-/// Stretches of a run of keys that [`attend_row_portable`] scores side by side: each call of
+/// Stretches of a run of keys that [`attend_rows_portable`] scores side by side: each call of
 /// [`dots`] takes [`AT_ONCE`] keys of every stretch, in loops of [`ROWS_SIDE_BY_SIDE`] rows. Their
 /// values are summed into a partial output per stretch, one stretch after the other.
 ///
@@ -231,97 +273,149 @@ const STREAMS: usize = 4;
 /// loops of four).
 const AT_ONCE: usize = 2;
 
-/// [`attend_row`] in portable code, compiled once per instruction set; its softmax's
-/// exponentials run in the target's registers (`exp_shifted_sum_inline`).
+/// [`attend_rows`] in portable code, compiled once per instruction set; its softmax's
+/// exponentials run in the target's registers (`exp_shifted_sum_inline`). Query `g`'s scores are
+/// `scores[g·keys..(g + 1)·keys]`, its output `out[g·d..(g + 1)·d]`.
 #[inline(always)]
-fn attend_row_portable<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64], out: &mut [f64]) {
-    let count = score_runs(isa, query, runs, scores);
-    let scores = &mut scores[..count];
-    let max = scores.iter().copied().fold(query.sink.unwrap_or(f64::NEG_INFINITY), f64::max);
-    out.fill(0.0);
-    if max == f64::NEG_INFINITY {
-        return; // no visible key: attend to nothing (zeros), as in the full pass
+fn attend_rows_portable<I: Isa>(
+    isa: I,
+    queries: &[RowQuery<'_>],
+    runs: &[Run<'_>],
+    keys: usize,
+    scores: &mut [f64],
+    out: &mut [f64],
+) {
+    score_runs(isa, queries, runs, keys, scores);
+    let d = out.len() / queries.len().max(1);
+    // per query: `None` where it sees no key (zeros, as in the full pass), else its normaliser and
+    // whether a weight is exactly 0
+    let mut normalisers = Vec::with_capacity(queries.len());
+    for (g, query) in queries.iter().enumerate() {
+        let scores = &mut scores[g * keys..(g + 1) * keys];
+        let max = scores.iter().copied().fold(query.sink.unwrap_or(f64::NEG_INFINITY), f64::max);
+        out[g * d..(g + 1) * d].fill(0.0);
+        if max == f64::NEG_INFINITY {
+            normalisers.push(None);
+            continue;
+        }
+        // the sink joins the normaliser but adds nothing to the output
+        let total = exp_shifted_sum_inline(isa, scores, max) + query.sink.map_or(0.0, |s| exp_inline(s - max));
+        // a weight of exactly 0 (a hidden key: e^−∞) must be skipped, not multiplied: 0 · NaN =
+        // NaN would let a key the query cannot see change its output; rows with none take the
+        // loop without the test (one-token decoding over a cache it sees whole)
+        normalisers.push(Some((total, scores.contains(&0.0))));
     }
-    // the sink joins the normaliser but adds nothing to the output
-    let total = exp_shifted_sum_inline(isa, scores, max) + query.sink.map_or(0.0, |s| exp_inline(s - max));
-    // a weight of exactly 0 (a hidden key: e^−∞) must be skipped, not multiplied: 0 · NaN = NaN
-    // would let a key the query cannot see change its output; rows with none take the loop
-    // without the test (one-token decoding over a cache it sees whole)
-    if scores.contains(&0.0) {
-        add_weighted_values::<true>(runs, scores, out);
-    } else {
-        add_weighted_values::<false>(runs, scores, out);
-    }
-    for o in out.iter_mut() {
-        *o /= total;
+    add_weighted_values(runs, scores, keys, &normalisers, out);
+    for (g, normaliser) in normalisers.iter().enumerate() {
+        if let Some((total, _)) = normaliser {
+            for o in out[g * d..(g + 1) * d].iter_mut() {
+                *o /= total;
+            }
+        }
     }
 }
 
-/// The scores of every key of `runs` into `scores` (−∞ for the keys the query does not see);
-/// returns how many there are.
+/// The scores of every key of `runs` for each query into its `keys` scores (−∞ for the keys the
+/// query does not see). The key rows of a step are read once for all the queries.
 #[inline(always)]
-fn score_runs<I: Isa>(isa: I, query: &RowQuery<'_>, runs: &[Run<'_>], scores: &mut [f64]) -> usize {
-    let &RowQuery { q, position: query_position, window_keys, scale, .. } = query;
-    let d = q.len(); // ≥ 1: `attend_row` refuses an empty query
-    let mut count = 0;
-    for &(first, keys, _) in runs {
-        let run_scores = &mut scores[count..count + keys.len() / d];
-        count += run_scores.len();
-        let score = |position: usize, product: f64| {
-            if visible(query_position, position, window_keys) { product * scale } else { f64::NEG_INFINITY }
-        };
+fn score_runs<I: Isa>(isa: I, queries: &[RowQuery<'_>], runs: &[Run<'_>], keys: usize, scores: &mut [f64]) {
+    let Some(d) = queries.first().map(|query| query.q.len()) else {
+        return;
+    };
+    let mut at = 0;
+    for &(first, run_keys, _) in runs {
+        let rows = run_keys.len() / d;
         // the run as STREAMS equal stretches of `part` keys (the last few keys, past them, alone);
         // each step scores AT_ONCE consecutive keys of every stretch
-        let rows = run_scores.len();
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
         for i in (0..part).step_by(AT_ONCE) {
-            let products = dots(
-                isa,
-                q,
-                std::array::from_fn::<_, { STREAMS * AT_ONCE }, _>(|j| {
-                    &keys[((j / AT_ONCE) * part + i + j % AT_ONCE) * d..][..d]
-                }),
-            );
-            for (j, product) in products.into_iter().enumerate() {
-                let r = (j / AT_ONCE) * part + i + j % AT_ONCE;
-                run_scores[r] = score(first + r, product);
+            let rows_now = std::array::from_fn::<_, { STREAMS * AT_ONCE }, _>(|j| {
+                &run_keys[((j / AT_ONCE) * part + i + j % AT_ONCE) * d..][..d]
+            });
+            for (g, query) in queries.iter().enumerate() {
+                let scores = &mut scores[g * keys..(g + 1) * keys];
+                let products = dots(isa, query.q, rows_now);
+                for (j, product) in products.into_iter().enumerate() {
+                    let r = (j / AT_ONCE) * part + i + j % AT_ONCE;
+                    scores[at + r] = scaled_score(query, first + r, product);
+                }
             }
         }
         for r in STREAMS * part..rows {
-            run_scores[r] = score(first + r, dot(isa, q, &keys[r * d..(r + 1) * d]));
+            let key = &run_keys[r * d..(r + 1) * d];
+            for (g, query) in queries.iter().enumerate() {
+                scores[g * keys + at + r] = scaled_score(query, first + r, dot(isa, query.q, key));
+            }
         }
+        at += rows;
     }
-    count
 }
 
-/// `out += Σ_j w_j v_j` over the values of `runs`, in the same stretches as the scores: one
-/// partial output per stretch, added in stretch order after the keys that were alone. With
-/// `SKIP_ZEROS`, zero weights are skipped (the same sums for finite values).
+/// `scale · product` for a key at `position` the query sees, else −∞.
+#[inline(always)]
+fn scaled_score(query: &RowQuery<'_>, position: usize, product: f64) -> f64 {
+    if visible(query.position, position, query.window_keys) { product * query.scale } else { f64::NEG_INFINITY }
+}
+
+/// `out_g += Σ_j w_gj v_j` over the values of `runs` for each query `g` that sees a key
+/// (`normalisers[g]` is `Some((_, skip))`; zero weights skipped where `skip`), in the same
+/// stretches as the scores: one partial output per stretch, added in stretch order after the
+/// keys that were alone. A stretch's value rows are read from memory once for all the queries.
 ///
-/// The stretches are summed one after the other, each in registers ([`add_rows`]); each sum adds
-/// its rows in the same order as when the stretches took turns row by row, through memory (the
-/// tests hold the two together), which took 1.29–1.30 ms where this takes 1.06–1.11 for the
+/// Each query's stretches are summed one after the other, each in registers ([`add_rows`]); each
+/// sum adds its rows in the same order as when the stretches took turns row by row, through memory
+/// (the tests hold the two together), which took 1.29–1.30 ms where this takes 1.06–1.11 for the
 /// attention of one token over a 256-token cache held in cache (30 layers, 9 heads, one Zen 4
 /// core; scores already [`dots_side_by_side`]).
 #[inline(always)]
-fn add_weighted_values<const SKIP_ZEROS: bool>(runs: &[Run<'_>], weights: &[f64], out: &mut [f64]) {
-    let d = out.len();
-    let mut partial = vec![0.0; STREAMS * d];
+fn add_weighted_values(
+    runs: &[Run<'_>],
+    weights: &[f64],
+    keys: usize,
+    normalisers: &[Option<(f64, bool)>],
+    out: &mut [f64],
+) {
+    let d = out.len() / normalisers.len().max(1);
+    let mut partial = vec![0.0; normalisers.len() * STREAMS * d];
     let mut at = 0;
     for &(_, _, values) in runs {
-        let rows = values.len() / d;
+        let rows = values.len() / d.max(1);
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
-        let weights = &weights[at..at + rows];
+        for s in 0..STREAMS {
+            let values = &values[s * part * d..][..part * d];
+            for (g, normaliser) in normalisers.iter().enumerate() {
+                if let &Some((_, skip)) = normaliser {
+                    let weights = &weights[g * keys + at + s * part..][..part];
+                    add_rows_skipping(skip, weights, values, &mut partial[(g * STREAMS + s) * d..][..d]);
+                }
+            }
+        }
+        for (g, normaliser) in normalisers.iter().enumerate() {
+            if let &Some((_, skip)) = normaliser {
+                let weights = &weights[g * keys + at + STREAMS * part..g * keys + at + rows];
+                add_rows_skipping(skip, weights, &values[STREAMS * part * d..rows * d], &mut out[g * d..(g + 1) * d]);
+            }
+        }
         at += rows;
-        for (s, sums) in partial.chunks_exact_mut(d).enumerate() {
-            add_rows::<SKIP_ZEROS>(&weights[s * part..][..part], &values[s * part * d..][..part * d], sums);
-        }
-        add_rows::<SKIP_ZEROS>(&weights[STREAMS * part..], &values[STREAMS * part * d..rows * d], out);
     }
-    for sums in partial.chunks_exact(d) {
-        for (o, x) in out.iter_mut().zip(sums) {
-            *o += x;
+    for (g, normaliser) in normalisers.iter().enumerate() {
+        if normaliser.is_some() {
+            for sums in partial[g * STREAMS * d..(g + 1) * STREAMS * d].chunks_exact(d) {
+                for (o, x) in out[g * d..(g + 1) * d].iter_mut().zip(sums) {
+                    *o += x;
+                }
+            }
         }
+    }
+}
+
+/// [`add_rows`], skipping zero weights where `skip`.
+#[inline(always)]
+fn add_rows_skipping(skip: bool, weights: &[f64], values: &[f64], sums: &mut [f64]) {
+    if skip {
+        add_rows::<true>(weights, values, sums);
+    } else {
+        add_rows::<false>(weights, values, sums);
     }
 }
 
@@ -453,8 +547,9 @@ mod tests {
                 *product = dot(isa, self.a, row);
             }
             let (mut all, mut skipping) = (vec![0.0; self.a.len()], vec![0.0; self.a.len()]);
-            add_weighted_values::<false>(self.runs, self.weights, &mut all);
-            add_weighted_values::<true>(self.hidden, self.weights, &mut skipping);
+            let keys = self.weights.len();
+            add_weighted_values(self.runs, self.weights, keys, &[Some((1.0, false))], &mut all);
+            add_weighted_values(self.hidden, self.weights, keys, &[Some((1.0, true))], &mut skipping);
             (side_by_side, alone, [all, skipping])
         }
     }
@@ -542,5 +637,79 @@ mod tests {
                 assert_eq!(bits(&out[1]), expected[1], "{target}, d = {d}: weighted values, zeros skipped");
             }
         }
+    }
+
+    /// The query heads of a key/value head attended together: every output has the bits of its
+    /// query attended alone, on every target — over a cache of two runs and the step's own keys,
+    /// with a window, a sink, keys in a query's future (weights of exactly 0, skipped), a query
+    /// that sees no key, and keys past the last whole stretch.
+    #[test]
+    fn queries_attended_together_give_each_the_bits_it_gets_alone() {
+        let d = 13;
+        let (cached, fresh) = (values(37 * d, 1), values(37 * d, 2));
+        let (keys, vals) = (values(45 * d, 3), values(45 * d, 4));
+        // positions 0–36, then 37–81, then the step's 3 keys at 82–84
+        let runs: [Run<'_>; 3] = [(0, &cached, &fresh), (37, &keys, &vals), (82, &keys[..3 * d], &vals[..3 * d])];
+        let q = values(5 * d, 5);
+        for target in Target::available() {
+            let query = |g: usize, position, window_keys, sink| RowQuery {
+                q: &q[g * d..(g + 1) * d],
+                position,
+                window_keys,
+                scale: 0.25 + g as f64 / 8.0,
+                sink,
+                target,
+            };
+            let groups = [
+                vec![query(0, 84, None, None), query(1, 84, None, None), query(2, 84, None, None)],
+                // a window, a sink, keys in the future, and one query that sees none of them
+                vec![query(0, 83, Some(20), Some(0.5)), query(1, 60, None, None), query(2, 84, Some(1), None)],
+                vec![query(3, 84, None, Some(-1.0)), query(4, 81, None, None)],
+            ];
+            let none = [(90, &keys[..2 * d], &vals[..2 * d])];
+            for (case, group) in groups.iter().enumerate() {
+                for runs in [&runs[..], &none[..]] {
+                    let keys_total: usize = runs.iter().map(|r| r.1.len() / d).sum();
+                    let mut together = vec![f64::NAN; group.len() * d];
+                    let mut scores = vec![0.0; group.len() * keys_total];
+                    attend_rows(group, runs, &mut scores, &mut together).unwrap();
+                    for (g, query) in group.iter().enumerate() {
+                        let mut alone = vec![f64::NAN; d];
+                        attend_row(query, runs, &mut vec![0.0; keys_total], &mut alone).unwrap();
+                        let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&together[g * d..(g + 1) * d]),
+                            bits(&alone),
+                            "{target:?}, case {case}, query {g}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn queries_of_another_width_or_too_little_room_are_typed_errors_and_nothing_is_written() {
+        let (keys, vals) = (vec![1.0; 12], vec![2.0; 12]);
+        let runs: [Run<'_>; 1] = [(0, &keys, &vals)];
+        let (wide, narrow) = (vec![0.5; 4], vec![0.5; 3]);
+        let query =
+            |q| RowQuery { q, position: 5, window_keys: None, scale: 0.5, sink: None, target: Target::Portable };
+        let (mut scores, mut out) = (vec![0.0; 6], vec![7.0; 8]);
+        let err = attend_rows(&[query(&wide), query(&narrow)], &runs, &mut scores, &mut out);
+        assert_eq!(err, Err(DecodeError::Widths { index: 1, width: 3, expected: 4 }));
+        let err = attend_rows(&[query(&wide), query(&wide)], &runs, &mut scores, &mut out[..7]);
+        assert_eq!(err, Err(DecodeError::Output { expected: 8, actual: 7 }));
+        let err = attend_rows(&[query(&wide), query(&wide)], &runs, &mut scores[..5], &mut out);
+        assert_eq!(err, Err(DecodeError::Scratch { needed: 6, actual: 5 }));
+        assert!(out.iter().all(|&x| x == 7.0) && scores.iter().all(|&x| x == 0.0));
+        assert_eq!(err.unwrap_err().to_string(), "decoding row: scratch for 5 scores where the runs hold 6 keys");
+        let err = DecodeError::Widths { index: 1, width: 3, expected: 4 };
+        assert_eq!(err.to_string(), "decoding rows: query 1 holds 3 values, the first 4");
+        // no queries: nothing to do
+        assert_eq!(attend_rows(&[], &runs, &mut [], &mut []), Ok(()));
+        // fitting: each query the values' mean
+        assert_eq!(attend_rows(&[query(&wide), query(&wide)], &runs, &mut scores, &mut out), Ok(()));
+        assert_eq!(out, [2.0; 8]);
     }
 }

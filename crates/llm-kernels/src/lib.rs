@@ -14,7 +14,7 @@
 //! | [`exp`] | a vectorisable `eˣ` and the softmax's shifted sums | `tensor::exp::exp_plain` |
 //! | [`logistic`] | `σ(x)` and SiLU over many values, the exponential with the C library's bits on x86-64 Linux | `TensorValue::silu`'s formula with `f64::exp` |
 //! | [`strips`] | tiled attention on strips of 32 queries, forward and backward | `attention::tiled` (plain and block paths) |
-//! | [`decode`] | one query row over a KV cache | `attention::decode::attend_row_naive` |
+//! | [`decode`] | one query row, or the query heads of a kv head, over a KV cache | `attention::decode::attend_row_naive` |
 //! | [`masked`] | the hidden entries of a masked product checked to be 0, or set to 0 | `autodiff::ops::masked_matmul`'s `Hidden` (its loops in the docs) |
 //! | [`quant`] | one row times weights kept in quantized blocks; blocks into an `f64` panel | `gguf::QuantizedMatrix::row_times_plain` |
 //! | [`rope`] | rotating rows of pairs | `nn::rope::rotate_pair` |

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use crate::attention::decode::{RowQuery, Run, attend_row};
+use crate::attention::decode::{RowQuery, Run, attend_row, attend_rows};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::check_sequence;
 use crate::attention::{
@@ -96,7 +96,9 @@ impl GroupedQueryAttention {
 ///   it runs [`crate::attention::tiled_attention`], which scores only the key blocks each query
 ///   block can see, with products in registers.
 /// - Otherwise each query row attends over the cached keys and the new ones (`decode.rs`), one
-///   task per (batch, query head) lane.
+///   task per (batch, query head) lane; for one new token over a lane of at least
+///   [`GROUPED_LANE_BYTES`], one task per kv lane attends its query heads together (the last of
+///   an odd number of kv lanes in two tasks), reading the lane once: the same bits either way.
 ///
 /// # Errors
 /// [`AttentionError`] from the tiled pass (shapes the caller has already checked), and
@@ -130,6 +132,44 @@ pub(crate) fn attend_cached(
         let reason = "the cache and this step's rows do not fit the decoding kernel";
         AttentionError::QkvShapes { query: shape(q), key: shape(k), value: shape(v), reason }
     };
+    if t == 1 && group > 1 && (cache.len() + 1).saturating_mul(d).saturating_mul(16) >= GROUPED_LANE_BYTES {
+        // one token over a long cache: a task per kv lane attends its query heads together, so
+        // that each key and value row is read from memory once for all of them (the same bits
+        // as one task per query head, whichever heads a task takes)
+        let lanes = heads.len() / (group * d);
+        let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::with_capacity(lanes + 1);
+        for (kv_lane, out) in heads.chunks_mut(group * d).enumerate() {
+            if kv_lane + 1 == lanes && lanes % 2 == 1 {
+                // an odd number of kv lanes: the last one's query heads in two tasks, so that two
+                // threads read as many lanes each
+                let (front, back) = out.split_at_mut(group.div_ceil(2) * d);
+                tasks.push((kv_lane, 0, front));
+                tasks.push((kv_lane, group.div_ceil(2), back));
+            } else {
+                tasks.push((kv_lane, 0, out));
+            }
+        }
+        tasks.into_par_iter().try_for_each(|(kv_lane, j0, out)| {
+            let (bi, kv) = (kv_lane / g, kv_lane % g);
+            let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
+            runs.push((
+                first,
+                &k.as_slice()[kv_lane * d..(kv_lane + 1) * d],
+                &v.as_slice()[kv_lane * d..(kv_lane + 1) * d],
+            ));
+            let queries: Vec<RowQuery<'_>> = (j0..j0 + out.len() / d)
+                .map(|j| {
+                    let (hi, lane) = (kv * group + j, bi * h + kv * group + j);
+                    let q = &q.as_slice()[lane * d..(lane + 1) * d];
+                    let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+                    RowQuery { q, position: first, window_keys, scale, sink, target }
+                })
+                .collect();
+            let mut scores = vec![0.0; queries.len() * (cache.len() + 1)];
+            attend_rows(&queries, &runs, &mut scores, out).map_err(refused)
+        })?;
+        return Ok(heads);
+    }
     heads.par_chunks_mut(t * d).enumerate().try_for_each(|(lane, out)| {
         let (bi, hi) = (lane / h, lane % h);
         let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
@@ -149,6 +189,14 @@ pub(crate) fn attend_cached(
     })?;
     Ok(heads)
 }
+
+/// The bytes of one kv lane's cached keys and values (`positions · d_h · 16`) from which a decoding
+/// step attends a kv head's query heads in one task rather than one task each, so that the lane is
+/// read once rather than once per head: 256 positions of a 64-wide head. SmolLM2-135M (three query
+/// heads to a kv head) decoded a token 4 % faster from 256 positions, 10 % from 512 and 18–24 %
+/// from 2048 (the last of its three lanes split between two tasks); at 128–160 no faster and at
+/// 64 1–2 % slower (`docs/performance.md`, "2026-12-06, third").
+const GROUPED_LANE_BYTES: usize = 1 << 18;
 
 /// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times
 /// turn the last output row into the next input row with `next` and decode it.

@@ -10,7 +10,7 @@
 //! computation arranged for speed — decoding is bound by reading the cache, so it scores several
 //! stretches of keys side by side — and the tests hold the two together on every target.
 
-pub(super) use llm_kernels::decode::{RowQuery, Run, attend_row};
+pub(super) use llm_kernels::decode::{RowQuery, Run, attend_row, attend_rows};
 
 #[cfg(test)]
 use crate::attention::{SlidingWindow, visible};
