@@ -185,16 +185,16 @@ fn decoding_wide_heads_over_a_wrapped_ring_equals_the_full_pass() {
 
 #[test]
 fn decoding_over_a_long_cache_with_query_heads_grouped_equals_the_full_pass() {
-    // head width 64 and 255 cached positions and more: each kv lane's keys and values pass the
+    // head width 64 and 255 cached positions and more: each kv lane's keys and values reach the
     // bytes from which a one-token step attends a kv head's query heads in one task
-    // (`GROUPED_LANE_BYTES`); three kv lanes (one batch row) split the last one between two
-    // tasks, four (two batch rows) do not; a sink and a window that keeps every position
+    // (`GROUPED_LANE_BYTES`, held to this by an assertion beside it); on two threads three kv
+    // lanes (one batch row) split the last one between two tasks, four (two batch rows) do not,
+    // and one lane is split; sinks everywhere, and a window whose ring (255 slots) wraps
     let mut rng = SplitMix64::new(10);
     for (batch, kv_heads, query_heads, window) in
-        [(1, 3, 6, None), (2, 2, 6, Some(SlidingWindow::Exclusive(300))), (1, 1, 3, None)]
+        [(1, 3, 6, None), (2, 2, 6, Some(SlidingWindow::Exclusive(256))), (1, 1, 3, None), (3, 1, 2, None)]
     {
-        let mut config =
-            AttentionConfig::new(48, query_heads, kv_heads, 64).with_rope(300, 10_000.0).with_sinks(window.is_some());
+        let mut config = AttentionConfig::new(48, query_heads, kv_heads, 64).with_rope(300, 10_000.0).with_sinks(true);
         config.window = window;
         let layer = GroupedQueryAttention::new("long", config, &mut rng).unwrap();
         let x = random(&[batch, 260, 48], &mut rng);

@@ -1,4 +1,5 @@
-//! One query row of a decoding step: scores against the cached keys, softmax, weighted values.
+//! One query row of a decoding step (or the query rows of one kv head): scores against the
+//! cached keys, softmax, weighted values.
 //!
 //! ```text
 //! s_j = scale · q · k_j      for every kept key j the query sees (absolute positions), else −∞
@@ -117,16 +118,17 @@ pub struct RowQuery<'a> {
     pub target: Target,
 }
 
-/// Arguments [`attend_row`] cannot take; nothing is written when it returns one.
+/// Arguments [`attend_row`] and [`attend_rows`] cannot take; nothing is written when they return
+/// one.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum DecodeError {
     /// A query of no values: a head is at least one value wide.
     #[error("decoding row: the query holds no values")]
     EmptyQuery,
-    /// The output is not one head wide.
-    #[error("decoding row: an output of {actual} values for a query of {expected}")]
+    /// The output does not hold one head's width for each query.
+    #[error("decoding row: an output of {actual} values where the queries need {expected}")]
     Output {
-        /// The query's width.
+        /// The query width times the number of queries.
         expected: usize,
         /// The output's length.
         actual: usize,
@@ -163,10 +165,10 @@ pub enum DecodeError {
         /// The first query's width.
         expected: usize,
     },
-    /// Scratch space for fewer scores than there are keys.
-    #[error("decoding row: scratch for {actual} scores where the runs hold {needed} keys")]
+    /// Scratch space for fewer scores than there are keys times queries.
+    #[error("decoding row: scratch for {actual} scores where the runs' keys and the queries need {needed}")]
     Scratch {
-        /// The keys of all runs.
+        /// The keys of all runs times the number of queries.
         needed: usize,
         /// The scratch's length.
         actual: usize,
@@ -222,13 +224,13 @@ pub fn attend_rows(
         return Err(DecodeError::Output { expected: wanted, actual: out.len() });
     }
     let mut keys = 0usize;
-    for (index, &(first, run_keys, values)) in runs.iter().enumerate() {
+    for (index, &(run_first, run_keys, values)) in runs.iter().enumerate() {
         if run_keys.len() != values.len() || !run_keys.len().is_multiple_of(width) {
             return Err(DecodeError::Run { index, keys: run_keys.len(), values: values.len(), width });
         }
         let rows = run_keys.len() / width;
-        if rows > 0 && first.checked_add(rows - 1).is_none() {
-            return Err(DecodeError::Positions { index, first, rows });
+        if rows > 0 && run_first.checked_add(rows - 1).is_none() {
+            return Err(DecodeError::Positions { index, first: run_first, rows });
         }
         // several runs may view the same memory, so their rows are added with a check
         keys = keys.saturating_add(rows);
@@ -360,7 +362,10 @@ fn scaled_score(query: &RowQuery<'_>, position: usize, product: f64) -> f64 {
 /// `out_g += Σ_j w_gj v_j` over the values of `runs` for each query `g` that sees a key
 /// (`normalisers[g]` is `Some((_, skip))`; zero weights skipped where `skip`), in the same
 /// stretches as the scores: one partial output per stretch, added in stretch order after the
-/// keys that were alone. A stretch's value rows are read from memory once for all the queries.
+/// keys that were alone. A stretch's value rows are read from memory once for all the queries
+/// where a stretch (a quarter of the run: 32 KiB at 256 positions of a 64-wide head) stays in a
+/// core's cache while they take their turns; past that, the later queries read it again from a
+/// farther level.
 ///
 /// Each query's stretches are summed one after the other, each in registers ([`add_rows`]); each
 /// sum adds its rows in the same order as when the stretches took turns row by row, through memory
@@ -640,48 +645,55 @@ mod tests {
     }
 
     /// The query heads of a key/value head attended together: every output has the bits of its
-    /// query attended alone, on every target — over a cache of two runs and the step's own keys,
-    /// with a window, a sink, keys in a query's future (weights of exactly 0, skipped), a query
-    /// that sees no key, and keys past the last whole stretch.
+    /// query attended alone, on every target and for head widths below, at and past the
+    /// registers' 64 sums — over a cache of two runs, an empty run and the step's own keys, with a
+    /// window, a sink, keys in a query's future (weights of exactly 0, skipped), a query that sees
+    /// no key before and after queries that do, NaN in a value row only some queries see, keys
+    /// past the last whole stretch, and no runs at all.
     #[test]
     fn queries_attended_together_give_each_the_bits_it_gets_alone() {
-        let d = 13;
-        let (cached, fresh) = (values(37 * d, 1), values(37 * d, 2));
-        let (keys, vals) = (values(45 * d, 3), values(45 * d, 4));
-        // positions 0–36, then 37–81, then the step's 3 keys at 82–84
-        let runs: [Run<'_>; 3] = [(0, &cached, &fresh), (37, &keys, &vals), (82, &keys[..3 * d], &vals[..3 * d])];
-        let q = values(5 * d, 5);
-        for target in Target::available() {
-            let query = |g: usize, position, window_keys, sink| RowQuery {
-                q: &q[g * d..(g + 1) * d],
-                position,
-                window_keys,
-                scale: 0.25 + g as f64 / 8.0,
-                sink,
-                target,
-            };
-            let groups = [
-                vec![query(0, 84, None, None), query(1, 84, None, None), query(2, 84, None, None)],
-                // a window, a sink, keys in the future, and one query that sees none of them
-                vec![query(0, 83, Some(20), Some(0.5)), query(1, 60, None, None), query(2, 84, Some(1), None)],
-                vec![query(3, 84, None, Some(-1.0)), query(4, 81, None, None)],
-            ];
-            let none = [(90, &keys[..2 * d], &vals[..2 * d])];
-            for (case, group) in groups.iter().enumerate() {
-                for runs in [&runs[..], &none[..]] {
-                    let keys_total: usize = runs.iter().map(|r| r.1.len() / d).sum();
-                    let mut together = vec![f64::NAN; group.len() * d];
-                    let mut scores = vec![0.0; group.len() * keys_total];
-                    attend_rows(group, runs, &mut scores, &mut together).unwrap();
-                    for (g, query) in group.iter().enumerate() {
-                        let mut alone = vec![f64::NAN; d];
-                        attend_row(query, runs, &mut vec![0.0; keys_total], &mut alone).unwrap();
-                        let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&together[g * d..(g + 1) * d]),
-                            bits(&alone),
-                            "{target:?}, case {case}, query {g}"
-                        );
+        for d in [13, 64, 67] {
+            let (cached, fresh) = (values(37 * d, 1), values(37 * d, 2));
+            let (keys, mut vals) = (values(45 * d, 3), values(45 * d, 4));
+            vals[(70 - 37) * d + 1] = f64::NAN; // position 70: seen by queries at 70 and later
+            // positions 0–36, an empty run, 37–81, then the step's 3 keys at 82–84
+            let runs: [Run<'_>; 4] =
+                [(0, &cached, &fresh), (37, &[], &[]), (37, &keys, &vals), (82, &keys[..3 * d], &vals[..3 * d])];
+            let q = values(6 * d, 5);
+            for target in Target::available() {
+                let query = |g: usize, position, window_keys, sink| RowQuery {
+                    q: &q[g * d..(g + 1) * d],
+                    position,
+                    window_keys,
+                    scale: 0.25 + g as f64 / 8.0,
+                    sink,
+                    target,
+                };
+                let groups = [
+                    vec![query(0, 60, None, None), query(1, 61, None, None), query(2, 69, None, None)],
+                    // a window, a sink, keys in the future, and a query that sees none of them
+                    // between two that do
+                    vec![query(0, 83, Some(20), Some(0.5)), query(5, 200, Some(10), None), query(1, 60, None, None)],
+                    vec![query(3, 84, None, Some(-1.0)), query(4, 81, None, None), query(2, 84, Some(1), None)],
+                ];
+                let none = [(90, &keys[..2 * d], &vals[..2 * d])];
+                for (case, group) in groups.iter().enumerate() {
+                    for runs in [&runs[..], &none[..], &[][..]] {
+                        let keys_total: usize = runs.iter().map(|r| r.1.len() / d).sum();
+                        let mut together = vec![f64::NAN; group.len() * d];
+                        let mut scores = vec![0.0; group.len() * keys_total];
+                        attend_rows(group, runs, &mut scores, &mut together).unwrap();
+                        for (g, query) in group.iter().enumerate() {
+                            let mut alone = vec![f64::NAN; d];
+                            attend_row(query, runs, &mut vec![0.0; keys_total], &mut alone).unwrap();
+                            let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&together[g * d..(g + 1) * d]),
+                                bits(&alone),
+                                "d = {d}, {target:?}, case {case}, query {g}, {} runs",
+                                runs.len()
+                            );
+                        }
                     }
                 }
             }
@@ -703,7 +715,12 @@ mod tests {
         let err = attend_rows(&[query(&wide), query(&wide)], &runs, &mut scores[..5], &mut out);
         assert_eq!(err, Err(DecodeError::Scratch { needed: 6, actual: 5 }));
         assert!(out.iter().all(|&x| x == 7.0) && scores.iter().all(|&x| x == 0.0));
-        assert_eq!(err.unwrap_err().to_string(), "decoding row: scratch for 5 scores where the runs hold 6 keys");
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "decoding row: scratch for 5 scores where the runs' keys and the queries need 6"
+        );
+        let err = DecodeError::Output { expected: 8, actual: 7 };
+        assert_eq!(err.to_string(), "decoding row: an output of 7 values where the queries need 8");
         let err = DecodeError::Widths { index: 1, width: 3, expected: 4 };
         assert_eq!(err.to_string(), "decoding rows: query 1 holds 3 values, the first 4");
         // no queries: nothing to do

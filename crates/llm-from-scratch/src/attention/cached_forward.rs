@@ -97,8 +97,9 @@ impl GroupedQueryAttention {
 ///   block can see, with products in registers.
 /// - Otherwise each query row attends over the cached keys and the new ones (`decode.rs`), one
 ///   task per (batch, query head) lane; for one new token over a lane of at least
-///   [`GROUPED_LANE_BYTES`], one task per kv lane attends its query heads together (the last of
-///   an odd number of kv lanes in two tasks), reading the lane once: the same bits either way.
+///   [`GROUPED_LANE_BYTES`], a task takes several query heads of one kv lane together (every
+///   head of it where there are at least as many lanes as threads), reading the lane once for
+///   them: the same bits either way.
 ///
 /// # Errors
 /// [`AttentionError`] from the tiled pass (shapes the caller has already checked), and
@@ -137,16 +138,17 @@ pub(crate) fn attend_cached(
         // that each key and value row is read from memory once for all of them (the same bits
         // as one task per query head, whichever heads a task takes)
         let lanes = heads.len() / (group * d);
-        let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::with_capacity(lanes + 1);
+        let threads = rayon::current_num_threads().max(1);
+        // tasks a kv lane: as many as give every thread one where the lanes are fewer than the
+        // threads; otherwise one, the last `lanes % threads` lanes in two (three lanes on two
+        // threads: the last lane's heads split, so that each thread reads as many lanes)
+        let per_lane = threads.div_ceil(lanes.max(1)).clamp(1, group);
+        let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::with_capacity(2 * lanes * per_lane);
         for (kv_lane, out) in heads.chunks_mut(group * d).enumerate() {
-            if kv_lane + 1 == lanes && lanes % 2 == 1 {
-                // an odd number of kv lanes: the last one's query heads in two tasks, so that two
-                // threads read as many lanes each
-                let (front, back) = out.split_at_mut(group.div_ceil(2) * d);
-                tasks.push((kv_lane, 0, front));
-                tasks.push((kv_lane, group.div_ceil(2), back));
-            } else {
-                tasks.push((kv_lane, 0, out));
+            let split = per_lane == 1 && kv_lane >= lanes - lanes % threads;
+            let heads_a_task = group.div_ceil(if split { 2 } else { per_lane });
+            for (i, part) in out.chunks_mut(heads_a_task * d).enumerate() {
+                tasks.push((kv_lane, i * heads_a_task, part));
             }
         }
         tasks.into_par_iter().try_for_each(|(kv_lane, j0, out)| {
@@ -190,13 +192,16 @@ pub(crate) fn attend_cached(
     Ok(heads)
 }
 
-/// The bytes of one kv lane's cached keys and values (`positions · d_h · 16`) from which a decoding
-/// step attends a kv head's query heads in one task rather than one task each, so that the lane is
-/// read once rather than once per head: 256 positions of a 64-wide head. SmolLM2-135M (three query
-/// heads to a kv head) decoded a token 4 % faster from 256 positions, 10 % from 512 and 18–24 %
-/// from 2048 (the last of its three lanes split between two tasks); at 128–160 no faster and at
-/// 64 1–2 % slower (`docs/performance.md`, "2026-12-06, third").
+/// The bytes of keys and values a one-token step reads from one kv lane (its cached positions and
+/// its own, `(positions + 1) · d_h · 16`) from which it attends a kv head's query heads in one
+/// task rather than one task each, so that the lane is read once rather than once per head: 256
+/// positions of a 64-wide head. SmolLM2-135M (three query heads to a kv head) decoded a token 4 %
+/// faster from 256 positions, 10 % from 512 and 18–24 % from 2048 (the last of its three lanes
+/// split between two tasks, on two threads); at 128–160 no faster and at 64 1–2 % slower
+/// (`docs/performance.md`, "2026-12-06, third"). How many tasks a lane takes changes no bit.
 const GROUPED_LANE_BYTES: usize = 1 << 18;
+// `tests/attention_family.rs` decodes over 255 cached positions of a 64-wide head to reach it
+const _: () = assert!(256 * 64 * 16 >= GROUPED_LANE_BYTES);
 
 /// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times
 /// turn the last output row into the next input row with `next` and decode it.
