@@ -186,7 +186,7 @@ fn decoding_wide_heads_over_a_wrapped_ring_equals_the_full_pass() {
 #[test]
 fn decoding_over_a_long_cache_with_query_heads_grouped_equals_the_full_pass() {
     // head width 64 and 255 cached positions and more: each kv lane's keys and values reach the
-    // bytes from which a one-token step attends a kv head's query heads in one task
+    // bytes from which a step of one or several tokens attends a kv head's query heads in one task
     // (`GROUPED_LANE_BYTES`, held to this by an assertion beside it); on two threads three kv
     // lanes (one batch row) split the last one between two tasks, four (two batch rows) do not,
     // and one lane is split; sinks everywhere, and a window whose ring (255 slots) wraps
@@ -199,8 +199,10 @@ fn decoding_over_a_long_cache_with_query_heads_grouped_equals_the_full_pass() {
         let layer = GroupedQueryAttention::new("long", config, &mut rng).unwrap();
         let x = random(&[batch, 260, 48], &mut rng);
         let full = layer.forward(&constant(x.shape(), x.as_slice()).unwrap(), 0).unwrap().output.value().unwrap();
-        let cached = decode_in_chunks(&layer, &x, &[255, 1, 1, 1, 1, 1]);
-        assert!(close(&cached, &full, 1e-12), "{batch} batch rows, {kv_heads} kv heads, window {window:?}");
+        for chunks in [&[255, 1, 1, 1, 1, 1][..], &[255, 2, 3][..]] {
+            let cached = decode_in_chunks(&layer, &x, chunks);
+            assert!(close(&cached, &full, 1e-12), "{batch} rows, {kv_heads} kv heads, {window:?}, {chunks:?}");
+        }
     }
 }
 
