@@ -201,3 +201,29 @@ fn real_model_quantized_decoding_is_bitwise_the_f64_decoding() {
         }
     }
 }
+
+/// Decoding past 256 positions, where a step attends each kv head's three query heads together
+/// (`attention::cached_forward`'s grouped tasks): the last tokens' logits equal those of one
+/// full pass over the same tokens (whose attention is the tiled kernel's) to 1e-12 of the largest.
+#[test]
+fn real_model_decoding_over_a_long_cache_gives_the_full_pass_logits() {
+    let Some(path) = model_path("real_model_decoding_over_a_long_cache_gives_the_full_pass_logits") else { return };
+    let (_, prompts) = reference();
+    let chat = &prompts.iter().find(|p| p.name == "chatml").unwrap().ids;
+    let ids: Vec<usize> = chat.iter().cycle().take(260).copied().collect();
+    let quantized = QuantizedLlama::load(&path, GgufRope::AsStored).unwrap();
+    let full = quantized.forward_cached(&ids, [1, ids.len()], &mut quantized.new_caches(1)).unwrap();
+    let v = full.len() / ids.len();
+    let mut caches = quantized.new_caches(1);
+    quantized.forward_cached(&ids[..257], [1, 257], &mut caches).unwrap();
+    let mut worst = 0.0f64;
+    for position in 257..ids.len() {
+        let step = quantized.forward_cached(&ids[position..=position], [1, 1], &mut caches).unwrap();
+        let want = &full.as_slice()[position * v..(position + 1) * v];
+        let largest = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        let diff = step.as_slice().iter().zip(want).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        worst = worst.max(diff / largest);
+    }
+    println!("positions 257–259 decoded over the cache: max |decoded − full pass| / max |logit| = {worst:.2e}");
+    assert!(worst < 1e-12, "{worst:e}");
+}

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use crate::attention::decode::{RowQuery, Run, attend_row, attend_rows};
+use crate::attention::decode::{RowQuery, Run, attend_rows};
 use crate::attention::error::{AtStage, OnBranch};
 use crate::attention::input::check_sequence;
 use crate::attention::{
@@ -133,71 +133,56 @@ pub(crate) fn attend_cached(
         let reason = "the cache and this step's rows do not fit the decoding kernel";
         AttentionError::QkvShapes { query: shape(q), key: shape(k), value: shape(v), reason }
     };
-    if group > 1 && (cache.len() + t).saturating_mul(d).saturating_mul(16) >= GROUPED_LANE_BYTES {
-        // a long cache: a task attends a kv lane's query heads together, so that each key and
-        // value row is read from memory once for all of them (the same bits as one task per
-        // query head, whichever heads a task takes)
-        let lanes = heads.len() / (group * t * d);
-        let threads = rayon::current_num_threads().max(1);
-        // tasks a kv lane: as many as give every thread one where the lanes are fewer than the
-        // threads; otherwise one, the last `lanes % threads` lanes in two (three lanes on two
-        // threads: the last lane's heads split, so that each thread reads as many lanes)
-        let per_lane = threads.div_ceil(lanes.max(1)).clamp(1, group);
-        let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::with_capacity(2 * lanes * per_lane);
-        for (kv_lane, out) in heads.chunks_mut(group * t * d).enumerate() {
-            let split = per_lane == 1 && kv_lane >= lanes - lanes % threads;
-            let heads_a_task = group.div_ceil(if split { 2 } else { per_lane });
-            for (i, part) in out.chunks_mut(heads_a_task * t * d).enumerate() {
-                tasks.push((kv_lane, i * heads_a_task, part));
-            }
+    // a task attends some query heads of one kv lane: one head where the lane is short; where a
+    // step reads at least GROUPED_LANE_BYTES of it, several heads together, so that each key and
+    // value row is read from memory once for all of them (the same bits whichever heads a task
+    // takes: `attend_rows`)
+    let lanes = heads.len() / (group * t * d);
+    let grouped = (cache.len() + t).saturating_mul(d).saturating_mul(16) >= GROUPED_LANE_BYTES;
+    let threads = rayon::current_num_threads().max(1);
+    // grouped, tasks a kv lane: as many as give every thread one where the lanes are fewer than
+    // the threads; otherwise one, the last `lanes % threads` lanes in two (three lanes on two
+    // threads: the last lane's heads split, so that each thread reads as many lanes)
+    let per_lane = if grouped { threads.div_ceil(lanes.max(1)).clamp(1, group) } else { group };
+    let mut tasks: Vec<(usize, usize, &mut [f64])> = Vec::with_capacity(2 * lanes * per_lane);
+    for (kv_lane, out) in heads.chunks_mut(group * t * d).enumerate() {
+        let split = grouped && per_lane == 1 && kv_lane >= lanes - lanes % threads;
+        let heads_a_task = group.div_ceil(if split { 2 } else { per_lane });
+        for (i, part) in out.chunks_mut(heads_a_task * t * d).enumerate() {
+            tasks.push((kv_lane, i * heads_a_task, part));
         }
-        tasks.into_par_iter().try_for_each(|(kv_lane, j0, out)| {
-            let (bi, kv) = (kv_lane / g, kv_lane % g);
-            let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
-            // the cached keys in chronological order, then this call's keys
-            let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
-            runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
-            let count = out.len() / (t * d);
-            let mut scores = vec![0.0; count * (cache.len() + t)];
-            // the heads' rows of one step side by side (a task's output holds each head's `t` rows)
-            let mut rows = vec![0.0; if t == 1 { 0 } else { count * d }];
-            for step in 0..t {
-                // the new keys after `step` are in the future of these queries: the mask hides them
-                let queries: Vec<RowQuery<'_>> = (j0..j0 + count)
-                    .map(|j| {
-                        let (hi, lane) = (kv * group + j, bi * h + kv * group + j);
-                        let q = &q.as_slice()[(lane * t + step) * d..][..d];
-                        let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
-                        RowQuery { q, position: first + step, window_keys, scale, sink, target }
-                    })
-                    .collect();
-                if t == 1 {
-                    attend_rows(&queries, &runs, &mut scores, out).map_err(refused)?;
-                } else {
-                    attend_rows(&queries, &runs, &mut scores, &mut rows).map_err(refused)?;
-                    for (j, row) in rows.chunks_exact(d).enumerate() {
-                        out[(j * t + step) * d..][..d].copy_from_slice(row);
-                    }
-                }
-            }
-            Ok::<(), AttentionError>(())
-        })?;
-        return Ok(heads);
     }
-    heads.par_chunks_mut(t * d).enumerate().try_for_each(|(lane, out)| {
-        let (bi, hi) = (lane / h, lane % h);
-        let kv_lane = bi * g + hi / group; // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
+    tasks.into_par_iter().try_for_each(|(kv_lane, j0, out)| {
+        let (bi, kv) = (kv_lane / g, kv_lane % g); // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
         let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
         // the cached keys in chronological order, then this call's keys
         let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
         runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
-        let mut scores = vec![0.0; cache.len() + t];
-        let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+        let count = out.len() / (t * d);
+        let mut scores = vec![0.0; count * (cache.len() + t)];
+        // the heads' rows of one step side by side, where they are not already (a task's output
+        // holds each head's `t` rows one after the other)
+        let mut rows = vec![0.0; if t == 1 || count == 1 { 0 } else { count * d }];
+        let mut queries: Vec<RowQuery<'_>> = Vec::with_capacity(count);
         for step in 0..t {
-            // the new keys after `step` are in the future of this query: the mask hides them
-            let q = &q.as_slice()[(lane * t + step) * d..][..d];
-            let query = RowQuery { q, position: first + step, window_keys, scale, sink, target };
-            attend_row(&query, &runs, &mut scores, &mut out[step * d..(step + 1) * d]).map_err(refused)?;
+            // the new keys after `step` are in the future of these queries: the mask hides them
+            queries.clear();
+            queries.extend((j0..j0 + count).map(|j| {
+                let (hi, lane) = (kv * group + j, bi * h + kv * group + j);
+                let q = &q.as_slice()[(lane * t + step) * d..][..d];
+                let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
+                RowQuery { q, position: first + step, window_keys, scale, sink, target }
+            }));
+            if t == 1 || count == 1 {
+                // one step, or one head: its rows lie side by side already
+                attend_rows(&queries, &runs, &mut scores, &mut out[step * count * d..][..count * d])
+                    .map_err(refused)?;
+            } else {
+                attend_rows(&queries, &runs, &mut scores, &mut rows).map_err(refused)?;
+                for (j, row) in rows.chunks_exact(d).enumerate() {
+                    out[(j * t + step) * d..][..d].copy_from_slice(row);
+                }
+            }
         }
         Ok::<(), AttentionError>(())
     })?;

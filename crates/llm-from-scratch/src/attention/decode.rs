@@ -6,18 +6,23 @@
 //! o   = Σ_j p_j v_j
 //! ```
 //!
-//! [`attend_row_naive`] says it in ten lines; the kernels crate's [`attend_row`] is the same
-//! computation arranged for speed — decoding is bound by reading the cache, so it scores several
-//! stretches of keys side by side — and the tests hold the two together on every target.
+//! [`attend_row_naive`] says it in ten lines; the kernels crate's
+//! [`attend_row`](llm_kernels::decode::attend_row) (and [`attend_rows`], for the query heads of
+//! one kv head) is the same computation arranged for speed — decoding is bound by reading the
+//! cache, so it scores several stretches of keys side by side — and the tests hold the two
+//! together on every target.
 
-pub(super) use llm_kernels::decode::{RowQuery, Run, attend_row, attend_rows};
+pub(super) use llm_kernels::decode::{RowQuery, Run, attend_rows};
+
+#[cfg(test)]
+use llm_kernels::decode::attend_row;
 
 #[cfg(test)]
 use crate::attention::{SlidingWindow, visible};
 #[cfg(test)]
 use crate::autodiff::ops::softmax::softmax_row;
 
-/// The plain twin of [`attend_row`]: every visible key of `runs` scored, one softmax with the
+/// The plain twin of [`attend_row`](llm_kernels::decode::attend_row): every visible key of `runs` scored, one softmax with the
 /// sink, the weighted sum of their values.
 #[cfg(test)]
 fn attend_row_naive(query: &RowQuery<'_>, runs: &[Run<'_>], out: &mut [f64]) {
