@@ -98,8 +98,9 @@ impl GroupedQueryAttention {
 /// - Otherwise each query row attends over the cached keys and the new ones (`decode.rs`), one
 ///   task per (batch, query head) lane; where a step reads at least [`GROUPED_LANE_BYTES`] of a
 ///   kv lane, a task takes several query heads of one kv lane together (every head of it where
-///   there are at least as many lanes as threads), reading the lane once for them: the same bits
-///   either way.
+///   there are at least as many lanes as threads), reading the lane once for them; and the
+///   tokens of a step of several are attended together ([`SCORES_AT_ONCE`]), reading it once for
+///   as many of them as fit: the same bits either way.
 ///
 /// # Errors
 /// [`AttentionError`] from the tiled pass (shapes the caller has already checked), and
@@ -111,6 +112,19 @@ pub(crate) fn attend_cached(
     cache: &KvCache,
     (q, k, v): (&Tensor, &Tensor, &Tensor),
     first: usize,
+) -> Result<Vec<f64>, AttentionError> {
+    attend_cached_scoring(c, sinks, cache, (q, k, v), first, SCORES_AT_ONCE)
+}
+
+/// [`attend_cached`], each call of the decoding kernel scoring at most `scores_at_once` keys times
+/// queries (or one step's queries, where they alone score more).
+fn attend_cached_scoring(
+    c: &crate::attention::AttentionConfig,
+    sinks: Option<&Tensor>,
+    cache: &KvCache,
+    (q, k, v): (&Tensor, &Tensor, &Tensor),
+    first: usize,
+    scores_at_once: usize,
 ) -> Result<Vec<f64>, AttentionError> {
     if cache.is_empty() && q.shape()[2] > 1 {
         // positions first.. for queries and keys alike: only their differences decide what is seen
@@ -159,27 +173,35 @@ pub(crate) fn attend_cached(
         let mut runs: Vec<Run<'_>> = cache.lane_runs(kv_lane);
         runs.push((first, &k.as_slice()[fresh.clone()], &v.as_slice()[fresh]));
         let count = out.len() / (t * d);
-        let mut scores = vec![0.0; count * (cache.len() + t)];
-        // the heads' rows of one step side by side, where they are not already (a task's output
-        // holds each head's `t` rows one after the other)
-        let mut rows = vec![0.0; if t == 1 || count == 1 { 0 } else { count * d }];
-        let mut queries: Vec<RowQuery<'_>> = Vec::with_capacity(count);
-        for step in 0..t {
-            // the new keys after `step` are in the future of these queries: the mask hides them
+        let keys = cache.len() + t;
+        // the steps attended in one call: all of them where their scores fit in `scores_at_once`,
+        // so that the lane is read once a call rather than once a token (the same bits either way)
+        let steps = (scores_at_once / count.saturating_mul(keys).max(1)).clamp(1, t);
+        let mut scores = vec![0.0; count * steps * keys];
+        // a call's rows, where they are not already where the task's output wants them (it holds
+        // each head's `t` rows one after the other: so do the queries of a call that takes them all)
+        let mut rows = vec![0.0; if steps == t { 0 } else { count * steps * d }];
+        let mut queries: Vec<RowQuery<'_>> = Vec::with_capacity(count * steps);
+        for s0 in (0..t).step_by(steps) {
+            let s1 = (s0 + steps).min(t);
+            // head by head, each head's steps in order; the new keys after a step are in its
+            // future: the mask hides them
             queries.clear();
-            queries.extend((j0..j0 + count).map(|j| {
+            for j in j0..j0 + count {
                 let (hi, lane) = (kv * group + j, bi * h + kv * group + j);
-                let q = &q.as_slice()[(lane * t + step) * d..][..d];
                 let sink = sinks.as_ref().map(|s| s.as_slice()[hi]);
-                RowQuery { q, position: first + step, window_keys, scale, sink, target }
-            }));
-            if t == 1 || count == 1 {
-                // one step, or one head: its rows lie side by side already
-                attend_rows(&queries, &runs, &mut scores, &mut out[step * count * d..][..count * d])
-                    .map_err(refused)?;
+                queries.extend((s0..s1).map(|step| {
+                    let q = &q.as_slice()[(lane * t + step) * d..][..d];
+                    RowQuery { q, position: first + step, window_keys, scale, sink, target }
+                }));
+            }
+            let n = queries.len();
+            if steps == t {
+                attend_rows(&queries, &runs, &mut scores, out).map_err(refused)?;
             } else {
-                attend_rows(&queries, &runs, &mut scores, &mut rows).map_err(refused)?;
-                for (j, row) in rows.chunks_exact(d).enumerate() {
+                attend_rows(&queries, &runs, &mut scores[..n * keys], &mut rows[..n * d]).map_err(refused)?;
+                for (i, row) in rows[..n * d].chunks_exact(d).enumerate() {
+                    let (j, step) = (i / (s1 - s0), s0 + i % (s1 - s0));
                     out[(j * t + step) * d..][..d].copy_from_slice(row);
                 }
             }
@@ -197,6 +219,15 @@ pub(crate) fn attend_cached(
 /// split between two tasks, on two threads); at 128–160 no faster and at 64 1–2 % slower
 /// (`docs/performance.md`, "2026-12-06, third"). How many tasks a lane takes changes no bit.
 const GROUPED_LANE_BYTES: usize = 1 << 18;
+
+/// Scores (keys times queries) one call of the decoding kernel takes at most in a step of several
+/// tokens: every token's query rows attend over the same keys (the cached ones and the step's
+/// own, the mask hiding each token's future), so they are attended together, reading the lane
+/// once for as many tokens as fit (1 MiB of scores: ten tokens of three heads over 4096
+/// positions). A chat turn of 16 tokens after 4096 positions of SmolLM2-135M took 232–262 ms
+/// where it took 316–340 reading the lane once a token; after 2048, 159 against 174
+/// (`docs/performance.md`, "2026-12-06, fourth").
+const SCORES_AT_ONCE: usize = 1 << 17;
 // `tests/attention_family.rs` decodes over 255 cached positions of a 64-wide head to reach it
 const _: () = assert!(256 * 64 * 16 >= GROUPED_LANE_BYTES);
 
@@ -276,4 +307,51 @@ pub fn generate_with_cache(
         produced.push(last.clone());
     }
     Ok(produced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::AttentionConfig;
+    use crate::nn::SplitMix64;
+
+    fn input(shape: &[usize], rng: &mut SplitMix64) -> TensorValue {
+        let values: Vec<f64> = (0..shape.iter().product()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+        constant(shape, &values).unwrap()
+    }
+
+    #[test]
+    fn a_steps_tokens_attended_in_one_call_or_in_several_have_the_same_bits() {
+        // a short lane (a task a head), long ones (a task several heads, a lane split between two
+        // tasks on two threads), a wrapping window ring and sinks; each limit makes the calls take
+        // another number of tokens, the last call fewer where it does not divide the step
+        let mut rng = SplitMix64::new(31);
+        for (batch, query_heads, kv_heads, cached, t, window) in
+            [(1, 6, 3, 40, 7, None), (2, 6, 2, 300, 5, Some(SlidingWindow::Exclusive(256))), (1, 3, 1, 255, 6, None)]
+        {
+            let mut config = AttentionConfig::new(48, query_heads, kv_heads, 64)
+                .with_rope(400, 10_000.0)
+                .with_sinks(window.is_some());
+            config.window = window;
+            let layer = GroupedQueryAttention::new("steps", config, &mut rng).unwrap();
+            let mut cache = layer.new_cache(batch);
+            layer.forward_cached(&input(&[batch, cached, 48], &mut rng), &mut cache).unwrap();
+            let first = cache.next_position();
+            let (q, k, v) = layer.rotated_heads(&input(&[batch, t, 48], &mut rng), first..first + t).unwrap();
+            let sinks = layer.sink_logits().map(|s| s.value().unwrap());
+            let attend = |limit| {
+                attend_cached_scoring(layer.config(), sinks.as_ref(), &cache, (&q, &k, &v), first, limit).unwrap()
+            };
+            let whole = attend(usize::MAX);
+            let keys = cache.len() + t;
+            for limit in [0, keys, 2 * keys, 3 * keys, 4 * keys, 7 * keys, 11 * keys] {
+                let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&attend(limit)),
+                    bits(&whole),
+                    "{query_heads}/{kv_heads} heads, {cached} cached, limit {limit}"
+                );
+            }
+        }
+    }
 }
