@@ -307,7 +307,7 @@ fn attend_rows_portable<I: Isa>(
         // loop without the test (one-token decoding over a cache it sees whole)
         normalisers.push(Some((total, scores.contains(&0.0))));
     }
-    add_weighted_values(runs, scores, keys, &normalisers, out);
+    add_weighted_values(runs, scores, keys, &normalisers, VALUE_BYTES_AT_ONCE.div_ceil(8 * d.max(1)), out);
     for (g, normaliser) in normalisers.iter().enumerate() {
         if let Some((total, _)) = normaliser {
             for o in out[g * d..(g + 1) * d].iter_mut() {
@@ -362,10 +362,9 @@ fn scaled_score(query: &RowQuery<'_>, position: usize, product: f64) -> f64 {
 /// `out_g += Σ_j w_gj v_j` over the values of `runs` for each query `g` that sees a key
 /// (`normalisers[g]` is `Some((_, skip))`; zero weights skipped where `skip`), in the same
 /// stretches as the scores: one partial output per stretch, added in stretch order after the
-/// keys that were alone. A stretch's value rows are read from memory once for all the queries
-/// where a stretch (a quarter of the run: 32 KiB at 256 positions of a 64-wide head) stays in a
-/// core's cache while they take their turns; past that, the later queries read it again from a
-/// farther level.
+/// keys that were alone. The queries take turns over blocks of `block` value rows of a stretch
+/// ([`VALUE_BYTES_AT_ONCE`]), so that each block is read from memory once for all of them and
+/// from the first-level cache after that.
 ///
 /// Each query's stretches are summed one after the other, each in registers ([`add_rows`]); each
 /// sum adds its rows in the same order as when the stretches took turns row by row, through memory
@@ -378,9 +377,11 @@ fn add_weighted_values(
     weights: &[f64],
     keys: usize,
     normalisers: &[Option<(f64, bool)>],
+    block: usize,
     out: &mut [f64],
 ) {
     let d = out.len() / normalisers.len().max(1);
+    let block = block.max(1);
     let mut partial = vec![0.0; normalisers.len() * STREAMS * d];
     let mut at = 0;
     for &(_, _, values) in runs {
@@ -388,10 +389,13 @@ fn add_weighted_values(
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
         for s in 0..STREAMS {
             let values = &values[s * part * d..][..part * d];
-            for (g, normaliser) in normalisers.iter().enumerate() {
-                if let &Some((_, skip)) = normaliser {
-                    let weights = &weights[g * keys + at + s * part..][..part];
-                    add_rows_skipping(skip, weights, values, &mut partial[(g * STREAMS + s) * d..][..d]);
+            for (r0, values) in (0..part).step_by(block).zip(values.chunks(block * d)) {
+                let rows = values.len() / d;
+                for (g, normaliser) in normalisers.iter().enumerate() {
+                    if let &Some((_, skip)) = normaliser {
+                        let weights = &weights[g * keys + at + s * part + r0..][..rows];
+                        add_rows_skipping(skip, weights, values, &mut partial[(g * STREAMS + s) * d..][..d]);
+                    }
                 }
             }
         }
@@ -413,6 +417,16 @@ fn add_weighted_values(
         }
     }
 }
+
+/// Bytes of value rows each query adds before the next one takes its turn (64 rows of a 64-wide
+/// head), which stay in a core's first-level cache while the queries take their turns. A query's
+/// sums go through memory between two blocks and add their rows in the same order, so the bits do
+/// not depend on it. With a whole stretch at a time, the 48 queries of a 16-token step (three
+/// query heads to a kv head) over 4112 positions read each value row 48 times from a farther
+/// level: one thread took 2.71 ms for them where it takes 2.39, and a chat turn of those 16
+/// tokens after 4096 positions of SmolLM2-135M 240–264 ms where it takes 214–226 (8 and 64 KiB:
+/// 2.59 and 2.84 ms; `docs/performance.md`, "2026-12-06, fourth").
+const VALUE_BYTES_AT_ONCE: usize = 32 << 10;
 
 /// [`add_rows`], skipping zero weights where `skip`.
 #[inline(always)]
@@ -544,18 +558,24 @@ mod tests {
     }
 
     impl Kernel for Case<'_> {
-        type Output = ([f64; 8], [f64; 8], [Vec<f64>; 2]);
+        type Output = ([f64; 8], [f64; 8], Vec<[Vec<f64>; 2]>);
         fn run<I: Isa>(self, isa: I) -> Self::Output {
             let side_by_side = dots(isa, self.a, self.rows);
             let mut alone = [0.0; 8];
             for (product, row) in alone.iter_mut().zip(self.rows) {
                 *product = dot(isa, self.a, row);
             }
-            let (mut all, mut skipping) = (vec![0.0; self.a.len()], vec![0.0; self.a.len()]);
-            let keys = self.weights.len();
-            add_weighted_values(self.runs, self.weights, keys, &[Some((1.0, false))], &mut all);
-            add_weighted_values(self.hidden, self.weights, keys, &[Some((1.0, true))], &mut skipping);
-            (side_by_side, alone, [all, skipping])
+            // value rows a block: a stretch's whole rows, several blocks and a shorter last one
+            let sums = [usize::MAX, 1, 3]
+                .map(|block| {
+                    let (mut all, mut skipping) = (vec![0.0; self.a.len()], vec![0.0; self.a.len()]);
+                    let keys = self.weights.len();
+                    add_weighted_values(self.runs, self.weights, keys, &[Some((1.0, false))], block, &mut all);
+                    add_weighted_values(self.hidden, self.weights, keys, &[Some((1.0, true))], block, &mut skipping);
+                    [all, skipping]
+                })
+                .to_vec();
+            (side_by_side, alone, sums)
         }
     }
 
@@ -638,8 +658,10 @@ mod tests {
                 let bits = |xs: &[f64]| xs.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
                 assert_eq!(bits(&side_by_side), plain, "{target}, d = {d}: dots");
                 assert_eq!(bits(&alone), plain, "{target}, d = {d}: dot");
-                assert_eq!(bits(&out[0]), expected[0], "{target}, d = {d}: weighted values");
-                assert_eq!(bits(&out[1]), expected[1], "{target}, d = {d}: weighted values, zeros skipped");
+                for out in &out {
+                    assert_eq!(bits(&out[0]), expected[0], "{target}, d = {d}: weighted values");
+                    assert_eq!(bits(&out[1]), expected[1], "{target}, d = {d}: weighted values, zeros skipped");
+                }
             }
         }
     }
