@@ -36,6 +36,13 @@ fn dot<I: Isa>(isa: I, a: &[f64], b: &[f64]) -> f64 {
 fn dots<I: Isa, const R: usize>(isa: I, a: &[f64], rows: [&[f64]; R]) -> [f64; R] {
     let mut products = [0.0; R];
     let mut r = 0;
+    if I::WIDTH == 8 {
+        while r + WIDE_ROWS_SIDE_BY_SIDE <= R {
+            let group = std::array::from_fn::<_, WIDE_ROWS_SIDE_BY_SIDE, _>(|g| rows[r + g]);
+            products[r..r + WIDE_ROWS_SIDE_BY_SIDE].copy_from_slice(&dots_side_by_side(isa, a, group));
+            r += WIDE_ROWS_SIDE_BY_SIDE;
+        }
+    }
     while r + ROWS_SIDE_BY_SIDE <= R {
         let group = std::array::from_fn::<_, ROWS_SIDE_BY_SIDE, _>(|g| rows[r + g]);
         products[r..r + ROWS_SIDE_BY_SIDE].copy_from_slice(&dots_side_by_side(isa, a, group));
@@ -50,6 +57,12 @@ fn dots<I: Isa, const R: usize>(isa: I, a: &[f64], rows: [&[f64]; R]) -> [f64; R
 /// Rows whose dot products [`dots`] runs in one loop: their sums fill four AVX-512 registers or
 /// eight AVX2 ones, leaving registers for the loads.
 const ROWS_SIDE_BY_SIDE: usize = 4;
+
+/// Rows side by side where a register holds a row's eight sums (AVX-512): eight chains of
+/// additions in flight rather than four. 48 queries over 4112 keys took 10.6 ns a query and key
+/// on one thread where four rows took 12.0, and the three query heads of a kv head over 256 keys
+/// 12.1 against 13.2 (`docs/performance.md`, "2026-12-06, fourth").
+const WIDE_ROWS_SIDE_BY_SIDE: usize = 8;
 
 /// The `G` dot products of [`dots`] in one loop. Lane `i` of a row's eight sums adds `aₖ·bₖ` for
 /// `k ≡ i (mod 8)` in order; then `((s₀+s₁)+(s₂+s₃))+((s₄+s₅)+(s₆+s₇))`, plus the products past
