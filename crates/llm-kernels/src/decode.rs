@@ -402,7 +402,7 @@ fn add_weighted_values(
         let part = rows / (STREAMS * AT_ONCE) * AT_ONCE;
         for s in 0..STREAMS {
             let values = &values[s * part * d..][..part * d];
-            for (r0, values) in (0..part).step_by(block).zip(values.chunks(block * d)) {
+            for (r0, values) in (0..part).step_by(block).zip(values.chunks(block.saturating_mul(d))) {
                 let rows = values.len() / d;
                 for (g, normaliser) in normalisers.iter().enumerate() {
                     if let &Some((_, skip)) = normaliser {
