@@ -206,7 +206,8 @@ pub fn attend_row(
 }
 
 /// [`attend_row`] for several query rows over the same keys and values (the query heads that
-/// share a key/value head), `out` holding their outputs one after the other and `scores` scratch
+/// share a key/value head, and the tokens of a step, each seeing the keys up to its position),
+/// `out` holding their outputs one after the other and `scores` scratch
 /// for their scores (as many per query as there are keys). Each key and value row is read from
 /// memory once for all of them: where a lane's cache no longer fits in a core's cache, reading it
 /// once rather than once per query head is what a decoding step saves. Every output has the bits
