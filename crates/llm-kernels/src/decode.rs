@@ -11,8 +11,8 @@
 //! is the same computation arranged for speed — decoding is bound by reading the cache, so it
 //! scores several stretches of keys side by side — and the tests there hold the two together.
 //! [`attend_rows`] attends several query rows over the same keys and values (the query heads of
-//! one key/value head), reading each key and value row once for all of them; each row gets the
-//! bits [`attend_row`] gives it alone.
+//! one key/value head, and the tokens of a step), reading each key and value row once for all of
+//! them; each row gets the bits [`attend_row`] gives it alone.
 
 use thiserror::Error;
 
@@ -54,8 +54,9 @@ fn dots<I: Isa, const R: usize>(isa: I, a: &[f64], rows: [&[f64]; R]) -> [f64; R
     products
 }
 
-/// Rows whose dot products [`dots`] runs in one loop: their sums fill four AVX-512 registers or
-/// eight AVX2 ones, leaving registers for the loads.
+/// Rows whose dot products [`dots`] runs in one loop where a row's eight sums take more than one
+/// register: their sums fill eight AVX2 registers, leaving registers for the loads (AVX-512 takes
+/// [`WIDE_ROWS_SIDE_BY_SIDE`]).
 const ROWS_SIDE_BY_SIDE: usize = 4;
 
 /// Rows side by side where a register holds a row's eight sums (AVX-512): eight chains of
@@ -277,7 +278,8 @@ impl Kernel for AttendRows<'_, '_> {
 }
 
 /// Stretches of a run of keys that [`attend_rows_portable`] scores side by side: each call of
-/// [`dots`] takes [`AT_ONCE`] keys of every stretch, in loops of [`ROWS_SIDE_BY_SIDE`] rows. Their
+/// [`dots`] takes [`AT_ONCE`] keys of every stretch, in one loop of eight rows (AVX-512) or two
+/// of [`ROWS_SIDE_BY_SIDE`]. Their
 /// values are summed into a partial output per stretch, one stretch after the other.
 ///
 /// Decoding is bound by reading the cache, and one thread walking one stretch of memory has too few
@@ -285,8 +287,7 @@ impl Kernel for AttendRows<'_, '_> {
 /// more reads in flight (`docs/performance.md` has the timings). Results stay the same whatever
 /// the thread count.
 const STREAMS: usize = 4;
-/// Consecutive keys of each stretch scored in one call of [`dots`] (eight dot products, in two
-/// loops of four).
+/// Consecutive keys of each stretch scored in one call of [`dots`] (eight dot products).
 const AT_ONCE: usize = 2;
 
 /// [`attend_rows`] in portable code, compiled once per instruction set; its softmax's
@@ -437,9 +438,10 @@ fn add_weighted_values(
 /// sums go through memory between two blocks and add their rows in the same order, so the bits do
 /// not depend on it. With a whole stretch at a time, the 48 queries of a 16-token step (three
 /// query heads to a kv head) over 4112 positions read each value row 48 times from a farther
-/// level: one thread took 2.71 ms for them where it takes 2.39, and a chat turn of those 16
-/// tokens after 4096 positions of SmolLM2-135M 240–264 ms where it takes 214–226 (8 and 64 KiB:
-/// 2.59 and 2.84 ms; `docs/performance.md`, "2026-12-06, fourth").
+/// level: one thread took 2.71 ms for them where blocks of 32 KiB took 2.39 (8 and 64 KiB: 2.59
+/// and 2.84), and a chat turn of those 16 tokens after 4096 positions of SmolLM2-135M
+/// 239.2–260.6 ms where they took 214.3–242.3 (four rows side by side then;
+/// `docs/performance.md`, "2026-12-06, fourth").
 const VALUE_BYTES_AT_ONCE: usize = 32 << 10;
 
 /// [`add_rows`], skipping zero weights where `skip`.
@@ -572,7 +574,7 @@ mod tests {
     }
 
     impl Kernel for Case<'_> {
-        type Output = ([f64; 8], [f64; 8], Vec<[Vec<f64>; 2]>);
+        type Output = ([f64; 8], [f64; 8], Vec<[Vec<f64>; 2]>, Vec<Vec<f64>>);
         fn run<I: Isa>(self, isa: I) -> Self::Output {
             let side_by_side = dots(isa, self.a, self.rows);
             let mut alone = [0.0; 8];
@@ -589,7 +591,20 @@ mod tests {
                     [all, skipping]
                 })
                 .to_vec();
-            (side_by_side, alone, sums)
+            // three queries taking turns over the blocks, the second seeing no key, the third
+            // weighting the rows in reverse
+            let keys = self.weights.len();
+            let three: Vec<f64> =
+                [self.weights, self.weights, &self.weights.iter().rev().copied().collect::<Vec<_>>()].concat();
+            let normalisers = [Some((1.0, false)), None, Some((1.0, false))];
+            let several = [usize::MAX, 1, 3]
+                .map(|block| {
+                    let mut out = vec![0.0; 3 * self.a.len()];
+                    add_weighted_values(self.runs, &three, keys, &normalisers, block, &mut out);
+                    out
+                })
+                .to_vec();
+            (side_by_side, alone, sums, several)
         }
     }
 
@@ -666,15 +681,29 @@ mod tests {
                 assert!(out.iter().all(|x| x.is_finite()));
                 out.iter().map(|x| x.to_bits()).collect::<Vec<u64>>()
             });
+            let reversed = {
+                let backwards: Vec<f64> = weights.iter().rev().copied().collect();
+                let mut out = vec![0.0; d];
+                plain_weighted_values(&runs, &backwards, &mut out, false);
+                out.iter().map(|x| x.to_bits()).collect::<Vec<u64>>()
+            };
             for target in Target::available() {
                 let case = Case { a: &a, rows, runs: &runs, hidden: &hidden, weights: &weights };
-                let (side_by_side, alone, out) = isa::run(target, case);
+                let (side_by_side, alone, out, several) = isa::run(target, case);
                 let bits = |xs: &[f64]| xs.iter().map(|x| x.to_bits()).collect::<Vec<u64>>();
                 assert_eq!(bits(&side_by_side), plain, "{target}, d = {d}: dots");
                 assert_eq!(bits(&alone), plain, "{target}, d = {d}: dot");
                 for out in &out {
                     assert_eq!(bits(&out[0]), expected[0], "{target}, d = {d}: weighted values");
                     assert_eq!(bits(&out[1]), expected[1], "{target}, d = {d}: weighted values, zeros skipped");
+                }
+                for out in &several {
+                    assert_eq!(bits(&out[..d]), expected[0], "{target}, d = {d}: the first of three queries");
+                    assert!(
+                        out[d..2 * d].iter().all(|&x| x.to_bits() == 0),
+                        "{target}, d = {d}: a query that sees nothing"
+                    );
+                    assert_eq!(bits(&out[2 * d..]), reversed, "{target}, d = {d}: the third of three queries");
                 }
             }
         }

@@ -220,16 +220,17 @@ fn attend_cached_scoring(
 /// (`docs/performance.md`, "2026-12-06, third"). How many tasks a lane takes changes no bit.
 const GROUPED_LANE_BYTES: usize = 1 << 18;
 
+// `tests/attention_family.rs` decodes over 255 cached positions of a 64-wide head to reach it
+const _: () = assert!(256 * 64 * 16 >= GROUPED_LANE_BYTES);
+
 /// Scores (keys times queries) one call of the decoding kernel takes at most in a step of several
 /// tokens: every token's query rows attend over the same keys (the cached ones and the step's
 /// own, the mask hiding each token's future), so they are attended together, reading the lane
 /// once for as many tokens as fit (1 MiB of scores: ten tokens of three heads over 4096
-/// positions). A chat turn of 16 tokens after 4096 positions of SmolLM2-135M took 232–262 ms
-/// where it took 316–340 reading the lane once a token; after 2048, 159 against 174
-/// (`docs/performance.md`, "2026-12-06, fourth").
+/// positions). A chat turn of 16 tokens after 4096 positions of SmolLM2-135M took 231.9–272.4 ms
+/// where it took 316.2–340.7 reading the lane once a token; after 2048, 150.1–158.9 against
+/// 165.1–174.3 (best of five, alternating builds; `docs/performance.md`, "2026-12-06, fourth").
 const SCORES_AT_ONCE: usize = 1 << 17;
-// `tests/attention_family.rs` decodes over 255 cached positions of a 64-wide head to reach it
-const _: () = assert!(256 * 64 * 16 >= GROUPED_LANE_BYTES);
 
 /// A generation loop at the level of one layer: prefill `prompt [1, T, d]`, then `steps` times
 /// turn the last output row into the next input row with `next` and decode it.

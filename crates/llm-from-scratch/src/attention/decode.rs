@@ -8,7 +8,7 @@
 //!
 //! [`attend_row_naive`] says it in ten lines; the kernels crate's
 //! [`attend_row`](llm_kernels::decode::attend_row) (and [`attend_rows`], for the query heads of
-//! one kv head) is the same computation arranged for speed — decoding is bound by reading the
+//! one kv head and the tokens of a step) is the same computation arranged for speed — decoding is bound by reading the
 //! cache, so it scores several stretches of keys side by side — and the tests hold the two
 //! together on every target.
 
