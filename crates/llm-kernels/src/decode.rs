@@ -96,17 +96,19 @@ fn dots_side_by_side<I: Isa, const G: usize>(isa: I, a: &[f64], rows: [&[f64]; G
     // loops, not `array::from_fn`: a closure's body may be compiled apart, without the target's
     // features
     let mut products = [0.0; G];
-    for ((product, lanes), row_tail) in products.iter_mut().zip(&lanes).zip(tails) {
-        let mut l = [0.0; 8];
-        for (v, at) in (0..8).step_by(I::WIDTH).enumerate() {
-            // SAFETY: as above, for `l`.
-            #[allow(unsafe_code)]
-            unsafe {
-                isa.store(&mut l, at, lanes[v]);
-            }
+    if let Ok(eight) = <&[[I::V; 8]; 8]>::try_from(&lanes[..]) {
+        products.copy_from_slice(&isa.sums_of_eight_rows(eight));
+    } else {
+        for (product, lanes) in products.iter_mut().zip(&lanes) {
+            *product = isa::sum_of_eight(isa, lanes);
         }
-        let tail: f64 = tail.iter().zip(row_tail).map(|(x, y)| x * y).sum();
-        *product = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail;
+    }
+    // an empty sum is −0, which adds nothing to any sum: rows whose length is a multiple of eight
+    // skip the addition
+    if !tail.is_empty() {
+        for (product, row_tail) in products.iter_mut().zip(tails) {
+            *product += tail.iter().zip(row_tail).map(|(x, y)| x * y).sum::<f64>();
+        }
     }
     products
 }

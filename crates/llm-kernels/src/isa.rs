@@ -73,12 +73,41 @@ pub(crate) trait Isa: Copy + Send + Sync {
     /// table of [`crate::logistic`]'s `2^{j/128}`, indexed by `1.5·2⁵² + 128·k + j`, `k` added to
     /// the exponent by the shift).
     fn lookup128(self, table: &[[u64; 2]; 128], rounded: Self::V) -> (Self::V, Self::V);
+    /// For eight rows, each holding its eight running sums `s₀…s₇` in the first `8 / WIDTH`
+    /// registers of `sums[r]` (lane `i` of register `v` is `s_{v·WIDTH+i}`), each row's
+    /// `((s₀+s₁)+(s₂+s₃))+((s₄+s₅)+(s₆+s₇))`. The plain form goes through memory, a row at a time;
+    /// AVX-512 adds the eight rows' pairs side by side in registers (the same additions).
+    #[inline(always)]
+    fn sums_of_eight_rows(self, sums: &[[Self::V; 8]; 8]) -> [f64; 8] {
+        let mut out = [0.0; 8];
+        for (out, sums) in out.iter_mut().zip(sums) {
+            *out = sum_of_eight(self, sums);
+        }
+        out
+    }
     /// Runs `kernel` in a function of its own, compiled for this instruction set and never
     /// inlined: a kernel's innermost loops then get the registers to themselves instead of sharing
     /// them with everything their caller keeps alive. (A [`Kernel`], not a closure: a closure's
     /// body is compiled for the baseline before it is inlined, and its intrinsics would stay
     /// calls.)
     fn outline<K: Kernel>(self, kernel: K) -> K::Output;
+}
+
+/// `((s₀+s₁)+(s₂+s₃))+((s₄+s₅)+(s₆+s₇))` of the eight sums in the first `8 / WIDTH` registers of
+/// `sums`, through memory.
+#[inline(always)]
+pub(crate) fn sum_of_eight<I: Isa>(isa: I, sums: &[I::V; 8]) -> f64 {
+    // the stores below take `at + WIDTH ≤ 8` on this
+    const { assert!(I::WIDTH <= 8 && 8 % I::WIDTH == 0) };
+    let mut l = [0.0; 8];
+    for (v, at) in (0..8).step_by(I::WIDTH).enumerate() {
+        // SAFETY: at + WIDTH ≤ 8, the length of `l` (WIDTH divides 8).
+        #[allow(unsafe_code)]
+        unsafe {
+            isa.store(&mut l, at, sums[v]);
+        }
+    }
+    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
 }
 
 /// Sixteen `f64` for [`Isa::lookup16`], kept twice: as they are, and with each value's bits cut
@@ -335,8 +364,8 @@ mod x86 {
         _mm256_storeu_pd, _mm256_sub_pd, _mm512_add_epi64, _mm512_add_pd, _mm512_and_si512, _mm512_castpd_si512,
         _mm512_castsi512_pd, _mm512_cmp_pd_mask, _mm512_div_pd, _mm512_fmadd_pd, _mm512_fnmadd_pd,
         _mm512_i64gather_epi64, _mm512_loadu_pd, _mm512_mask_blend_pd, _mm512_maskz_mov_pd, _mm512_max_pd,
-        _mm512_mul_pd, _mm512_or_si512, _mm512_permutex2var_pd, _mm512_set1_epi64, _mm512_set1_pd, _mm512_slli_epi64,
-        _mm512_storeu_pd, _mm512_sub_pd,
+        _mm512_mul_pd, _mm512_or_si512, _mm512_permutex2var_pd, _mm512_set1_epi64, _mm512_set1_pd, _mm512_setr_epi64,
+        _mm512_slli_epi64, _mm512_storeu_pd, _mm512_sub_pd, _mm512_unpackhi_pd, _mm512_unpacklo_pd,
     };
 
     use super::{Isa, Kernel, Table16};
@@ -491,6 +520,41 @@ mod x86 {
                 let high = _mm512_i64gather_epi64::<8>(words, first.add(1));
                 let high = _mm512_add_epi64(high, _mm512_slli_epi64::<45>(bits));
                 (_mm512_castsi512_pd(low), _mm512_castsi512_pd(high))
+            }
+        }
+        #[inline(always)]
+        fn sums_of_eight_rows(self, sums: &[[Self::V; 8]; 8]) -> [f64; 8] {
+            // rows a…h, `a01` = a₀ + a₁: the sums of two rows' pairs, then of fours, then of all
+            // eight (a macro, not a closure: a closure's body would not get the target's features)
+            macro_rules! pairs {
+                ($x:expr, $y:expr) => {
+                    _mm512_add_pd(_mm512_unpacklo_pd($x, $y), _mm512_unpackhi_pd($x, $y))
+                };
+            }
+            macro_rules! picked {
+                ($first:expr, $second:expr, $x:expr, $y:expr) => {
+                    _mm512_add_pd(_mm512_permutex2var_pd($x, $first, $y), _mm512_permutex2var_pd($x, $second, $y))
+                };
+            }
+            // SAFETY: `self` proves the processor has the instructions; the store lies in `out`.
+            unsafe {
+                // [a01 b01 a23 b23 a45 b45 a67 b67], and c…d, e…f, g…h
+                let ab = pairs!(sums[0][0], sums[1][0]);
+                let cd = pairs!(sums[2][0], sums[3][0]);
+                let ef = pairs!(sums[4][0], sums[5][0]);
+                let gh = pairs!(sums[6][0], sums[7][0]);
+                // [a0123 b0123 c0123 d0123 a4567 b4567 c4567 d4567], and e…h
+                let (first, second) =
+                    (_mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15));
+                let abcd = picked!(first, second, ab, cd);
+                let efgh = picked!(first, second, ef, gh);
+                // [a b c d e f g h], each (0123) + (4567)
+                let (low, high) =
+                    (_mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11), _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14, 15));
+                let all = picked!(low, high, abcd, efgh);
+                let mut out = [0.0; 8];
+                _mm512_storeu_pd(out.as_mut_ptr(), all);
+                out
             }
         }
         #[inline(always)]
