@@ -23,6 +23,7 @@
 //! | [`rows`] | filling a new buffer row by row, in parallel, without zeroing it first | — |
 //! | [`bands`] | tasks writing side by side in the same rows (heads in a token's row) | — |
 //! | [`parallel`], [`allocator`] | keeping workers awake; keeping freed memory | — |
+//! | [`aligned`] | growable `f64` storage that starts on a cache line (a KV cache's lanes) | — |
 //!
 //! One rule for the target: every entry point reads the target once, when it is called, and
 //! hands it to the threads it uses; [`with_target`] runs its closure on a thread pool whose
@@ -31,11 +32,13 @@
 //! performs the same IEEE operations in the same order.
 //!
 //! This is the only crate of the workspace with `unsafe` code: unchecked vector loads and stores,
-//! the `gemm-f64` call, buffers written before they are read, and the allocator setting. Each
+//! the `gemm-f64` call, buffers written before they are read, the allocator setting, and the view of
+//! cache-line-aligned storage as a slice. Each
 //! block states why it is sound.
 
 #![warn(missing_docs)]
 
+pub mod aligned;
 pub mod allocator;
 pub mod bands;
 pub mod decode;
