@@ -351,12 +351,25 @@ fn score_runs<I: Isa>(isa: I, queries: &[RowQuery<'_>], runs: &[Run<'_>], keys: 
             let rows_now = std::array::from_fn::<_, { STREAMS * AT_ONCE }, _>(|j| {
                 &run_keys[((j / AT_ONCE) * part + i + j % AT_ONCE) * d..][..d]
             });
+            // the first and last position of the keys scored together
+            let (earliest, latest) = (first + i, first + (STREAMS - 1) * part + i + AT_ONCE - 1);
             for (g, query) in queries.iter().enumerate() {
-                let scores = &mut scores[g * keys..(g + 1) * keys];
+                let scores = &mut scores[g * keys + at..][..rows];
                 let products = dots(isa, query.q, rows_now);
-                for (j, product) in products.into_iter().enumerate() {
-                    let r = (j / AT_ONCE) * part + i + j % AT_ONCE;
-                    scores[at + r] = scaled_score(query, first + r, product);
+                // a query sees an interval of positions: where it sees the first and the last
+                // key, it sees every key between, and each score is its product scaled
+                let (window, position) = (query.window_keys, query.position);
+                if visible(position, earliest, window) && visible(position, latest, window) {
+                    for (s, products) in products.chunks_exact(AT_ONCE).enumerate() {
+                        for (score, product) in scores[s * part + i..][..AT_ONCE].iter_mut().zip(products) {
+                            *score = product * query.scale;
+                        }
+                    }
+                } else {
+                    for (j, product) in products.into_iter().enumerate() {
+                        let r = (j / AT_ONCE) * part + i + j % AT_ONCE;
+                        scores[r] = scaled_score(query, first + r, product);
+                    }
                 }
             }
         }

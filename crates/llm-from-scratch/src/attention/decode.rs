@@ -50,13 +50,15 @@ mod tests {
     use llm_kernels::Target;
 
     /// The fast row against its plain twin: 1e-12 over runs of several lengths (stretches and the
-    /// keys left alone), windows, sinks, a row that sees no key, and a hidden key holding NaN.
+    /// keys left alone), windows, sinks, a row that sees no key, a hidden key holding NaN, and rows
+    /// that see every key (without a window, or with a wider one) or all but their future.
     #[test]
     fn the_fast_row_equals_the_naive_row() {
         let mut rng = SplitMix64::new(7);
         let d = 5;
         let mut random = |n: usize| (0..n).map(|_| rng.uniform(-2.0, 2.0)).collect::<Vec<f64>>();
-        let (k, mut v, q) = (random(40 * d), random(40 * d), random(d));
+        let (k, seen, q) = (random(40 * d), random(40 * d), random(d));
+        let mut v = seen.clone();
         v[..d].fill(f64::NAN); // position 0: outside every window below, so it must not reach an output
         let windows =
             [Some(SlidingWindow::Exclusive(30)), Some(SlidingWindow::Exclusive(7)), Some(SlidingWindow::Inclusive(20))];
@@ -68,13 +70,20 @@ mod tests {
             (21, windows[1], Some(-1.0), 80), // sees no key: all the mass on the sink, zeros
             (10, windows[1], None, 100),      // sees no key and has no sink: zeros
             (0, windows[2], Some(2.0), 30),
+            // no window: every key seen, or all but those in the query's future
+            (40, None, None, 45),
+            (13, None, Some(0.5), 39),
+            (24, None, None, 30),
+            (0, Some(SlidingWindow::Exclusive(64)), None, 45), // a window wider than the cache
         ] {
+            // where position 0 is seen, its values are finite
+            let window_keys = window.map(SlidingWindow::visible_keys);
+            let v = if window_keys.is_none_or(|w| position < w) { &seen } else { &v };
             let runs: Vec<Run<'_>> =
                 vec![(0, &k[..split * d], &v[..split * d]), (split, &k[split * d..], &v[split * d..])];
             let mut first = None;
             for target in Target::available() {
                 let scale = 1.0 / (d as f64).sqrt();
-                let window_keys = window.map(SlidingWindow::visible_keys);
                 let query = RowQuery { q: &q, position, window_keys, scale, sink, target };
                 let (mut fast, mut naive, mut scores) = (vec![0.0; d], vec![0.0; d], vec![0.0; 40]);
                 attend_row(&query, &runs, &mut scores, &mut fast).unwrap();
