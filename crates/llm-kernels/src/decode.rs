@@ -66,8 +66,11 @@ const ROWS_SIDE_BY_SIDE: usize = 4;
 const WIDE_ROWS_SIDE_BY_SIDE: usize = 8;
 
 /// The `G` dot products of [`dots`] in one loop. Lane `i` of a row's eight sums adds `aₖ·bₖ` for
-/// `k ≡ i (mod 8)` in order; then `((s₀+s₁)+(s₂+s₃))+((s₄+s₅)+(s₆+s₇))`, plus the products past
-/// the last whole eight. The lanes are the target's registers (one AVX-512 register, two AVX2
+/// `k ≡ i (mod 8)` in order, each in one fused multiply-add (rounded once: half the operations of
+/// a product and a sum, on the two ports every 512-bit operation shares; 48 queries over 4112
+/// keys took 6.2 ns a pair on one thread where the two took 7.4–7.8, `docs/performance.md`,
+/// "2026-12-06, fifth"); then `((s₀+s₁)+(s₂+s₃))+((s₄+s₅)+(s₆+s₇))`, plus the plain products
+/// past the last whole eight. The lanes are the target's registers (one AVX-512 register, two AVX2
 /// ones): left to itself, the compiler packed them into 128-bit registers two lanes apart, and
 /// the scores took longer than the values.
 #[inline(always)]
@@ -89,7 +92,7 @@ fn dots_side_by_side<I: Isa, const G: usize>(isa: I, a: &[f64], rows: [&[f64]; G
                 // SAFETY: at + WIDTH ≤ 8, the length of `x` and `y` (WIDTH divides 8).
                 #[allow(unsafe_code)]
                 let (x, y) = unsafe { (isa.load(x, at), isa.load(y, at)) };
-                lanes[v] = isa.add(lanes[v], isa.mul(x, y));
+                lanes[v] = isa.mul_add(x, y, lanes[v]);
             }
         }
     }
@@ -256,8 +259,9 @@ pub fn attend_rows(
     if scores.len() < needed {
         return Err(DecodeError::Scratch { needed, actual: scores.len() });
     }
-    // every target performs the same IEEE operations in the same order (the scores and sums use
-    // no fused multiply-add; the exponentials use the same fused ones everywhere): the same bits
+    // every target performs the same IEEE operations in the same order (the scores' and the
+    // weighted values' terms are fused multiply-adds on every target, as are the exponentials'):
+    // the same bits
     isa::run(first.target, AttendRows { queries, runs, keys, scores, out });
     Ok(())
 }
@@ -475,7 +479,8 @@ fn add_rows_skipping(skip: bool, weights: &[f64], values: &[f64], sums: &mut [f6
 const SUMS_AT_ONCE: usize = 64;
 
 /// `sums[e] += w_r · v_r[e]` for the rows `r` of `values` in order (`sums.len()` values a row),
-/// skipping zero weights with `SKIP_ZEROS`. The sums are taken [`SUMS_AT_ONCE`] at a time through
+/// each term one fused multiply-add (as [`dots_side_by_side`]'s), skipping zero weights with
+/// `SKIP_ZEROS` (a fused `0 · NaN` is NaN too). The sums are taken [`SUMS_AT_ONCE`] at a time through
 /// every row, in registers (those past the last whole [`SUMS_AT_ONCE`], through memory), rather
 /// than row by row through memory: each sum still adds its rows in order, so the bits are the
 /// same.
@@ -493,7 +498,7 @@ fn add_rows<const SKIP_ZEROS: bool>(weights: &[f64], values: &[f64], sums: &mut 
                 }
                 let Ok(v) = <&[f64; SUMS_AT_ONCE]>::try_from(&row[first..first + SUMS_AT_ONCE]) else { continue };
                 for i in 0..SUMS_AT_ONCE {
-                    held[i] += w * v[i];
+                    held[i] = w.mul_add(v[i], held[i]);
                 }
             }
             *sums = held;
@@ -503,7 +508,7 @@ fn add_rows<const SKIP_ZEROS: bool>(weights: &[f64], values: &[f64], sums: &mut 
                     continue;
                 }
                 for (o, x) in sums.iter_mut().zip(&row[first..first + width]) {
-                    *o += w * x;
+                    *o = w.mul_add(*x, *o);
                 }
             }
         }
@@ -533,14 +538,14 @@ mod tests {
         let whole = a.len() / 8 * 8;
         let mut l = [0.0; 8];
         for k in 0..whole {
-            l[k % 8] += a[k] * b[k];
+            l[k % 8] = a[k].mul_add(b[k], l[k % 8]);
         }
         let tail: f64 = a[whole..].iter().zip(&b[whole..]).map(|(x, y)| x * y).sum();
         ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail
     }
 
-    /// `out += Σ w v` in the stretches [`add_weighted_values`] documents, written as the loop it
-    /// replaced: every stretch's next row in turn, each row added into its stretch's partial; with
+    /// `out += Σ w v` in the stretches [`add_weighted_values`] documents, each term fused, written
+    /// as the loop it replaced: every stretch's next row in turn, each row added into its stretch's partial; with
     /// `skip`, rows of weight 0 left out.
     fn plain_weighted_values(runs: &[Run<'_>], weights: &[f64], out: &mut [f64], skip: bool) {
         let d = out.len();
@@ -556,7 +561,7 @@ mod tests {
                         continue;
                     }
                     for (o, x) in partial[s * d..][..d].iter_mut().zip(v) {
-                        *o += w * x;
+                        *o = w.mul_add(*x, *o);
                     }
                 }
             }
@@ -565,7 +570,7 @@ mod tests {
                     continue;
                 }
                 for (o, x) in out.iter_mut().zip(&values[r * d..][..d]) {
-                    *o += weights[at + r] * x;
+                    *o = weights[at + r].mul_add(*x, *o);
                 }
             }
             at += rows;
