@@ -5,7 +5,7 @@
 //! the middle of a line and every 64-byte load of it (one AVX-512 register) touches two lines.
 //! Where a kernel reads the same rows again and again from the first-level cache — the queries of
 //! a chat turn taking turns over a long cache's keys and values — those split loads cost a fifth
-//! of its time (`docs/performance.md`, "2026-12-07"). [`AlignedValues`] starts its first value on
+//! of its time (`docs/performance.md`, "2026-12-06, fifth"). [`AlignedValues`] starts its first value on
 //! a line, so rows whose width is a multiple of eight values all do.
 
 use std::collections::TryReserveError;
