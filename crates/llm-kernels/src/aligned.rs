@@ -1,12 +1,13 @@
 //! `f64` values stored from a cache-line boundary: a growable buffer for rows that a kernel reads
 //! many times over, such as the keys and values of a KV cache.
 //!
-//! The C allocator returns memory 16 bytes past a 64-byte line, so a row of 64 values starts in
-//! the middle of a line and every 64-byte load of it (one AVX-512 register) touches two lines.
-//! Where a kernel reads the same rows again and again from the first-level cache — the queries of
-//! a chat turn taking turns over a long cache's keys and values — those split loads cost a fifth
-//! of its time (`docs/performance.md`, "2026-12-06, fifth"). [`AlignedValues`] starts its first value on
-//! a line, so rows whose width is a multiple of eight values all do.
+//! glibc's allocator (x86-64 Linux) returns memory 16 bytes past a 64-byte line, so a row of 64
+//! values starts in the middle of a line and every 64-byte load of it (one AVX-512 register)
+//! touches two lines. Where a kernel reads the same rows again and again from the first-level
+//! cache — the queries of a chat turn taking turns over a long cache's keys and values — those
+//! split loads cost a fifth of its time (`docs/performance.md`, "2026-12-06, fifth").
+//! [`AlignedValues`] starts its first value on a line, so rows whose width is a multiple of eight
+//! values all do.
 
 use std::collections::TryReserveError;
 use std::fmt;
