@@ -280,7 +280,8 @@ mod tests {
 
     /// Every run the decoding kernel reads starts on a cache line, so every row of a head of a
     /// multiple of eight values does: after a prefill, after steps, in a ring that has wrapped and
-    /// in a clone. (The kernel's results do not depend on it; its speed does.)
+    /// in a clone, which keeps every lane's reservation. (The kernel's results do not depend on
+    /// it; its speed does.)
     #[test]
     fn every_lane_and_so_every_row_of_a_head_of_eight_values_starts_on_a_cache_line() {
         let mut rng = SplitMix64::new(5);
@@ -292,7 +293,12 @@ mod tests {
             for t in [5, 1, 1, 3] {
                 let x: Vec<f64> = (0..2 * t * 16).map(|_| rng.uniform(-1.0, 1.0)).collect();
                 layer.forward_cached(&constant(&[2, t, 16], &x).unwrap(), &mut cache).unwrap();
-                for cache in [&cache, &cache.clone()] {
+                // a clone keeps every lane's reservation (the next append does not reallocate)
+                let copy = cache.clone();
+                for (lane, copied) in cache.keys.iter().chain(&cache.values).zip(copy.keys.iter().chain(&copy.values)) {
+                    assert_eq!(copied.capacity(), lane.capacity(), "d_h = {head_width}: a clone's lane");
+                }
+                for cache in [&cache, &copy] {
                     for lane in 0..4 {
                         for (_, keys, values) in cache.lane_runs(lane) {
                             for rows in [keys, values] {
