@@ -16,10 +16,11 @@
 //! cannot run is a usage error.
 //!
 //! At start-up the binary calls [`llm_from_scratch::kernels::allocator::keep_freed_memory`], so that
-//! glibc reuses freed buffers instead of returning them to the system between runs; set
-//! `LLM_BENCH_MALLOC=default` to measure with the allocator's defaults. `real-decode` instead
-//! calls `return_freed_memory` (the same module): it reports the resident memory of a generating
-//! process.
+//! glibc reuses freed buffers instead of returning them to the system between runs, and its
+//! global allocator, [`KeepLargeBuffers`], keeps the few buffers above glibc's reach (a prefill's
+//! logits) for the next run; set `LLM_BENCH_MALLOC=default` to measure with the allocator's
+//! defaults. `real-decode` instead calls `return_freed_memory` (the same module): it reports the
+//! resident memory of a generating process.
 //!
 //! Exit codes: 0 on success, 1 when a workload fails (a library error or
 //! a wrong result) or standard output cannot be written, 2 for a usage error (with what was wrong
@@ -36,6 +37,7 @@ use clap::CommandFactory;
 use clap::error::ErrorKind;
 use demo_support::cli::{self, Failure, RunArgs};
 use llm_from_scratch::gguf::{MODEL_ENV, model_path_from_env};
+use llm_from_scratch::kernels::allocator::KeepLargeBuffers;
 use llm_from_scratch::kernels::gemm::micro_kernel_name;
 use llm_from_scratch::kernels::target::{self, Target};
 use workloads::{Outcome, Workload};
@@ -88,6 +90,11 @@ fn cpu_model() -> String {
     let model = cpuinfo.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':'));
     model.map_or_else(|| std::env::consts::ARCH.to_string(), |(_, name)| name.trim().replace('"', "'"))
 }
+
+/// The system's allocator, keeping a few freed buffers of 32 MiB and more while
+/// `keep_freed_memory` is in effect (see the module docs).
+#[global_allocator]
+static ALLOCATOR: KeepLargeBuffers = KeepLargeBuffers;
 
 fn main() -> ExitCode {
     cli::finish(measure_and_print(std::env::args_os()))

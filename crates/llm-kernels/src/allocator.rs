@@ -28,6 +28,18 @@
 //! next step.
 //! It changes no result, only where memory comes from; it is process-wide, so it is left to the
 //! program (the `llm-bench` binary calls it) rather than done behind a library user's back.
+//!
+//! Buffers larger than glibc's largest threshold (32 MiB) are mapped on their own whatever the
+//! settings, and unmapped when freed: a prefill's logits (100 MB for 256 tokens of SmolLM2) come
+//! back as fresh pages every time, which Linux zeroes on their first write. In a virtual machine
+//! whose host takes back the pages a guest frees (a balloon device that reports free pages), that
+//! first write can also wait for the host to back the page again. A program that installs
+//! [`KeepLargeBuffers`] as its global allocator keeps a few such buffers while
+//! [`keep_freed_memory`] is in effect and hands each back to the next request of its size.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// glibc's largest mmap threshold: 4 MiB × the size of a `long` on 64-bit systems (32 MiB), 512
 /// KiB on 32-bit ones (half its heap size).
@@ -43,7 +55,11 @@ const LARGEST_MMAP_THRESHOLD: i32 = if cfg!(target_pointer_width = "64") { 32 <<
 /// threads' heaps, whose free room no trim reaches (each is at most 64 MiB). Memory never written
 /// costs no resident pages, but the heaps and the main heap's padding are writable address space,
 /// which a system that refuses to overcommit counts against its limit.
+///
+/// Where the program's global allocator is [`KeepLargeBuffers`], that allocator keeps freed
+/// buffers of [`LARGE_BUFFER`] bytes and more from now on (on every system).
 pub fn keep_freed_memory() -> bool {
+    KEEP_LARGE.store(true, Ordering::Relaxed);
     set_thresholds(LARGEST_MMAP_THRESHOLD, 512 << 20, 64 << 20)
 }
 
@@ -53,7 +69,11 @@ pub fn keep_freed_memory() -> bool {
 /// values, pinned, so that a few large freed buffers (a prefill's activations) do not raise the
 /// threshold and stay resident (and so that it undoes [`keep_freed_memory`]). Returns `true`
 /// where it took effect (glibc on Linux).
+///
+/// [`KeepLargeBuffers`] stops keeping buffers and returns those it holds.
 pub fn return_freed_memory() -> bool {
+    KEEP_LARGE.store(false, Ordering::Relaxed);
+    KeepLargeBuffers::release_all();
     set_thresholds(128 << 10, 128 << 10, 128 << 10)
 }
 
@@ -135,6 +155,144 @@ pub(crate) fn unfilled(len: usize) -> Vec<f64> {
     let mut out = Vec::with_capacity(len);
     advise_huge_pages(&mut out.spare_capacity_mut()[..len]);
     out
+}
+
+/// The smallest buffer [`KeepLargeBuffers`] keeps: glibc's largest mapping threshold
+/// ([`HUGE_PAGE_BUFFER`], 32 MiB), above which no setting keeps freed memory.
+pub const LARGE_BUFFER: usize = HUGE_PAGE_BUFFER;
+
+/// The most freed buffers [`KeepLargeBuffers`] holds at once.
+pub const KEPT_BUFFERS: usize = 4;
+
+/// Whether [`KeepLargeBuffers`] keeps what is freed: set by [`keep_freed_memory`], cleared by
+/// [`return_freed_memory`].
+static KEEP_LARGE: AtomicBool = AtomicBool::new(false);
+
+/// One freed buffer held for reuse: its address (its provenance exposed) and its layout.
+#[derive(Clone, Copy, Debug)]
+struct Kept {
+    address: usize,
+    layout: Layout,
+}
+
+/// The buffers [`KeepLargeBuffers`] holds. Taken with `try_lock` only: an allocation never waits
+/// for another thread's, it goes to the system instead.
+static KEPT: Mutex<[Option<Kept>; KEPT_BUFFERS]> = Mutex::new([None; KEPT_BUFFERS]);
+
+/// A global allocator for programs: the system's, except that while [`keep_freed_memory`] is in
+/// effect it keeps up to [`KEPT_BUFFERS`] freed buffers of at least [`LARGE_BUFFER`] bytes,
+/// and hands each back to the next request of exactly its size and alignment instead of asking
+/// the system for fresh pages (zeroed again where the request asks for zeros). A program installs
+/// it with
+///
+/// ```
+/// #[global_allocator]
+/// static ALLOCATOR: llm_kernels::allocator::KeepLargeBuffers = llm_kernels::allocator::KeepLargeBuffers;
+///
+/// llm_kernels::allocator::keep_freed_memory();
+/// let logits = vec![1.0f64; 5 << 20]; // 40 MiB
+/// let first = logits.as_ptr();
+/// drop(logits);
+/// let again: Vec<f64> = Vec::with_capacity(5 << 20);
+/// assert_eq!(again.as_ptr(), first); // the same pages, already backed
+/// ```
+///
+/// Of the workloads, a prefill is what it serves: its logits are the one buffer above 32 MiB, and
+/// a second prompt's logits take the first's pages (`docs/performance.md` has the timings). The
+/// `llm-bench` binary installs it. What it keeps stays resident (at most four buffers, whatever
+/// their size), so it is a program's choice, like [`keep_freed_memory`];
+/// [`return_freed_memory`] gives the buffers back. Reallocations go to the system unchanged.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepLargeBuffers;
+
+impl KeepLargeBuffers {
+    /// A kept buffer of exactly `layout`, if one is held and the list is free to look at.
+    fn take(layout: Layout) -> Option<*mut u8> {
+        if layout.size() < LARGE_BUFFER || !KEEP_LARGE.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut kept = KEPT.try_lock().ok()?;
+        let slot = kept.iter_mut().find(|slot| slot.is_some_and(|k| k.layout == layout))?;
+        slot.take().map(|k| std::ptr::with_exposed_provenance_mut(k.address))
+    }
+
+    /// Holds `ptr` (a buffer of `layout` from the system) for reuse; `false` where it is not
+    /// kept: too small, keeping off, every slot taken, or the list busy.
+    fn keep(ptr: *mut u8, layout: Layout) -> bool {
+        if layout.size() < LARGE_BUFFER || !KEEP_LARGE.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(mut kept) = KEPT.try_lock() else {
+            return false;
+        };
+        let Some(slot) = kept.iter_mut().find(|slot| slot.is_none()) else {
+            return false;
+        };
+        *slot = Some(Kept { address: ptr.expose_provenance(), layout });
+        true
+    }
+
+    /// Returns every kept buffer to the system.
+    fn release_all() {
+        // emptied under the lock, returned after it (the system's `free` takes its own locks)
+        let taken = match KEPT.lock() {
+            Ok(mut kept) => std::mem::replace(&mut *kept, [None; KEPT_BUFFERS]),
+            Err(_) => return, // never: nothing panics while holding the list
+        };
+        for k in taken.into_iter().flatten() {
+            // SAFETY: a kept buffer came from the system allocator with `k.layout` and was freed
+            // by its owner; taken out of the list, no one else can hand it out.
+            #[allow(unsafe_code)]
+            unsafe {
+                System.dealloc(std::ptr::with_exposed_provenance_mut(k.address), k.layout);
+            }
+        }
+    }
+
+    /// The bytes of the buffers held now (for tests and diagnostics; 0 where the list is busy).
+    pub fn kept_bytes() -> usize {
+        KEPT.try_lock().map_or(0, |kept| kept.iter().flatten().map(|k| k.layout.size()).sum())
+    }
+}
+
+// SAFETY: every buffer handed out comes from the system allocator with the requested layout:
+// freshly, or kept after its owner freed it (then it is in no one else's hands: it is out of the
+// list before it is returned). A kept buffer is handed out once, to a request of exactly its size
+// and alignment, so its `dealloc` and `realloc` reach the system with the layout it was made
+// with. A zeroed request that reuses a buffer zeroes it.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for KeepLargeBuffers {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        match Self::take(layout) {
+            Some(ptr) => ptr,
+            // SAFETY: the caller's promises about `layout` hold for this call too.
+            None => unsafe { System.alloc(layout) },
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        match Self::take(layout) {
+            Some(ptr) => {
+                // SAFETY: the kept buffer holds `layout.size()` writable bytes and is ours alone.
+                unsafe { ptr.write_bytes(0, layout.size()) };
+                ptr
+            }
+            // SAFETY: as for `alloc`.
+            None => unsafe { System.alloc_zeroed(layout) },
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` came from the system allocator with `layout` (see above).
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if !Self::keep(ptr, layout) {
+            // SAFETY: as for `realloc`.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+    }
 }
 
 /// The system allocator, counting the bytes every thread requests: for tests that measure what a
