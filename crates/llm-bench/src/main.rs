@@ -92,7 +92,7 @@ fn cpu_model() -> String {
 }
 
 /// The system's allocator, keeping a few freed buffers of 32 MiB and more while
-/// `keep_freed_memory` is in effect (see the module docs).
+/// `keep_freed_memory` is in effect ([`KeepLargeBuffers`]).
 #[global_allocator]
 static ALLOCATOR: KeepLargeBuffers = KeepLargeBuffers;
 

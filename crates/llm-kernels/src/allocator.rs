@@ -1,6 +1,7 @@
-//! One process setting that matters for speed — when the C allocator gives memory back — a hint
-//! for the largest fresh outputs (huge pages, [`advise_huge_pages`]), and a counting allocator for
-//! the tests that measure what a call allocates.
+//! One process setting that matters for speed — when the C allocator gives memory back — a global
+//! allocator that keeps a program's largest freed buffers ([`KeepLargeBuffers`]), a hint for the
+//! largest fresh outputs (huge pages, [`advise_huge_pages`]), and a counting allocator for the
+//! tests that measure what a call allocates.
 //!
 //! It belongs to the benchmarks (`crates/llm-bench`, `docs/performance.md`) and to programs that
 //! train with the teaching crate: of the chapters, only chapter 37's binary calls it (800 training
@@ -157,8 +158,8 @@ pub(crate) fn unfilled(len: usize) -> Vec<f64> {
     out
 }
 
-/// The smallest buffer [`KeepLargeBuffers`] keeps: glibc's largest mapping threshold
-/// ([`HUGE_PAGE_BUFFER`], 32 MiB), above which no setting keeps freed memory.
+/// The smallest buffer [`KeepLargeBuffers`] keeps, 32 MiB ([`HUGE_PAGE_BUFFER`]): on 64-bit
+/// systems glibc's largest mapping threshold, above which no setting of it keeps freed memory.
 pub const LARGE_BUFFER: usize = HUGE_PAGE_BUFFER;
 
 /// The most freed buffers [`KeepLargeBuffers`] holds at once.
@@ -175,8 +176,9 @@ struct Kept {
     layout: Layout,
 }
 
-/// The buffers [`KeepLargeBuffers`] holds. Taken with `try_lock` only: an allocation never waits
-/// for another thread's, it goes to the system instead.
+/// The buffers [`KeepLargeBuffers`] holds. An allocation or a free takes it with `try_lock` only:
+/// it never waits for another thread's, it goes to the system instead (only
+/// [`return_freed_memory`] waits for it).
 static KEPT: Mutex<[Option<Kept>; KEPT_BUFFERS]> = Mutex::new([None; KEPT_BUFFERS]);
 
 /// A global allocator for programs: the system's, except that while [`keep_freed_memory`] is in
@@ -197,11 +199,15 @@ static KEPT: Mutex<[Option<Kept>; KEPT_BUFFERS]> = Mutex::new([None; KEPT_BUFFER
 /// assert_eq!(again.as_ptr(), first); // the same pages, already backed
 /// ```
 ///
-/// Of the workloads, a prefill is what it serves: its logits are the one buffer above 32 MiB, and
-/// a second prompt's logits take the first's pages (`docs/performance.md` has the timings). The
-/// `llm-bench` binary installs it. What it keeps stays resident (at most four buffers, whatever
-/// their size), so it is a program's choice, like [`keep_freed_memory`];
-/// [`return_freed_memory`] gives the buffers back. Reallocations go to the system unchanged.
+/// Of the workloads, it serves those whose outputs pass 32 MiB: a prefill's logits (a second
+/// prompt's take the first's pages), the 1 GiB scores and weights of explicit attention over
+/// 4096 positions (`docs/performance.md` has the timings). The `llm-bench` binary installs it.
+/// What it keeps stays resident until a request of its layout takes it or
+/// [`return_freed_memory`] gives it back: at most four buffers, whatever their size; with four
+/// held, a freed buffer goes to the system. So it is a program's choice, like
+/// [`keep_freed_memory`]. A buffer keeps the pages it had: one that was asked to be on huge pages
+/// ([`advise_huge_pages`]) may serve a request that was not. Reallocations go to the system
+/// unchanged.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct KeepLargeBuffers;
 
@@ -225,6 +231,11 @@ impl KeepLargeBuffers {
         let Ok(mut kept) = KEPT.try_lock() else {
             return false;
         };
+        // read again under the lock: a `return_freed_memory` that emptied the list before this
+        // free took it has turned keeping off, and a buffer stored now would never be taken
+        if !KEEP_LARGE.load(Ordering::Relaxed) {
+            return false;
+        }
         let Some(slot) = kept.iter_mut().find(|slot| slot.is_none()) else {
             return false;
         };
