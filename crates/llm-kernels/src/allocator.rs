@@ -212,9 +212,14 @@ static KEPT: Mutex<[Option<Kept>; KEPT_BUFFERS]> = Mutex::new([None; KEPT_BUFFER
 pub struct KeepLargeBuffers;
 
 impl KeepLargeBuffers {
+    /// Whether a buffer of `layout` is one to keep (and to look for among those kept) now.
+    fn keeps(layout: Layout) -> bool {
+        layout.size() >= LARGE_BUFFER && KEEP_LARGE.load(Ordering::Relaxed)
+    }
+
     /// A kept buffer of exactly `layout`, if one is held and the list is free to look at.
     fn take(layout: Layout) -> Option<*mut u8> {
-        if layout.size() < LARGE_BUFFER || !KEEP_LARGE.load(Ordering::Relaxed) {
+        if !Self::keeps(layout) {
             return None;
         }
         let mut kept = KEPT.try_lock().ok()?;
@@ -225,15 +230,15 @@ impl KeepLargeBuffers {
     /// Holds `ptr` (a buffer of `layout` from the system) for reuse; `false` where it is not
     /// kept: too small, keeping off, every slot taken, or the list busy.
     fn keep(ptr: *mut u8, layout: Layout) -> bool {
-        if layout.size() < LARGE_BUFFER || !KEEP_LARGE.load(Ordering::Relaxed) {
+        if !Self::keeps(layout) {
             return false;
         }
         let Ok(mut kept) = KEPT.try_lock() else {
             return false;
         };
-        // read again under the lock: a `return_freed_memory` that emptied the list before this
+        // asked again under the lock: a `return_freed_memory` that emptied the list before this
         // free took it has turned keeping off, and a buffer stored now would never be taken
-        if !KEEP_LARGE.load(Ordering::Relaxed) {
+        if !Self::keeps(layout) {
             return false;
         }
         let Some(slot) = kept.iter_mut().find(|slot| slot.is_none()) else {

@@ -19,6 +19,14 @@ fn filled(len: usize, value: f64) -> Vec<f64> {
     vec![value; len]
 }
 
+/// Where a large buffer written with `value` was, once it is freed (kept, where keeping is on).
+fn freed_large(value: f64) -> *const f64 {
+    let buffer = filled(LARGE, value);
+    let at = buffer.as_ptr();
+    drop(buffer);
+    at
+}
+
 /// Takes this test's turn, starting from an empty list with keeping on (whatever a failed test
 /// before it left).
 fn turn() -> std::sync::MutexGuard<'static, ()> {
@@ -31,9 +39,7 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
 #[test]
 fn a_freed_large_buffer_serves_the_next_request_of_its_size() {
     let _turn = turn();
-    let first = filled(LARGE, 1.5);
-    let at = first.as_ptr();
-    drop(first);
+    let at = freed_large(1.5);
     assert_eq!(KeepLargeBuffers::kept_bytes(), LARGE * 8);
     // another size, or the same size with another alignment, leaves it where it is
     let other: Vec<f64> = Vec::with_capacity(LARGE + 1);
@@ -62,9 +68,7 @@ fn a_freed_large_buffer_serves_the_next_request_of_its_size() {
 #[test]
 fn a_reused_buffer_asked_for_zeros_is_zeroed() {
     let _turn = turn();
-    let first = filled(LARGE, 7.0);
-    let at = first.as_ptr();
-    drop(first);
+    let at = freed_large(7.0);
     // `vec![0.0; n]` asks the allocator for zeroed memory
     let zeros = filled(LARGE, 0.0);
     assert_eq!(zeros.as_ptr(), at);
