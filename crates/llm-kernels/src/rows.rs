@@ -8,7 +8,7 @@
 //! [`RowOut`], whose only methods write every value of the row and hand back the [`Written`]
 //! receipt that the caller must return for that row; only after every row's receipt does the
 //! block give its own ([`BlockWritten`]). A kernel compiled for one instruction set can so take a
-//! whole block in one call.
+//! whole block in one call. The bands of [`crate::bands`] hand their rows on as `RowOut`s too.
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
@@ -84,6 +84,20 @@ pub trait FillRow {
 }
 
 impl<'a> RowOut<'a> {
+    /// A row of storage not yet written (a [`crate::bands::Band`]'s row).
+    pub(crate) fn new(values: &'a mut [MaybeUninit<f64>]) -> Self {
+        Self(values)
+    }
+
+    /// Writes `value(p)` to each position `p` of the row, in order.
+    #[inline(always)]
+    pub fn write_with(self, mut value: impl FnMut(usize) -> f64) -> Written<'a> {
+        for (p, x) in self.0.iter_mut().enumerate() {
+            x.write(value(p));
+        }
+        Written(PhantomData)
+    }
+
     /// The row's width.
     pub fn len(&self) -> usize {
         self.0.len()

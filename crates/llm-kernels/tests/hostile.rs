@@ -40,8 +40,8 @@ fn strides_whose_products_wrap_read_nothing_out_of_bounds() {
         kernel.query_gradients(QueryGradients { dq: &mut dq, lane: operands(huge, d), dims, b: 0, i0: 0, vis });
         let (mut dk, mut dv) = (vec![0.0; t * d], vec![0.0; t * d]);
         let heads = [operands(d, huge)];
-        let dv = Band::whole(&mut dv, d);
-        kernel.key_value_gradients(KeyValueGradients { dk: &mut dk, dv, heads: &heads, dims, b: 0, j0: 0, vis });
+        let (dk, dv) = (Band::whole(&mut dk, d), Band::whole(&mut dv, d));
+        kernel.key_value_gradients(KeyValueGradients { dk, dv, heads: &heads, dims, b: 0, j0: 0, vis });
     }
 }
 

@@ -49,9 +49,9 @@ pub struct QueryGradients<'a> {
 /// `dK`, `dV` of one (batch, kv head) lane's key block: rows `j0..j0 + dk.len() / d`.
 #[derive(Debug)]
 pub struct KeyValueGradients<'a> {
-    /// The block's `[n, d]` rows of `dK`, written whole.
-    pub dk: &'a mut [f64],
-    /// The block's rows of `dV` (`d` columns), written whole.
+    /// The block's `[n, d]` rows of `dK`, not yet written: the kernel writes each whole.
+    pub dk: Band<'a>,
+    /// The block's rows of `dV` (`d` columns), not yet written: the kernel writes each whole.
     pub dv: Band<'a>,
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
@@ -71,9 +71,9 @@ pub struct KeyValueGradients<'a> {
 pub struct LaneGradients<'a> {
     /// `dQ` of the group's query heads, zeroed by the caller.
     pub dq: &'a mut [f64],
-    /// `dK` of the lane, written whole.
-    pub dk: &'a mut [f64],
-    /// `dV` of the lane (`T_k` rows of `d` columns), written whole.
+    /// `dK` of the lane (`T_k` rows of `d` columns), not yet written: the kernel writes each whole.
+    pub dk: Band<'a>,
+    /// `dV` of the lane (`T_k` rows of `d` columns), not yet written: the kernel writes each whole.
     pub dv: Band<'a>,
     /// The query heads that read this kv head, in order (their `k`, `v` are this lane's).
     pub heads: &'a [Operands<'a>],
@@ -120,19 +120,15 @@ fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
     }
 }
 
-/// [`transpose_out`] into rows `first..first + count` of a band, unscaled.
-fn transpose_out_band(band: &mut Band<'_>, first: usize, count: usize, lanes: &[Lanes]) {
+/// [`transpose_out`] into the next `count` rows of a band: `scale · lanes[p].0[r]` (for a scale
+/// of 1, the lane's value itself, every bit).
+fn transpose_out_band(band: &mut Band<'_>, count: usize, lanes: &[Lanes], scale: f64) {
     if band.stride() != band.width() {
-        // rows apart: ask for all of them first, so that the stores' loads overlap
-        for r in 0..count {
-            let row = band.row_mut(first + r);
-            crate::fetch::fetch_bytes(row.as_ptr(), std::mem::size_of_val(row));
-        }
+        // rows apart: ask for all of them first, so that their stores overlap
+        band.fetch_next_rows(count);
     }
     for r in 0..count {
-        for (x, lane) in band.row_mut(first + r).iter_mut().zip(lanes) {
-            *x = lane.0[r];
-        }
+        band.write_row(|row| row.write_with(|p| scale * lanes[p].0[r]));
     }
 }
 
@@ -201,9 +197,9 @@ pub(super) fn query_gradients<I: Isa>(isa: I, task: QueryGradients<'_>, s: &mut 
 /// Pass 2 (see the module docs).
 #[inline(always)]
 pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s: &mut Scratch) {
-    let KeyValueGradients { dk, mut dv, heads, dims, b, j0, vis } = task;
+    let KeyValueGradients { mut dk, mut dv, heads, dims, b, j0, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
-    let n = dk.len() / d;
+    let n = dk.rows();
     let strips = n.div_ceil(STRIP);
     let scale = dims.scale();
     let Some(lane) = heads.first() else {
@@ -249,17 +245,17 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
             }
         }
     }
-    for (strip, dk_rows) in dk.chunks_mut(STRIP * d).enumerate() {
-        transpose_out(dk_rows, &s.grad_a[strip * d..(strip + 1) * d], scale);
-        let count = STRIP.min(n - strip * STRIP);
-        transpose_out_band(&mut dv, strip * STRIP, count, &s.grad_b[strip * d..(strip + 1) * d]);
+    for strip in 0..strips {
+        let (count, lanes) = (STRIP.min(n - strip * STRIP), strip * d..(strip + 1) * d);
+        transpose_out_band(&mut dk, count, &s.grad_a[lanes.clone()], scale);
+        transpose_out_band(&mut dv, count, &s.grad_b[lanes], 1.0);
     }
 }
 
 /// The one-pass backward of a kv lane (see the module docs).
 #[inline(always)]
 pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Scratch) {
-    let LaneGradients { dq, dk, mut dv, heads, dims, b, vis } = task;
+    let LaneGradients { dq, mut dk, mut dv, heads, dims, b, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
     let Some(lane) = heads.first() else {
         return;
@@ -335,8 +331,9 @@ pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Sc
                 row_products(isa, dq_rows, &s.dweights[..rows], &s.key_rows, width);
             }
         }
-        transpose_out(&mut dk[k0 * d..k1 * d], &s.grad_a, scale);
-        transpose_out_band(&mut dv, k0, k1 - k0, &s.grad_b);
+        // strips in order: the bands' next rows are k0..k1
+        transpose_out_band(&mut dk, k1 - k0, &s.grad_a, scale);
+        transpose_out_band(&mut dv, k1 - k0, &s.grad_b, 1.0);
     }
     if width == d {
         sums.iter_mut().for_each(|x| *x *= scale);

@@ -200,7 +200,7 @@ struct Scratch {
 /// values into heads and merge the outputs back.
 #[derive(Debug)]
 pub struct QueryBlock<'a> {
-    /// The block's output rows, `d` values each.
+    /// The block's output rows, `d` values each, not yet written: the kernel writes each whole.
     pub out: Band<'a>,
     /// `[n]` `log Σ eˢ` per row (−∞ where no key was visible), where a backward needs them.
     pub lse: Option<&'a mut [f64]>,
@@ -283,14 +283,14 @@ fn run<I: Isa>(isa: I, task: QueryBlock<'_>, s: &mut Scratch) {
         let rows = STRIP.min(n - strip * STRIP);
         for c in 0..rows {
             let (r, sum, max) = (strip * STRIP + c, s.sum[strip].0[c], s.max[strip].0[c]);
-            let row = out.row_mut(r);
-            if sum == 0.0 {
-                row.fill(0.0); // no visible key: zeros, as in the explicit path
-            } else {
-                for (o, lanes) in row.iter_mut().zip(ot) {
-                    *o = lanes.0[c] / sum;
+            // rows in order, r = 0..n: the band's next row is row r
+            out.write_row(|row| {
+                if sum == 0.0 {
+                    row.write_with(|_| 0.0) // no visible key: zeros, as in the explicit path
+                } else {
+                    row.write_with(|p| ot[p].0[c] / sum)
                 }
-            }
+            });
             if let Some(lse) = lse.as_deref_mut() {
                 lse[r] = if sum == 0.0 { f64::NEG_INFINITY } else { max + sum.ln() };
             }

@@ -223,10 +223,13 @@ pub(super) fn backward(
         }
         return Ok(grads);
     }
-    if matches!(path, TiledPath::Plain) || !operands_finite || !g.all_finite() {
+    if matches!(path, TiledPath::Plain) || !operands_finite {
         return Ok(plain_backward(dims, vis, saved, g));
     }
     let delta = row_constants(g.as_slice(), o.as_slice(), dims.d);
+    if !upstream_finite(&delta) {
+        return Ok(plain_backward(dims, vis, saved, g));
+    }
     let (q_all, k_all, v_all, g_all) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let (v_stride, g_stride) = (dims.d, dims.d);
     let all = Operands { q: q_all, k: k_all, v: v_all, g: g_all, lse, delta: &delta, v_stride, g_stride };
@@ -247,6 +250,15 @@ pub(super) fn backward(
         grads.push(Some(Tensor::new(&[dims.h], sink_gradients(dims, lse, &delta, s))?));
     }
     Ok(grads)
+}
+
+/// Whether the upstream gradient `dO` is finite, read from its row constants `D_i = dO_i · O_i`
+/// ([`row_constants`]), which read every value of it: a NaN or ±∞ in a row of `dO` makes that
+/// row's `D_i` NaN or ±∞ (`±∞ · x` is ±∞ or NaN for every `x`, and no later term makes a sum
+/// finite again), so where every `D_i` is finite, so is `dO`, and no pass of its own checks it.
+/// (The converse fails only where `D_i` overflows; such rows take the plain loop too.)
+pub(super) fn upstream_finite(delta: &[f64]) -> bool {
+    crate::tensor::dense::all_finite(delta)
 }
 
 /// `D_i = dO_i · O_i`, the softmax adjoint's row constant, for every row of `d` values, in the
@@ -278,7 +290,7 @@ impl Backward<'_> {
         kv_lanes.zip(groups).for_each(|((kv_lane, (dk, dv)), dq)| {
             let heads = self.group_heads(kv_lane);
             let b = kv_lane / dims.g;
-            let dv = Band::whole(dv, dims.d);
+            let (dk, dv) = (Band::whole(dk, dims.d), Band::whole(dv, dims.d));
             kernel.lane_gradients(strips::LaneGradients { dq, dk, dv, heads: &heads, dims, b, vis });
         });
     }
@@ -299,7 +311,7 @@ impl Backward<'_> {
         kv_lanes.for_each(|(kv_lane, (dk, dv))| {
             let (heads, b) = (self.group_heads(kv_lane), kv_lane / g_n);
             dk.par_chunks_mut(block * d).zip(dv.par_chunks_mut(block * d)).enumerate().for_each(|(kb, (dk, dv))| {
-                let dv = Band::whole(dv, d);
+                let (dk, dv) = (Band::whole(dk, d), Band::whole(dv, d));
                 let task = strips::KeyValueGradients { dk, dv, heads: &heads, dims, b, j0: kb * block, vis };
                 kernel.key_value_gradients(task);
             });

@@ -14,13 +14,17 @@
 //! The tasks are the split path's: one per (batch, head) lane and block of queries forward, one
 //! per (batch, kv head) lane backward. A lane's output rows, and its rows of `dV`, are one band
 //! of `d` columns in rows shared with the other heads ([`llm_kernels::bands`]), so tasks on
-//! different threads write side by side in the same rows. Where a lane holds NaN or ±∞, where the
-//! backward runs as two passes (fewer than 8 kv lanes), or on the block and plain paths, the call
-//! copies into heads, runs the split path's code and copies back: the same bits, with the copies.
+//! different threads write side by side in the same rows. The kernel writes every row of the
+//! output, and of `dK` and `dV`, whole, so they are not filled with zeros first
+//! ([`llm_kernels::bands::Unfilled`]); only `dQ`, which adds up, starts from zeros. And since
+//! `D_i = dO_i · O_i` reads all of `dO`, its finiteness is read off the `D_i` rather than a pass
+//! of its own. Where a lane holds NaN or ±∞, where the backward runs as two passes (fewer than 8
+//! kv lanes), or on the block and plain paths, the call copies into heads, runs the split path's
+//! code and copies back: the same bits, with the copies.
 
 use rayon::prelude::*;
 
-use super::backward::{FUSED_BACKWARD_LANES, Saved, backward, row_constants, sink_gradients};
+use super::backward::{FUSED_BACKWARD_LANES, Saved, backward, row_constants, sink_gradients, upstream_finite};
 use super::operation::{Call, Forward};
 use super::path::TiledPath;
 use super::shapes::{Dims, check_merged};
@@ -29,7 +33,7 @@ use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
 use crate::error::TensorAutodiffError;
 use crate::tensor::Tensor;
-use llm_kernels::bands::{Band, column_bands};
+use llm_kernels::bands::{Band, Unfilled};
 use llm_kernels::strips::{LaneGradients, Operands, QueryBlock, StripKernel, TASK_BLOCKS};
 
 /// [`tiled_attention`](super::tiled_attention) with values `v [B, T_k, G·d]` and output
@@ -143,7 +147,7 @@ fn poisoned_lanes(dims: Dims, k: &Tensor, v: &Tensor) -> Vec<bool> {
 
 /// The forward with the values read and the output written in place: the split path's strip
 /// tasks, one per (batch, head) lane and block of queries, each writing its head's band of the
-/// output rows ([`column_bands`]).
+/// output rows (column bands of [`Unfilled`] storage).
 fn merged_forward(
     (dims, vis): (Dims, &Visibility),
     (q, k, v, sinks): (&Tensor, &Tensor, &Tensor, Option<&Tensor>),
@@ -152,14 +156,14 @@ fn merged_forward(
 ) -> (Vec<f64>, Vec<f64>) {
     let Dims { b, h, g, t_q, t_k, d, .. } = dims;
     let rows = TASK_BLOCKS * dims.block;
-    let mut out = crate::tensor::dense::zeros(b * t_q * h * d);
     let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
-    if out.is_empty() {
-        return (out, lse); // no query rows
+    if b * t_q * h * d == 0 {
+        return (Vec::new(), lse); // no query rows
     }
+    // no zeros first: the kernel writes every output row
+    let mut out = Unfilled::new(b * t_q * h * d);
     // each head's band of the output, cut into batch rows: the lanes, in the order (b, h)
-    let mut bands: Vec<_> =
-        column_bands(&mut out, h * d, d).into_iter().map(|band| band.chunks(t_q).into_iter()).collect();
+    let mut bands: Vec<_> = out.column_bands(h * d, d).into_iter().map(|band| band.chunks(t_q).into_iter()).collect();
     let mut lse_lanes = lse.chunks_mut(t_q);
     let mut tasks = Vec::with_capacity(b * h * t_q.div_ceil(rows));
     for bi in 0..b {
@@ -190,7 +194,8 @@ fn merged_forward(
         };
         kernel.forward_block(task);
     });
-    (out, lse)
+    drop(bands); // every band was handed to a task: the finished tasks counted their rows
+    (out.finish(), lse)
 }
 
 /// The gradients `[dq, dk, dv]` (and `d sinks`) with `dO` read and `dV` written in place where
@@ -209,15 +214,19 @@ fn merged_backward(
             if b * g_n >= FUSED_BACKWARD_LANES
                 && saved.operands_finite
                 && !saved.q.is_empty()
-                && !saved.k.is_empty()
-                && g.all_finite() =>
+                && !saved.k.is_empty() =>
         {
             Some(kernel)
         }
         _ => None,
     };
     if let Some(kernel) = in_place {
-        return merged_strips_backward(dims, vis, saved, g, kernel);
+        // D_i row by row in memory, [B, T_q, H]; all finite where dO is (else through heads, whose
+        // backward finds the same and runs the plain loop)
+        let delta = row_constants(g.as_slice(), saved.o.as_slice(), d);
+        if upstream_finite(&delta) {
+            return merged_strips_backward(dims, vis, saved, (g, &delta), kernel);
+        }
     }
     let heads = |x: &Tensor, shape: [usize; 4]| {
         Tensor::new(&[shape[0], shape[2], shape[1], shape[3]], swap_axes(x.as_slice(), shape))
@@ -233,29 +242,32 @@ fn merged_backward(
 }
 
 /// The one-pass strip backward: the split path's task per (batch, kv head) lane, reading `v`
-/// and `dO` in the merged rows and writing the lane's band of `dV` ([`column_bands`]).
+/// and `dO` in the merged rows and writing the lane's band of `dV` (a column band of
+/// [`Unfilled`] storage), given `dO`'s row constants `D_i` in the order of memory.
 fn merged_strips_backward(
     dims: Dims,
     vis: &Visibility,
     saved: Saved<'_>,
-    g: &Tensor,
+    (g, delta): (&Tensor, &[f64]),
     kernel: StripKernel,
 ) -> Result<Vec<Option<Tensor>>, TensorAutodiffError> {
-    let Saved { q, k, v, sinks, o, lse, .. } = saved;
+    let Saved { q, k, v, sinks, lse, .. } = saved;
     let Dims { b, h, g: g_n, t_q, t_k, d, .. } = dims;
     let group = dims.group();
-    // D_i row by row in memory, [B, T_q, H], then in the lanes' order [B, H, T_q]
-    let delta = swap_axes(&row_constants(g.as_slice(), o.as_slice(), d), [b, t_q, h, 1]);
-    let zeros = crate::tensor::dense::zeros;
-    let (mut dq, mut dk, mut dv) = (zeros(q.len()), zeros(k.len()), zeros(v.len()));
+    // D_i in the lanes' order [B, H, T_q]
+    let delta = swap_axes(delta, [b, t_q, h, 1]);
+    // dQ adds up in place from zeros; the kernel writes every row of dK and dV, so no zeros first
+    let mut dq = crate::tensor::dense::zeros(q.len());
+    let (mut dk, mut dv) = (Unfilled::new(k.len()), Unfilled::new(v.len()));
     let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let rule = vis.rule();
     // each kv head's band of dV, cut into batch rows: the kv lanes, in the order (b, g)
-    let mut bands: Vec<_> =
-        column_bands(&mut dv, g_n * d, d).into_iter().map(|band| band.chunks(t_k).into_iter()).collect();
+    let mut bands: Vec<_> = dv.column_bands(g_n * d, d).into_iter().map(|band| band.chunks(t_k).into_iter()).collect();
     let dv_lanes: Vec<Band<'_>> =
         (0..b).flat_map(|_| bands.iter_mut().filter_map(|lanes| lanes.next()).collect::<Vec<_>>()).collect();
-    let kv_lanes = dk.par_chunks_mut(t_k * d).zip(dv_lanes).enumerate();
+    // dK's lanes, [T_k, d] each, side by side
+    let dk_lanes = dk.column_bands(d, d).into_iter().flat_map(|band| band.chunks(t_k));
+    let kv_lanes = dk_lanes.zip(dv_lanes).collect::<Vec<_>>().into_par_iter().enumerate();
     kv_lanes.zip(dq.par_chunks_mut(group * t_q * d)).for_each(|((kv_lane, (dk, dv)), dq)| {
         let (bi, gi) = (kv_lane / g_n, kv_lane % g_n);
         let kl = dims.kv_lane(bi, gi * group);
@@ -276,6 +288,8 @@ fn merged_strips_backward(
             .collect();
         kernel.lane_gradients(LaneGradients { dq, dk, dv, heads: &heads, dims, b: bi, vis: rule });
     });
+    drop(bands); // every band was handed to a task: the finished tasks counted their rows
+    let (dk, dv) = (dk.finish(), dv.finish());
     let mut grads =
         vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
     if let Some(s) = sinks {
@@ -299,9 +313,23 @@ mod tests {
         all
     }
 
+    /// What a test puts into the operands besides random values.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Poison {
+        None,
+        /// A NaN in one value row.
+        Value,
+        /// NaN and +∞ in the upstream gradient `dO`, or a finite value so large that its row's
+        /// `D_i = dO_i · O_i` overflows.
+        Upstream(f64, f64),
+    }
+
     /// `[B, H, G, T_q, T_k, d]` on every path: the merged call against `split_heads →
     /// tiled_attention → merge_heads` on the same path, outputs and every gradient bit for bit.
-    fn assert_merged_is_split(shape: [usize; 6], vis: &Visibility, sinks: bool, poison: bool, seed: u64) {
+    /// A non-finite upstream gradient takes the plain loop's backward on every path: the
+    /// gradients are those of the plain path too (to 1e-12, as each path's forward saved its own
+    /// output). (Where only a `D_i` overflows, paths differ in where their NaN arise.)
+    fn assert_merged_is_split(shape: [usize; 6], vis: &Visibility, sinks: bool, poison: Poison, seed: u64) {
         let [b, h, g, t_q, t_k, d] = shape;
         let mut rng = SplitMix64::new(seed);
         let mut leaf = |dims: &[usize], scale: f64| {
@@ -310,14 +338,23 @@ mod tests {
         };
         let (q, k) = (leaf(&[b, h, t_q, d], 2.0), leaf(&[b, g, t_k, d], 2.0));
         let mut v = leaf(&[b, t_k, g * d], 1.0);
-        if poison {
+        if poison == Poison::Value {
             // one value of kv head 0 of the last batch row: its lane runs the plain loop
             let mut values = v.value().unwrap();
             values.as_mut_slice()[(b * t_k - 1) * g * d] = f64::NAN;
             v = TensorValue::leaf(values, true);
         }
         let s = sinks.then(|| leaf(&[h], 1.0));
-        let upstream = leaf(&[b, t_q, h * d], 1.0).value().unwrap();
+        let mut upstream = leaf(&[b, t_q, h * d], 1.0).value().unwrap();
+        if let Poison::Upstream(x, y) = poison {
+            let last = upstream.len() - 1;
+            upstream.as_mut_slice()[1] = x;
+            upstream.as_mut_slice()[last] = y;
+        }
+        let plain = |x: &TensorValue| {
+            let out = tiled_attention_merged_on(&q, &k, &v, s.as_ref(), vis, TiledPath::Plain).unwrap();
+            out.backward_with(&upstream).unwrap().get_or_zeros(x)
+        };
         for path in paths() {
             let merged = tiled_attention_merged_on(&q, &k, &v, s.as_ref(), vis, path).unwrap();
             let split = split_heads(&v, g).unwrap();
@@ -332,6 +369,16 @@ mod tests {
             for (name, x) in inputs {
                 let (a, b) = (gm.get_or_zeros(x), gs.get_or_zeros(x));
                 assert!(a.bitwise_eq(&b), "{name} of {shape:?} on {path:?}: {:?}", a.max_abs_diff(&b));
+                if matches!(poison, Poison::Upstream(x, _) if !x.is_finite()) {
+                    // the plain loop's backward, from this path's forward: non-finite where the
+                    // plain path's gradients are, and within 1e-12 of them elsewhere
+                    let want = plain(x);
+                    let close = a.as_slice().iter().zip(want.as_slice()).all(|(&a, &b)| {
+                        (a.is_finite() == b.is_finite())
+                            && (!b.is_finite() || (a - b).abs() <= 1e-12 * b.abs().max(1.0))
+                    });
+                    assert!(close, "{name} of {shape:?} on {path:?}: not the plain loop's");
+                }
             }
         }
     }
@@ -340,21 +387,31 @@ mod tests {
     fn the_merged_call_is_the_split_call_bit_for_bit_on_every_path() {
         let causal = |t_q: usize, t_k: usize| Visibility { query_offset: t_k - t_q, ..Visibility::default() };
         // two batch rows, B·G = 8: in place forward and backward (several query and key blocks)
-        assert_merged_is_split([2, 4, 4, 70, 70, 6], &causal(70, 70), false, false, 500);
-        assert_merged_is_split([4, 8, 2, 33, 33, 12], &causal(33, 33), true, false, 501);
+        assert_merged_is_split([2, 4, 4, 70, 70, 6], &causal(70, 70), false, Poison::None, 500);
+        assert_merged_is_split([4, 8, 2, 33, 33, 12], &causal(33, 33), true, Poison::None, 501);
         // in place forward, the backward in two passes (B·G < 8), through heads
-        assert_merged_is_split([3, 4, 2, 70, 70, 5], &causal(70, 70), true, false, 502);
+        assert_merged_is_split([3, 4, 2, 70, 70, 5], &causal(70, 70), true, Poison::None, 502);
         // one batch row: in place forward; the backward through heads, then in place (B·G = 8)
-        assert_merged_is_split([1, 2, 1, 70, 70, 5], &causal(70, 70), false, false, 503);
-        assert_merged_is_split([1, 8, 8, 40, 40, 4], &causal(40, 40), true, false, 507);
+        assert_merged_is_split([1, 2, 1, 70, 70, 5], &causal(70, 70), false, Poison::None, 503);
+        assert_merged_is_split([1, 8, 8, 40, 40, 4], &causal(40, 40), true, Poison::None, 507);
         // the last queries of a longer stream; windows and padding
-        assert_merged_is_split([2, 4, 4, 9, 80, 4], &causal(9, 80), true, false, 504);
+        assert_merged_is_split([2, 4, 4, 9, 80, 4], &causal(9, 80), true, Poison::None, 504);
         let mut vis = causal(70, 70);
         vis.window = Some(SlidingWindow::Inclusive(3));
         vis.key_padding = Some((0..140).map(|j| j % 5 == 0).collect());
-        assert_merged_is_split([2, 4, 4, 70, 70, 6], &vis, true, false, 505);
+        assert_merged_is_split([2, 4, 4, 70, 70, 6], &vis, true, Poison::None, 505);
         // a lane holding NaN runs the plain loop, through heads
-        assert_merged_is_split([2, 4, 4, 20, 20, 3], &causal(20, 20), false, true, 506);
+        assert_merged_is_split([2, 4, 4, 20, 20, 3], &causal(20, 20), false, Poison::Value, 506);
+        // a NaN and a +∞ in dO, and a dO whose D_i overflows, in place otherwise (B·G = 8): the
+        // plain loop's backward
+        assert_merged_is_split(
+            [2, 4, 4, 20, 20, 3],
+            &causal(20, 20),
+            true,
+            Poison::Upstream(f64::NAN, f64::INFINITY),
+            508,
+        );
+        assert_merged_is_split([2, 4, 4, 20, 20, 3], &causal(20, 20), false, Poison::Upstream(f64::MAX, 0.5), 509);
     }
 
     #[test]
