@@ -11,8 +11,9 @@
 //! the split path: the results are bitwise those of `split_heads → tiled_attention →
 //! merge_heads` (tests).
 //!
-//! The tasks are the split path's: one per (batch, head) lane and block of queries forward, one
-//! per (batch, kv head) lane backward. A lane's output rows, and its rows of `dV`, are one band
+//! The tasks are the split path's: one per (batch, head) lane and block of queries forward (both
+//! layouts run one function, [`strips_forward`], told where the rows lie by [`Rows`]), one per
+//! (batch, kv head) lane backward. A lane's output rows, and its rows of `dV`, are one band
 //! of `d` columns in rows shared with the other heads ([`llm_kernels::bands`]), so tasks on
 //! different threads write side by side in the same rows. The kernel writes every row of the
 //! output, and of `dK` and `dV`, whole, so they are not filled with zeros first
@@ -92,7 +93,8 @@ pub(super) fn tiled_attention_merged_on(
     let operands_finite = call.operands_finite(&poisoned);
     let (out, lse) = match path {
         TiledPath::Strips(kernel) if !poisoned.contains(&true) => {
-            merged_forward((dims, visibility), (qt, kt, vt, call.sinks()), kernel, call.needs_grad)
+            let operands = (qt, kt, vt, call.sinks());
+            strips_forward(Rows::Merged, (dims, visibility), operands, kernel, call.needs_grad)
         }
         _ => {
             // the split path's code, on value heads copied out of the merged rows
@@ -145,16 +147,51 @@ fn poisoned_lanes(dims: Dims, k: &Tensor, v: &Tensor) -> Vec<bool> {
         .collect()
 }
 
-/// The forward with the values read and the output written in place: the split path's strip
-/// tasks, one per (batch, head) lane and block of queries, each writing its head's band of the
-/// output rows (column bands of [`Unfilled`] storage).
-fn merged_forward(
+/// Where a call's values and output rows lie: each lane's rows side by side (`v [B, G, T_k, d]`,
+/// output `[B, H, T_q, d]`), or the heads side by side in each token's row (`v [B, T_k, G·d]`,
+/// output `[B, T_q, H·d]`).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Rows {
+    /// `[B, n, T, d]`.
+    Heads,
+    /// `[B, T, n·d]`.
+    Merged,
+}
+
+impl Rows {
+    /// The lanes of `n` heads of `t` rows of `d` in `storage`, in the order (batch, head): in
+    /// merged rows each head's band of the rows cut into batch rows, else the lanes one after
+    /// another.
+    fn lanes(self, storage: &mut Unfilled, (b, n, t, d): (usize, usize, usize, usize)) -> Vec<Band<'_>> {
+        let (batches, n) = match self {
+            Rows::Heads => (b * n, 1),
+            Rows::Merged => (b, n),
+        };
+        let mut heads: Vec<_> =
+            storage.column_bands(n * d, d).into_iter().map(|band| band.chunks(t).into_iter()).collect();
+        (0..batches).flat_map(|_| heads.iter_mut().filter_map(Iterator::next).collect::<Vec<_>>()).collect()
+    }
+
+    /// Where the value rows of kv head `gi` of batch row `bi` begin, and the distance between two.
+    fn value_rows(self, dims: Dims, (bi, gi): (usize, usize)) -> (usize, usize) {
+        match self {
+            Rows::Heads => ((bi * dims.g + gi) * dims.t_k * dims.d, dims.d),
+            Rows::Merged => ((bi * dims.t_k * dims.g + gi) * dims.d, dims.g * dims.d),
+        }
+    }
+}
+
+/// The strip kernel's forward, one task per (batch, head) lane and block of queries, each
+/// writing its rows of the output — in merged rows, its head's band of them — into storage
+/// never zeroed ([`Unfilled`]). Both layouts' calls run it where no lane holds NaN or ±∞.
+pub(super) fn strips_forward(
+    rows_of: Rows,
     (dims, vis): (Dims, &Visibility),
     (q, k, v, sinks): (&Tensor, &Tensor, &Tensor, Option<&Tensor>),
     kernel: StripKernel,
     keep_lse: bool,
 ) -> (Vec<f64>, Vec<f64>) {
-    let Dims { b, h, g, t_q, t_k, d, .. } = dims;
+    let Dims { b, h, t_q, t_k, d, .. } = dims;
     let rows = TASK_BLOCKS * dims.block;
     let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
     if b * t_q * h * d == 0 {
@@ -162,30 +199,27 @@ fn merged_forward(
     }
     // no zeros first: the kernel writes every output row
     let mut out = Unfilled::new(b * t_q * h * d);
-    // each head's band of the output, cut into batch rows: the lanes, in the order (b, h)
-    let mut bands: Vec<_> = out.column_bands(h * d, d).into_iter().map(|band| band.chunks(t_q).into_iter()).collect();
     let mut lse_lanes = lse.chunks_mut(t_q);
     let mut tasks = Vec::with_capacity(b * h * t_q.div_ceil(rows));
-    for bi in 0..b {
-        for (hi, heads) in bands.iter_mut().enumerate() {
-            let lane_lse = lse_lanes.next().map(|l| l.chunks_mut(rows));
-            let mut lane_lse = lane_lse.into_iter().flatten();
-            for (qb, block) in heads.next().into_iter().flat_map(|lane| lane.chunks(rows)).enumerate() {
-                tasks.push((bi, hi, qb * rows, block, lane_lse.next()));
-            }
+    for (lane, band) in rows_of.lanes(&mut out, (b, h, t_q, d)).into_iter().enumerate() {
+        let lane_lse = lse_lanes.next().map(|l| l.chunks_mut(rows));
+        let mut lane_lse = lane_lse.into_iter().flatten();
+        for (qb, block) in band.chunks(rows).into_iter().enumerate() {
+            tasks.push((lane / h, lane % h, qb * rows, block, lane_lse.next()));
         }
     }
     let (q, k, v, vis) = (q.as_slice(), k.as_slice(), v.as_slice(), vis.rule());
     tasks.into_par_iter().for_each(|(bi, hi, i0, out, lse)| {
         let (ql, kl) = (dims.q_lane(bi, hi), dims.kv_lane(bi, hi));
+        let (first, v_stride) = rows_of.value_rows(dims, (bi, hi / dims.group()));
         let task = QueryBlock {
             out,
             lse,
             q: &q[ql..ql + t_q * d],
             k: &k[kl..kl + t_k * d],
             // the lane's first value row onwards (none without keys)
-            v: v.get((bi * t_k * g + hi / dims.group()) * d..).unwrap_or(&[]),
-            v_stride: g * d,
+            v: v.get(first..).unwrap_or(&[]),
+            v_stride,
             sink: sinks.map(|s| s.as_slice()[hi]),
             dims,
             b: bi,
@@ -194,7 +228,7 @@ fn merged_forward(
         };
         kernel.forward_block(task);
     });
-    drop(bands); // every band was handed to a task: the finished tasks counted their rows
+    // every band went to a task, and the finished tasks counted their rows
     (out.finish(), lse)
 }
 
@@ -261,13 +295,10 @@ fn merged_strips_backward(
     let (mut dk, mut dv) = (Unfilled::new(k.len()), Unfilled::new(v.len()));
     let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let rule = vis.rule();
-    // each kv head's band of dV, cut into batch rows: the kv lanes, in the order (b, g)
-    let mut bands: Vec<_> = dv.column_bands(g_n * d, d).into_iter().map(|band| band.chunks(t_k).into_iter()).collect();
-    let dv_lanes: Vec<Band<'_>> =
-        (0..b).flat_map(|_| bands.iter_mut().filter_map(|lanes| lanes.next()).collect::<Vec<_>>()).collect();
-    // dK's lanes, [T_k, d] each, side by side
-    let dk_lanes = dk.column_bands(d, d).into_iter().flat_map(|band| band.chunks(t_k));
-    let kv_lanes = dk_lanes.zip(dv_lanes).collect::<Vec<_>>().into_par_iter().enumerate();
+    // the kv lanes, in the order (b, g): dK's side by side, dV's each kv head's band of its rows
+    let dk_lanes = Rows::Heads.lanes(&mut dk, (b, g_n, t_k, d));
+    let dv_lanes = Rows::Merged.lanes(&mut dv, (b, g_n, t_k, d));
+    let kv_lanes = dk_lanes.into_iter().zip(dv_lanes).collect::<Vec<_>>().into_par_iter().enumerate();
     kv_lanes.zip(dq.par_chunks_mut(group * t_q * d)).for_each(|((kv_lane, (dk, dv)), dq)| {
         let (bi, gi) = (kv_lane / g_n, kv_lane % g_n);
         let kl = dims.kv_lane(bi, gi * group);
@@ -288,7 +319,7 @@ fn merged_strips_backward(
             .collect();
         kernel.lane_gradients(LaneGradients { dq, dk, dv, heads: &heads, dims, b: bi, vis: rule });
     });
-    drop(bands); // every band was handed to a task: the finished tasks counted their rows
+    // every band went to a task, and the finished tasks counted their rows
     let (dk, dv) = (dk.finish(), dv.finish());
     let mut grads =
         vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];

@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::backward::{Saved, backward};
+use super::merged::{Rows, strips_forward};
 use super::path::TiledPath;
 use super::plain;
 use super::reference::BlockForward;
@@ -185,6 +186,13 @@ impl Forward<'_> {
 
     /// Output `[B, H, T_q, d]` and, with `keep_lse`, each query row's `log Σ eˢ` `[B, H, T_q]`.
     pub(super) fn run(&self, keep_lse: bool) -> Result<(Vec<f64>, Vec<f64>), TensorAutodiffError> {
+        if let TiledPath::Strips(kernel) = self.path
+            && !self.poisoned.contains(&true)
+        {
+            // the kernel's tasks write every row: no zeros first
+            let operands = (self.q, self.k, self.v, self.sinks);
+            return Ok(strips_forward(Rows::Heads, (self.dims, self.vis), operands, kernel, keep_lse));
+        }
         let Dims { b, h, t_q, d, .. } = self.dims;
         let mut out = crate::tensor::dense::zeros(b * h * t_q * d);
         let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
