@@ -14,6 +14,7 @@
 
 use rayon::prelude::*;
 
+use super::merged::{Rows, lane_strips_backward};
 use super::path::TiledPath;
 use super::plain;
 use super::reference::{BlockAt, score_block};
@@ -230,6 +231,12 @@ pub(super) fn backward(
     if !upstream_finite(&delta) {
         return Ok(plain_backward(dims, vis, saved, g));
     }
+    let fused = dims.b * dims.g >= FUSED_BACKWARD_LANES;
+    if let TiledPath::Strips(kernel) = path
+        && fused
+    {
+        return lane_strips_backward(Rows::Heads, (dims, vis), saved, (g, &delta), kernel);
+    }
     let (q_all, k_all, v_all, g_all) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let (v_stride, g_stride) = (dims.d, dims.d);
     let all = Operands { q: q_all, k: k_all, v: v_all, g: g_all, lse, delta: &delta, v_stride, g_stride };
@@ -237,9 +244,7 @@ pub(super) fn backward(
     let zeros = crate::tensor::dense::zeros;
     let (mut dq, mut dk, mut dv) = (zeros(q.len()), zeros(k.len()), zeros(v.len()));
     let adjoints = Adjoints { dq: &mut dq, dk: &mut dk, dv: &mut dv };
-    let fused = dims.b * dims.g >= FUSED_BACKWARD_LANES;
     match path {
-        TiledPath::Strips(strips) if fused => run.fused_strips(strips, adjoints),
         TiledPath::Strips(strips) => run.two_pass_strips(strips, adjoints),
         _ if fused => run.fused_blocks(adjoints)?,
         _ => run.two_pass_blocks(adjoints)?,
@@ -280,19 +285,6 @@ impl Backward<'_> {
         let (g_n, group) = (self.dims.g, self.dims.group());
         let (b, gi) = (kv_lane / g_n, kv_lane % g_n);
         (0..group).map(|r| self.lane(b, gi * group + r).ops).collect()
-    }
-
-    fn fused_strips(&self, kernel: strips::StripKernel, out: Adjoints<'_>) {
-        let (dims, vis) = (self.dims, self.vis.rule());
-        let lane_len = dims.t_k * dims.d;
-        let kv_lanes = out.dk.par_chunks_mut(lane_len).zip(out.dv.par_chunks_mut(lane_len)).enumerate();
-        let groups = out.dq.par_chunks_mut(dims.group() * dims.t_q * dims.d);
-        kv_lanes.zip(groups).for_each(|((kv_lane, (dk, dv)), dq)| {
-            let heads = self.group_heads(kv_lane);
-            let b = kv_lane / dims.g;
-            let (dk, dv) = (Band::whole(dk, dims.d), Band::whole(dv, dims.d));
-            kernel.lane_gradients(strips::LaneGradients { dq, dk, dv, heads: &heads, dims, b, vis });
-        });
     }
 
     fn two_pass_strips(&self, kernel: strips::StripKernel, out: Adjoints<'_>) {

@@ -172,11 +172,12 @@ impl Rows {
         (0..batches).flat_map(|_| heads.iter_mut().filter_map(Iterator::next).collect::<Vec<_>>()).collect()
     }
 
-    /// Where the value rows of kv head `gi` of batch row `bi` begin, and the distance between two.
-    fn value_rows(self, dims: Dims, (bi, gi): (usize, usize)) -> (usize, usize) {
+    /// Where the rows of head `i` of batch row `bi` begin, among `n` heads of `t` rows of `d`, and
+    /// the distance between two of them.
+    fn rows(self, (bi, i): (usize, usize), (n, t, d): (usize, usize, usize)) -> (usize, usize) {
         match self {
-            Rows::Heads => ((bi * dims.g + gi) * dims.t_k * dims.d, dims.d),
-            Rows::Merged => ((bi * dims.t_k * dims.g + gi) * dims.d, dims.g * dims.d),
+            Rows::Heads => ((bi * n + i) * t * d, d),
+            Rows::Merged => ((bi * t * n + i) * d, n * d),
         }
     }
 }
@@ -211,7 +212,7 @@ pub(super) fn strips_forward(
     let (q, k, v, vis) = (q.as_slice(), k.as_slice(), v.as_slice(), vis.rule());
     tasks.into_par_iter().for_each(|(bi, hi, i0, out, lse)| {
         let (ql, kl) = (dims.q_lane(bi, hi), dims.kv_lane(bi, hi));
-        let (first, v_stride) = rows_of.value_rows(dims, (bi, hi / dims.group()));
+        let (first, v_stride) = rows_of.rows((bi, hi / dims.group()), (dims.g, t_k, d));
         let task = QueryBlock {
             out,
             lse,
@@ -259,7 +260,7 @@ fn merged_backward(
         // backward finds the same and runs the plain loop)
         let delta = row_constants(g.as_slice(), saved.o.as_slice(), d);
         if upstream_finite(&delta) {
-            return merged_strips_backward(dims, vis, saved, (g, &delta), kernel);
+            return lane_strips_backward(Rows::Merged, (dims, vis), saved, (g, &delta), kernel);
         }
     }
     let heads = |x: &Tensor, shape: [usize; 4]| {
@@ -275,12 +276,14 @@ fn merged_backward(
     Ok(grads)
 }
 
-/// The one-pass strip backward: the split path's task per (batch, kv head) lane, reading `v`
-/// and `dO` in the merged rows and writing the lane's band of `dV` (a column band of
-/// [`Unfilled`] storage), given `dO`'s row constants `D_i` in the order of memory.
-fn merged_strips_backward(
-    dims: Dims,
-    vis: &Visibility,
+/// The one-pass strip backward, one task per (batch, kv head) lane, reading `v` and `dO` where
+/// their rows lie and writing the lane's `dK` and `dV` — in merged rows, its kv head's band of
+/// them — into storage never zeroed ([`Unfilled`]); `D_i` given in the order of `dO`'s rows in
+/// memory. Both layouts' calls run it where no operand holds NaN or ±∞ and there are at least
+/// [`FUSED_BACKWARD_LANES`] kv lanes.
+pub(super) fn lane_strips_backward(
+    rows_of: Rows,
+    (dims, vis): (Dims, &Visibility),
     saved: Saved<'_>,
     (g, delta): (&Tensor, &[f64]),
     kernel: StripKernel,
@@ -289,31 +292,36 @@ fn merged_strips_backward(
     let Dims { b, h, g: g_n, t_q, t_k, d, .. } = dims;
     let group = dims.group();
     // D_i in the lanes' order [B, H, T_q]
-    let delta = swap_axes(delta, [b, t_q, h, 1]);
+    let delta = match rows_of {
+        Rows::Heads => std::borrow::Cow::Borrowed(delta),
+        Rows::Merged => std::borrow::Cow::Owned(swap_axes(delta, [b, t_q, h, 1])),
+    };
     // dQ adds up in place from zeros; the kernel writes every row of dK and dV, so no zeros first
     let mut dq = crate::tensor::dense::zeros(q.len());
     let (mut dk, mut dv) = (Unfilled::new(k.len()), Unfilled::new(v.len()));
     let (qs, ks, vs, gs) = (q.as_slice(), k.as_slice(), v.as_slice(), g.as_slice());
     let rule = vis.rule();
-    // the kv lanes, in the order (b, g): dK's side by side, dV's each kv head's band of its rows
+    // the kv lanes, in the order (b, g): dK's side by side, dV's where the values lie
     let dk_lanes = Rows::Heads.lanes(&mut dk, (b, g_n, t_k, d));
-    let dv_lanes = Rows::Merged.lanes(&mut dv, (b, g_n, t_k, d));
+    let dv_lanes = rows_of.lanes(&mut dv, (b, g_n, t_k, d));
     let kv_lanes = dk_lanes.into_iter().zip(dv_lanes).collect::<Vec<_>>().into_par_iter().enumerate();
     kv_lanes.zip(dq.par_chunks_mut(group * t_q * d)).for_each(|((kv_lane, (dk, dv)), dq)| {
         let (bi, gi) = (kv_lane / g_n, kv_lane % g_n);
         let kl = dims.kv_lane(bi, gi * group);
+        let (v_first, v_stride) = rows_of.rows((bi, gi), (g_n, t_k, d));
         let heads: Vec<Operands<'_>> = (gi * group..(gi + 1) * group)
             .map(|hi| {
                 let (ql, row) = (dims.q_lane(bi, hi), (bi * h + hi) * t_q);
+                let (g_first, g_stride) = rows_of.rows((bi, hi), (h, t_q, d));
                 Operands {
                     q: &qs[ql..ql + t_q * d],
                     k: &ks[kl..kl + t_k * d],
-                    v: &vs[(bi * t_k * g_n + gi) * d..],
-                    g: &gs[(bi * t_q * h + hi) * d..],
+                    v: &vs[v_first..],
+                    g: &gs[g_first..],
                     lse: &lse[row..row + t_q],
                     delta: &delta[row..row + t_q],
-                    v_stride: g_n * d,
-                    g_stride: h * d,
+                    v_stride,
+                    g_stride,
                 }
             })
             .collect();
