@@ -14,11 +14,11 @@
 
 use rayon::prelude::*;
 
-use super::merged::{Rows, lane_strips_backward};
 use super::path::TiledPath;
 use super::plain;
 use super::reference::{BlockAt, score_block};
 use super::shapes::{Dims, LaneInputs, Operands};
+use super::strip_tasks::{Rows, lane_strips_backward};
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
 use crate::tensor::Tensor;

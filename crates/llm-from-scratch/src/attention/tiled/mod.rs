@@ -54,6 +54,7 @@
 //! | `path` | which of the three runs a call: the strip kernel, block products, the plain twin |
 //! | `operation` | [`tiled_attention`]: checks, a task per query block, the record on the tape |
 //! | `merged` | [`tiled_attention_merged`]: values and output in the layer's merged rows, no copies |
+//! | `strip_tasks` | the strip kernel's tasks over a call's lanes, in either layout, into storage never zeroed |
 //!
 //! The strip kernel itself lives in the kernels crate (`crates/llm-kernels`, module `strips`);
 //! `strip_tests` holds it to the block path here, on every target.
@@ -66,6 +67,7 @@ mod path;
 mod plain;
 mod reference;
 mod shapes;
+mod strip_tasks;
 #[cfg(test)]
 mod strip_tests;
 

@@ -5,11 +5,11 @@
 use rayon::prelude::*;
 
 use super::backward::{Saved, backward};
-use super::merged::{Rows, strips_forward};
 use super::path::TiledPath;
 use super::plain;
 use super::reference::BlockForward;
 use super::shapes::{Dims, LaneInputs, check};
+use super::strip_tasks::{Rows, strips_forward};
 use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
