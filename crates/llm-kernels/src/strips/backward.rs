@@ -122,7 +122,11 @@ fn transpose_out(rows: &mut [f64], lanes: &[Lanes], scale: f64) {
 
 /// [`transpose_out`] into the next `count` rows of a band: `scale · lanes[p].0[r]` (for a scale
 /// of 1, the lane's value itself, every bit).
+///
+/// # Panics
+/// If `lanes` is not one per column of the band.
 fn transpose_out_band(band: &mut Band<'_>, count: usize, lanes: &[Lanes], scale: f64) {
+    assert_eq!(lanes.len(), band.width(), "one lane per column");
     if band.stride() != band.width() {
         // rows apart: ask for all of them first, so that their stores overlap
         band.fetch_next_rows(count);
