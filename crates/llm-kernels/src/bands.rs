@@ -137,7 +137,7 @@ impl<'a> Band<'a> {
     /// they are written: where rows lie a stride apart, their stores then wait on fewer loads.
     pub fn fetch_next_rows(&self, count: usize) {
         let bytes = self.width * size_of::<f64>();
-        for r in self.written..(self.written + count).min(self.rows) {
+        for r in self.written..self.written.saturating_add(count).min(self.rows) {
             crate::fetch::fetch_bytes(self.first.wrapping_add(r * self.stride).cast(), bytes);
         }
     }

@@ -128,3 +128,25 @@ fn strides_that_a_single_row_or_column_never_uses_may_be_anything() {
     let plain = MatRef::row_major(&values[..600], 600, 1).unwrap();
     assert_eq!(row_times_matrices(row, &[matrix], true).unwrap(), row_times_matrices(row, &[plain], true).unwrap());
 }
+
+#[test]
+fn key_gradients_with_no_query_head_are_zeros_written_into_unfilled_storage() {
+    use llm_kernels::bands::Unfilled;
+    use llm_kernels::strips::LaneGradients;
+    let (t, d) = (5, 4);
+    let dims = Dims { b: 1, h: 1, g: 1, t_q: t, t_k: t, d, block: 64 };
+    let vis = Visibility::default();
+    for target in Target::available() {
+        let kernel = StripKernel::new(target);
+        // a task with no heads: every row of dK and dV still written (zeros), or `finish` panics
+        let (mut dk, mut dv) = (Unfilled::new(t * d), Unfilled::new(t * d));
+        let (dk_band, dv_band) = (dk.column_bands(d, d).remove(0), dv.column_bands(d, d).remove(0));
+        let task = LaneGradients { dq: &mut [], dk: dk_band, dv: dv_band, heads: &[], dims, b: 0, vis };
+        kernel.lane_gradients(task);
+        assert_eq!((dk.finish(), dv.finish()), (vec![0.0; t * d], vec![0.0; t * d]), "{target:?}");
+        let (mut dk, mut dv) = (Unfilled::new(t * d), Unfilled::new(t * d));
+        let (dk_band, dv_band) = (dk.column_bands(d, d).remove(0), dv.column_bands(d, d).remove(0));
+        kernel.key_value_gradients(KeyValueGradients { dk: dk_band, dv: dv_band, heads: &[], dims, b: 0, j0: 0, vis });
+        assert_eq!((dk.finish(), dv.finish()), (vec![0.0; t * d], vec![0.0; t * d]), "{target:?}");
+    }
+}

@@ -46,7 +46,7 @@ pub struct QueryGradients<'a> {
     pub vis: Visibility<'a>,
 }
 
-/// `dK`, `dV` of one (batch, kv head) lane's key block: rows `j0..j0 + dk.len() / d`.
+/// `dK`, `dV` of one (batch, kv head) lane's key block: rows `j0..j0 + dk.rows()`.
 #[derive(Debug)]
 pub struct KeyValueGradients<'a> {
     /// The block's `[n, d]` rows of `dK`, not yet written: the kernel writes each whole.
@@ -136,6 +136,13 @@ fn transpose_out_band(band: &mut Band<'_>, count: usize, lanes: &[Lanes], scale:
     }
 }
 
+/// Zeros in the rows of `band` not yet written.
+fn zero_rest(band: &mut Band<'_>) {
+    while band.rows_written() < band.rows() {
+        band.write_row(|row| row.write_with(|_| 0.0));
+    }
+}
+
 /// `P = e^{S − lse}` (0 where `lse = −∞`: the query saw no key) into `weights`, and
 /// `dS = P ⊙ (dP − D)` into `dweights`, with `lse` and `D` per lane or per row.
 #[inline(always)]
@@ -206,8 +213,10 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
     let n = dk.rows();
     let strips = n.div_ceil(STRIP);
     let scale = dims.scale();
+    assert_eq!(dv.rows(), n, "dK and dV of the same keys");
     let Some(lane) = heads.first() else {
-        return;
+        // no query head reads these keys: zero gradients
+        return [dk, dv].iter_mut().for_each(zero_rest);
     };
     s.first.resize(strips * d, Lanes::splat(0.0));
     s.second.resize(strips * d, Lanes::splat(0.0));
@@ -261,8 +270,10 @@ pub(super) fn key_value_gradients<I: Isa>(isa: I, task: KeyValueGradients<'_>, s
 pub(super) fn lane_gradients<I: Isa>(isa: I, task: LaneGradients<'_>, s: &mut Scratch) {
     let LaneGradients { dq, mut dk, mut dv, heads, dims, b, vis } = task;
     let Dims { t_q, t_k, d, .. } = dims;
+    assert!(dk.rows() == t_k && dv.rows() == t_k, "dK and dV of the lane's {t_k} keys");
     let Some(lane) = heads.first() else {
-        return;
+        // no query head reads these keys: zero gradients
+        return [dk, dv].iter_mut().for_each(zero_rest);
     };
     let scale = dims.scale();
     let width = d.div_ceil(I::WIDTH) * I::WIDTH;

@@ -261,7 +261,8 @@ pub(super) fn backward(
 /// ([`row_constants`]), which read every value of it: a NaN or ±∞ in a row of `dO` makes that
 /// row's `D_i` NaN or ±∞ (`±∞ · x` is ±∞ or NaN for every `x`, and no later term makes a sum
 /// finite again), so where every `D_i` is finite, so is `dO`, and no pass of its own checks it.
-/// (The converse fails only where `D_i` overflows; such rows take the plain loop too.)
+/// (The converse fails where `dO_i · O_i` overflows, or `O_i` itself is ±∞; such rows take
+/// the plain loop too.)
 pub(super) fn upstream_finite(delta: &[f64]) -> bool {
     crate::tensor::dense::all_finite(delta)
 }

@@ -19,9 +19,9 @@
 //! output, and of `dK` and `dV`, whole, so they are not filled with zeros first
 //! ([`llm_kernels::bands::Unfilled`]); only `dQ`, which adds up, starts from zeros. And since
 //! `D_i = dO_i · O_i` reads all of `dO`, its finiteness is read off the `D_i` rather than a pass
-//! of its own. Where a lane holds NaN or ±∞, where the backward runs as two passes (fewer than 8
-//! kv lanes), or on the block and plain paths, the call copies into heads, runs the split path's
-//! code and copies back: the same bits, with the copies.
+//! of its own. Where a lane holds NaN or ±∞, where `dO` does (or a `D_i` overflows), where the
+//! backward runs as two passes (fewer than 8 kv lanes), or on the block and plain paths, the call
+//! copies into heads, runs the split path's code and copies back: the same bits, with the copies.
 
 use rayon::prelude::*;
 
@@ -211,16 +211,18 @@ mod tests {
         None,
         /// A NaN in one value row.
         Value,
-        /// NaN and +∞ in the upstream gradient `dO`, or a finite value so large that its row's
+        /// Two values of the upstream gradient `dO`, the first in the first query's row: NaN and
+        /// +∞, or, if the first is finite, a value so large that with a value of 2 there (the
+        /// first query sees only the first key, so its output row is that value row) its row's
         /// `D_i = dO_i · O_i` overflows.
         Upstream(f64, f64),
     }
 
     /// `[B, H, G, T_q, T_k, d]` on every path: the merged call against `split_heads →
     /// tiled_attention → merge_heads` on the same path, outputs and every gradient bit for bit.
-    /// A non-finite upstream gradient takes the plain loop's backward on every path: the
-    /// gradients are those of the plain path too (to 1e-12, as each path's forward saved its own
-    /// output). (Where only a `D_i` overflows, paths differ in where their NaN arise.)
+    /// A non-finite upstream gradient, or one whose `D_i` overflows, takes the plain loop's
+    /// backward on every path: the gradients are those of the plain path too (to 1e-12, as each
+    /// path's forward saved its own output).
     fn assert_merged_is_split(shape: [usize; 6], vis: &Visibility, sinks: bool, poison: Poison, seed: u64) {
         let [b, h, g, t_q, t_k, d] = shape;
         let mut rng = SplitMix64::new(seed);
@@ -230,17 +232,22 @@ mod tests {
         };
         let (q, k) = (leaf(&[b, h, t_q, d], 2.0), leaf(&[b, g, t_k, d], 2.0));
         let mut v = leaf(&[b, t_k, g * d], 1.0);
-        if poison == Poison::Value {
-            // one value of kv head 0 of the last batch row: its lane runs the plain loop
+        let mut poison_value = |at: usize, x: f64| {
             let mut values = v.value().unwrap();
-            values.as_mut_slice()[(b * t_k - 1) * g * d] = f64::NAN;
+            values.as_mut_slice()[at] = x;
             v = TensorValue::leaf(values, true);
+        };
+        match poison {
+            // one value of kv head 0 of the last batch row: its lane runs the plain loop
+            Poison::Value => poison_value((b * t_k - 1) * g * d, f64::NAN),
+            Poison::Upstream(x, _) if x.is_finite() => poison_value(0, 2.0),
+            _ => {}
         }
         let s = sinks.then(|| leaf(&[h], 1.0));
         let mut upstream = leaf(&[b, t_q, h * d], 1.0).value().unwrap();
         if let Poison::Upstream(x, y) = poison {
             let last = upstream.len() - 1;
-            upstream.as_mut_slice()[1] = x;
+            upstream.as_mut_slice()[0] = x;
             upstream.as_mut_slice()[last] = y;
         }
         let plain = |x: &TensorValue| {
@@ -261,7 +268,7 @@ mod tests {
             for (name, x) in inputs {
                 let (a, b) = (gm.get_or_zeros(x), gs.get_or_zeros(x));
                 assert!(a.bitwise_eq(&b), "{name} of {shape:?} on {path:?}: {:?}", a.max_abs_diff(&b));
-                if matches!(poison, Poison::Upstream(x, _) if !x.is_finite()) {
+                if matches!(poison, Poison::Upstream(..)) {
                     // the plain loop's backward, from this path's forward: non-finite where the
                     // plain path's gradients are, and within 1e-12 of them elsewhere
                     let want = plain(x);
