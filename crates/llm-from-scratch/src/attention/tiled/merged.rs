@@ -25,11 +25,12 @@
 
 use rayon::prelude::*;
 
-use super::backward::{FUSED_BACKWARD_LANES, Saved, backward, row_constants, upstream_finite};
+use super::backward::{FUSED_BACKWARD_LANES, backward};
 use super::operation::{Call, Forward};
 use super::path::TiledPath;
+use super::saved::{Saved, row_constants, upstream_finite};
 use super::shapes::{Dims, check_merged};
-use super::strip_tasks::{Rows, lane_strips_backward, strips_forward};
+use super::strip_tasks::{Rows, lane_strips_backward, strips_forward, swap_axes};
 use crate::attention::error::AtStage;
 use crate::attention::{AttentionError, Stage, Visibility};
 use crate::autodiff::TensorValue;
@@ -108,24 +109,6 @@ pub(super) fn tiled_attention_merged_on(
     };
     let output = Tensor::new(&[dims.b, dims.t_q, dims.h * dims.d], out).at(Stage::WeightedValues)?;
     Ok(call.record(output, (dims, visibility, path), (lse, operands_finite), merged_backward))
-}
-
-/// `[n, a, c, d] → [n, c, a, d]`: axes 1 and 2 swapped, rows of `d` moved whole. Merged rows
-/// `[B, T, n·d]` to heads `[B, n, T, d]` with `[B, T, n, d]`, and back with `[B, n, T, d]`.
-pub(super) fn swap_axes(x: &[f64], [n, a, c, d]: [usize; 4]) -> Vec<f64> {
-    let mut out = Vec::with_capacity(x.len());
-    if a * c * d == 0 {
-        return out; // no values (and no chunks of zero)
-    }
-    for block in x.chunks_exact(a * c * d) {
-        for j in 0..c {
-            for i in 0..a {
-                out.extend_from_slice(&block[(i * c + j) * d..(i * c + j + 1) * d]);
-            }
-        }
-    }
-    debug_assert_eq!(out.len(), n * a * c * d);
-    out
 }
 
 /// Per (batch, kv head) lane: `true` when its keys or values hold NaN or ±∞ (the split path runs

@@ -50,6 +50,7 @@
 //! | `plain` | the plain twin: one query row at a time, over the keys it sees |
 //! | `shapes` | the checks of one call, the slices of a lane the plain and block paths read |
 //! | `reference` | the forward with block matrix products |
+//! | `saved` | what the forward keeps for the backward; the row constants `D_i`; the sinks' gradients |
 //! | `backward` | the backward with block matrix products, and how each path runs its lanes |
 //! | `path` | which of the three runs a call: the strip kernel, block products, the plain twin |
 //! | `operation` | [`tiled_attention`]: checks, a task per query block, the record on the tape |
@@ -66,6 +67,7 @@ mod operation;
 mod path;
 mod plain;
 mod reference;
+mod saved;
 mod shapes;
 mod strip_tasks;
 #[cfg(test)]

@@ -4,10 +4,11 @@
 
 use rayon::prelude::*;
 
-use super::backward::{Saved, backward};
+use super::backward::backward;
 use super::path::TiledPath;
 use super::plain;
 use super::reference::BlockForward;
+use super::saved::Saved;
 use super::shapes::{Dims, LaneInputs, check};
 use super::strip_tasks::{Rows, strips_forward};
 use crate::attention::error::AtStage;

@@ -13,8 +13,7 @@ use std::borrow::Cow;
 
 use rayon::prelude::*;
 
-use super::backward::{Saved, sink_gradients};
-use super::merged::swap_axes;
+use super::saved::{Saved, sink_gradients};
 use super::shapes::Dims;
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
@@ -55,6 +54,24 @@ impl Rows {
             Rows::Merged => ((bi * t * n + i) * d, n * d),
         }
     }
+}
+
+/// `[n, a, c, d] → [n, c, a, d]`: axes 1 and 2 swapped, rows of `d` moved whole. Merged rows
+/// `[B, T, n·d]` to heads `[B, n, T, d]` with `[B, T, n, d]`, and back with `[B, n, T, d]`.
+pub(super) fn swap_axes(x: &[f64], [n, a, c, d]: [usize; 4]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    if a * c * d == 0 {
+        return out; // no values (and no chunks of zero)
+    }
+    for block in x.chunks_exact(a * c * d) {
+        for j in 0..c {
+            for i in 0..a {
+                out.extend_from_slice(&block[(i * c + j) * d..(i * c + j + 1) * d]);
+            }
+        }
+    }
+    debug_assert_eq!(out.len(), n * a * c * d);
+    out
 }
 
 /// The strip kernel's forward, one task per (batch, head) lane and block of queries, each
