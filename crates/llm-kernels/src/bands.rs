@@ -12,7 +12,7 @@
 //! lets a kernel write an output that was never filled: [`Unfilled`] holds storage for `len`
 //! values, cuts it into bands, counts the values its bands write, and hands the values over
 //! ([`Unfilled::finish`]) only when the count says every one was written — no pass of zeros
-//! before the kernel writes them all anyway.
+//! before the kernel writes them all anyway; else it returns an [`Unwritten`] error.
 //!
 //! The `unsafe` steps are here: a band holds a pointer into the buffer rather than a slice,
 //! since its values are not contiguous, and [`Unfilled::finish`] tells the vector its values are
@@ -24,6 +24,8 @@
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use thiserror::Error;
 
 use crate::rows::{RowOut, Written};
 
@@ -195,7 +197,8 @@ impl Drop for Band<'_> {
 ///         band.write_row(|row| row.write_with(|_| (c + 10 * r) as f64));
 ///     }
 /// }
-/// assert_eq!(out.finish(), [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 11.0, 11.0, 11.0]);
+/// assert_eq!(out.finish()?, [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 10.0, 10.0, 10.0, 11.0, 11.0, 11.0]);
+/// # Ok::<(), llm_kernels::bands::Unwritten>(())
 /// ```
 #[derive(Debug)]
 pub struct Unfilled {
@@ -230,13 +233,16 @@ impl Unfilled {
 
     /// The values, once every one was written.
     ///
-    /// # Panics
-    /// If the bands of the last [`Unfilled::column_bands`] did not write every value (a kernel
-    /// that skipped rows: a bug, which tests of every kernel path against the plain one catch).
-    pub fn finish(self) -> Vec<f64> {
+    /// # Errors
+    /// [`Unwritten`] if the bands of the last [`Unfilled::column_bands`] did not write every value
+    /// (a kernel that skipped rows, or a band leaked: a bug, which tests of every kernel path
+    /// against the plain one catch); the storage is freed.
+    pub fn finish(self) -> Result<Vec<f64>, Unwritten> {
         let Self { mut values, len, written } = self;
         let written = written.into_inner();
-        assert_eq!(written, len, "bands wrote {written} of {len} values");
+        if written != len {
+            return Err(Unwritten { written, len });
+        }
         // SAFETY: the capacity holds `len` values. The bands of the last cut cover disjoint values
         // (see the module docs): each counted, when dropped, only the rows it wrote, each written
         // whole (`write_row` counts a row after its `RowOut` returned the receipt, which only a
@@ -247,8 +253,18 @@ impl Unfilled {
         unsafe {
             values.set_len(len)
         };
-        values
+        Ok(values)
     }
+}
+
+/// [`Unfilled::finish`] where its bands did not write every value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[error("bands wrote {written} of {len} values")]
+pub struct Unwritten {
+    /// The values the bands wrote.
+    pub written: usize,
+    /// The values the storage holds.
+    pub len: usize,
 }
 
 #[cfg(test)]
@@ -295,7 +311,7 @@ mod tests {
                 s.spawn(move || (0..band.rows()).for_each(|_| band.write_row(|row| row.write_with(|_| c as f64))));
             }
         });
-        let values = out.finish();
+        let values = out.finish().unwrap();
         assert!(values.chunks(4).enumerate().all(|(i, x)| x.iter().all(|&v| v == (i % 2) as f64)));
     }
 
@@ -308,15 +324,14 @@ mod tests {
                 (0..run.rows()).for_each(|_| label(c, &mut run));
             }
         }
-        let values = out.finish();
+        let values = out.finish().unwrap();
         let want: Vec<f64> = (0..30).map(|i| ((i % 6) / 2) as f64 + 10.0 * (((i / 6) % 2) as f64)).collect();
         assert_eq!(values, want);
         // no values: nothing to write
-        assert_eq!(Unfilled::new(0).finish(), []);
+        assert_eq!(Unfilled::new(0).finish(), Ok(Vec::new()));
     }
 
     #[test]
-    #[should_panic(expected = "bands wrote 28 of 30 values")]
     fn a_row_left_unwritten_is_caught_before_the_values_are_read() {
         let mut out = Unfilled::new(30);
         for (c, mut band) in out.column_bands(6, 2).into_iter().enumerate() {
@@ -324,11 +339,10 @@ mod tests {
             let rows = if c == 1 { band.rows() - 1 } else { band.rows() };
             (0..rows).for_each(|_| label(c, &mut band));
         }
-        out.finish();
+        assert_eq!(out.finish(), Err(Unwritten { written: 28, len: 30 }));
     }
 
     #[test]
-    #[should_panic(expected = "bands wrote 12 of 24 values")]
     fn only_the_last_cut_counts() {
         // the first cut writes everything, the second only its first band: half the values,
         // whatever the first cut wrote
@@ -339,7 +353,18 @@ mod tests {
         if let Some(mut band) = out.column_bands(4, 2).into_iter().next() {
             (0..band.rows()).for_each(|_| label(0, &mut band));
         }
-        out.finish();
+        assert_eq!(out.finish(), Err(Unwritten { written: 12, len: 24 }));
+    }
+
+    #[test]
+    fn a_leaked_band_is_an_unwritten_error_not_unread_storage() {
+        let mut out = Unfilled::new(8);
+        let mut bands = out.column_bands(4, 4);
+        let mut band = bands.remove(0);
+        (0..band.rows()).for_each(|_| label(0, &mut band));
+        std::mem::forget(band); // its count never arrives
+        drop(bands);
+        assert_eq!(out.finish(), Err(Unwritten { written: 0, len: 8 }));
     }
 
     #[test]

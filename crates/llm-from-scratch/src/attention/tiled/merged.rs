@@ -95,7 +95,7 @@ pub(super) fn tiled_attention_merged_on(
     let (out, lse) = match path {
         TiledPath::Strips(kernel) if !poisoned.contains(&true) => {
             let operands = (qt, kt, vt, call.sinks());
-            strips_forward(Rows::Merged, (dims, visibility), operands, kernel, call.needs_grad)
+            strips_forward(Rows::Merged, (dims, visibility), operands, kernel, call.needs_grad).at(Stage::Softmax)?
         }
         _ => {
             // the split path's code, on value heads copied out of the merged rows

@@ -192,7 +192,7 @@ impl Forward<'_> {
         {
             // the kernel's tasks write every row: no zeros first
             let operands = (self.q, self.k, self.v, self.sinks);
-            return Ok(strips_forward(Rows::Heads, (self.dims, self.vis), operands, kernel, keep_lse));
+            return strips_forward(Rows::Heads, (self.dims, self.vis), operands, kernel, keep_lse);
         }
         let Dims { b, h, t_q, d, .. } = self.dims;
         let mut out = crate::tensor::dense::zeros(b * h * t_q * d);

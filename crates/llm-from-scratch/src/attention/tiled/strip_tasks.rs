@@ -18,8 +18,21 @@ use super::shapes::Dims;
 use crate::attention::Visibility;
 use crate::error::TensorAutodiffError;
 use crate::tensor::Tensor;
-use llm_kernels::bands::{Band, Unfilled};
+use llm_kernels::bands::{Band, Unfilled, Unwritten};
 use llm_kernels::strips::{LaneGradients, Operands, QueryBlock, StripKernel, TASK_BLOCKS};
+
+/// A kernel's output that came back short ([`Unfilled::finish`]): a bug of the kernel, reported
+/// as the values it gave against the values the tensor holds.
+impl From<Unwritten> for TensorAutodiffError {
+    fn from(error: Unwritten) -> Self {
+        TensorAutodiffError::LengthMismatch {
+            op: "tiled attention kernel",
+            shape: crate::error::Shape(vec![error.len]),
+            expected: error.len,
+            actual: error.written,
+        }
+    }
+}
 
 /// Where a call's values and output rows lie: each lane's rows side by side (`v [B, G, T_k, d]`,
 /// output `[B, H, T_q, d]`), or the heads side by side in each token's row (`v [B, T_k, G·d]`,
@@ -83,12 +96,12 @@ pub(super) fn strips_forward(
     (q, k, v, sinks): (&Tensor, &Tensor, &Tensor, Option<&Tensor>),
     kernel: StripKernel,
     keep_lse: bool,
-) -> (Vec<f64>, Vec<f64>) {
+) -> Result<(Vec<f64>, Vec<f64>), TensorAutodiffError> {
     let Dims { b, h, t_q, t_k, d, .. } = dims;
     let rows = TASK_BLOCKS * dims.block;
     let mut lse = vec![0.0; if keep_lse { b * h * t_q } else { 0 }];
     if b * t_q * h * d == 0 {
-        return (Vec::new(), lse); // no query rows
+        return Ok((Vec::new(), lse)); // no query rows
     }
     // no zeros first: the kernel writes every output row
     let mut out = Unfilled::new(b * t_q * h * d);
@@ -122,7 +135,7 @@ pub(super) fn strips_forward(
         kernel.forward_block(task);
     });
     // every band went to a task, and the finished tasks counted their rows
-    (out.finish(), lse)
+    Ok((out.finish()?, lse))
 }
 
 /// The one-pass strip backward, one task per (batch, kv head) lane, reading `v` and `dO` where
@@ -177,11 +190,22 @@ pub(super) fn lane_strips_backward(
         kernel.lane_gradients(LaneGradients { dq, dk, dv, heads: &heads, dims, b: bi, vis: rule });
     });
     // every band went to a task, and the finished tasks counted their rows
-    let (dk, dv) = (dk.finish(), dv.finish());
+    let (dk, dv) = (dk.finish()?, dv.finish()?);
     let mut grads =
         vec![Some(Tensor::new(q.shape(), dq)?), Some(Tensor::new(k.shape(), dk)?), Some(Tensor::new(v.shape(), dv)?)];
     if let Some(s) = sinks {
         grads.push(Some(Tensor::new(&[h], sink_gradients(dims, lse, &delta, s))?));
     }
     Ok(grads)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_kernel_output_is_a_length_error() {
+        let err = TensorAutodiffError::from(Unwritten { written: 28, len: 30 });
+        assert!(matches!(err, TensorAutodiffError::LengthMismatch { expected: 30, actual: 28, .. }), "{err}");
+    }
 }
