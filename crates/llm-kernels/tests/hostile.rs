@@ -138,7 +138,8 @@ fn key_gradients_with_no_query_head_are_zeros_written_into_unfilled_storage() {
     let vis = Visibility::default();
     for target in Target::available() {
         let kernel = StripKernel::new(target);
-        // a task with no heads: every row of dK and dV still written (zeros), or `finish` panics
+        // a task with no heads: every row of dK and dV still written (zeros), else `finish` returns
+        // an `Unwritten` error
         let (mut dk, mut dv) = (Unfilled::new(t * d), Unfilled::new(t * d));
         let (dk_band, dv_band) = (dk.column_bands(d, d).remove(0), dv.column_bands(d, d).remove(0));
         let task = LaneGradients { dq: &mut [], dk: dk_band, dv: dv_band, heads: &[], dims, b: 0, vis };
