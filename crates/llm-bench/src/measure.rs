@@ -108,17 +108,52 @@ pub struct Runs {
 /// so a caller can rotate inputs with it), and returns the median time in milliseconds.
 /// The first error stops the measurement.
 pub fn median_ms<E>(runs: Runs, mut run: impl FnMut(usize) -> Result<(), E>) -> Result<f64, E> {
-    let timed = runs.timed.max(1);
-    for i in 0..runs.warmups {
+    let mut times = Vec::with_capacity(runs.timed.max(1));
+    block(runs, 0, &mut run, &mut times)?;
+    Ok(median(&mut times).as_secs_f64() * 1e3)
+}
+
+/// `run(i)` for `i` from `first`: `runs.warmups` calls untimed, then `runs.timed` (at least one)
+/// timed, their times pushed onto `times`.
+fn block<E>(
+    runs: Runs,
+    first: usize,
+    run: &mut impl FnMut(usize) -> Result<(), E>,
+    times: &mut Vec<Duration>,
+) -> Result<(), E> {
+    let timed_from = first + runs.warmups;
+    for i in first..timed_from {
         run(i)?;
     }
-    let mut times = Vec::with_capacity(timed);
-    for i in runs.warmups..runs.warmups + timed {
+    for i in timed_from..timed_from + runs.timed.max(1) {
         let start = Instant::now();
         run(i)?;
         times.push(start.elapsed());
     }
-    Ok(median(&mut times).as_secs_f64() * 1e3)
+    Ok(())
+}
+
+/// Times two things in alternating blocks, so that both are measured in the same minutes: each
+/// of `blocks` blocks runs `a` `runs.warmups` times untimed and `runs.timed` times timed, then
+/// `b` the same way. Returns the median time of each over all its timed runs, in milliseconds.
+///
+/// A ratio of the two medians then follows the host's minutes less than two measurements taken
+/// one after the other would; the warm-ups at the start of each block bring back into the caches
+/// what the other's block evicted. `a` and `b` each count their own calls from 0 (the first
+/// `runs.warmups` of them are the first block's warm-ups). The first error stops the measurement.
+pub fn alternating_medians_ms<E>(
+    blocks: usize,
+    runs: Runs,
+    mut a: impl FnMut(usize) -> Result<(), E>,
+    mut b: impl FnMut(usize) -> Result<(), E>,
+) -> Result<(f64, f64), E> {
+    let per_block = runs.warmups + runs.timed.max(1);
+    let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
+    for first in (0..blocks.max(1)).map(|k| k * per_block) {
+        block(runs, first, &mut a, &mut times_a)?;
+        block(runs, first, &mut b, &mut times_b)?;
+    }
+    Ok((median(&mut times_a).as_secs_f64() * 1e3, median(&mut times_b).as_secs_f64() * 1e3))
 }
 
 /// The median; the mean of the two middle values for an even count.
@@ -213,6 +248,31 @@ mod tests {
         assert!(t >= 0.0);
         let err = median_ms(runs, |i| if i == 1 { Err(i) } else { Ok(()) });
         assert_eq!(err, Err(1));
+    }
+
+    #[test]
+    fn alternating_medians_run_blocks_in_turn_with_each_side_counting_its_own_calls() {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let runs = Runs { warmups: 1, timed: 2 };
+        let (a, b) = alternating_medians_ms(
+            2,
+            runs,
+            |i| {
+                seen.borrow_mut().push(('a', i));
+                Ok::<(), usize>(())
+            },
+            |i| {
+                seen.borrow_mut().push(('b', i));
+                Ok(())
+            },
+        )
+        .unwrap();
+        let order = [('a', 0), ('a', 1), ('a', 2), ('b', 0), ('b', 1), ('b', 2)];
+        let second = order.map(|(side, i)| (side, i + 3));
+        assert_eq!(*seen.borrow(), [order, second].concat());
+        assert!(a >= 0.0 && b >= 0.0);
+        let err = alternating_medians_ms(2, runs, |_| Ok(()), |i| if i == 4 { Err(i) } else { Ok(()) });
+        assert_eq!(err, Err(4));
     }
 
     #[test]

@@ -13,7 +13,11 @@ use llm_from_scratch::gguf::{GgufRope, QuantizedLlama};
 use llm_from_scratch::nn::SplitMix64;
 use rayon::prelude::*;
 
-use crate::measure::{Measurement, Runs, median_ms};
+use crate::measure::{Measurement, Runs, alternating_medians_ms, median_ms};
+
+/// Blocks of runs in which a decoding workload's steps alternate with [`StreamPass`]es over as
+/// many bytes ([`alternating_medians_ms`]): the two rates of its `of_stream` from the same minutes.
+pub const BLOCKS: usize = 3;
 
 /// Prompt tokens of `real-prefill`, and the cache `real-decode` decodes against.
 pub const PROMPT: usize = 256;
@@ -52,7 +56,7 @@ pub fn prefill(path: &Path) -> Result<Vec<Measurement>, String> {
     Ok(vec![Measurement::new("real-prefill", "prefill", ms).with_flops(FLOPS)])
 }
 
-/// `real-decode token`: one token against the cache of a 256-token prompt (positions 256 to 280
+/// `real-decode token`: one token against the cache of a 256-token prompt (positions 256 to 284
 /// over the runs: each run decodes the next token, as generation does).
 ///
 /// - Bytes: every weight once, as stored: 96.4 MB (the embedding row looked up is noise), plus
@@ -60,10 +64,11 @@ pub fn prefill(path: &Path) -> Result<Vec<Measurement>, String> {
 /// - Flops: `2·P` = 0.27 GFLOP in the products, their dequantization about as much again: at 25
 ///   GB/s from memory the floor is 4.8 ms, bandwidth-bound.
 ///
-/// The line also gives the rate over those bytes (`gbs`), its fraction of the same run's
-/// streaming rate over a buffer of the same size (`of_stream`, see [`stream_gbs`]) and the peak
-/// resident memory of the process (`rss_mib`, Linux's `VmHWM`): the model loaded, a prefill in
-/// chunks of 32 tokens, the decoding.
+/// The line also gives the rate over those bytes (`gbs`), its fraction of the streaming rate over
+/// a buffer of the same size (`of_stream`: [`StreamPass`]es timed in [`BLOCKS`] blocks that
+/// alternate with the tokens') and the peak resident memory of the process (`rss_mib`, Linux's
+/// `VmHWM`): the model loaded, a prefill in chunks of 32 tokens, two tokens decoded, read before
+/// the stream's buffer is made.
 pub fn decode(path: &Path) -> Result<Vec<Measurement>, String> {
     let model = load(path)?;
     let config = model.config().clone();
@@ -74,16 +79,27 @@ pub fn decode(path: &Path) -> Result<Vec<Measurement>, String> {
     }
     let cache_bytes = 2 * config.layers * config.kv_heads * PROMPT * config.head_width * 8;
     let bytes = (model.weight_bytes() + cache_bytes) as f64;
-    let runs = Runs { warmups: 3, timed: 21 };
-    let ms = median_ms(runs, |i| -> Result<(), String> {
-        let token = ids[i % ids.len()];
-        let logits = model.forward_cached(&[token], [1, 1], &mut caches).map_err(|e| e.to_string())?;
-        check_in_warmups(runs, i, logits.as_slice())
-    })?;
-    let gbs = bytes / (ms * 1e6);
+    let mut token =
+        |i: usize| model.forward_cached(&[ids[i % ids.len()]], [1, 1], &mut caches).map_err(|e| e.to_string());
+    // the peak resident memory of loading, the prefill and decoding, read before the stream's
+    // buffer exists: the first two tokens, checked
+    for i in 0..2 {
+        check_finite(token(i)?.as_slice())?;
+    }
     let rss = peak_resident_mib();
-    let stream = stream_gbs(model.weight_bytes() + cache_bytes)?;
-    Ok(vec![Measurement::new("real-decode", "token", ms).with_bandwidth(gbs, Some(stream)).with_rss_mib(rss)])
+    let stream = StreamPass::new(model.weight_bytes() + cache_bytes);
+    let (ms, stream_ms) = alternating_medians_ms(
+        BLOCKS,
+        Runs { warmups: 2, timed: 7 },
+        |i| token(i + 2).map(|logits| drop(black_box(logits))),
+        |_| {
+            stream.read();
+            Ok(())
+        },
+    )?;
+    let gbs = bytes / (ms * 1e6);
+    let line = Measurement::new("real-decode", "token", ms).with_bandwidth(gbs, Some(stream.gbs(stream_ms)));
+    Ok(vec![line.with_rss_mib(rss)])
 }
 
 /// `stream read`: a read-only pass over a buffer the size of what `real-decode` reads (the model's
@@ -103,26 +119,48 @@ pub fn stream(path: Option<&Path>) -> Result<Vec<Measurement>, String> {
     Ok(vec![Measurement::new("stream", "read", ms).with_bandwidth(gbs, None)])
 }
 
-/// The rate in GB/s of [`stream_pass`] over `bytes`.
-pub fn stream_gbs(bytes: usize) -> Result<f64, String> {
-    stream_pass(bytes).map(|(_, gbs)| gbs)
+/// A buffer of `bytes` (rounded down to whole 8-byte words) and one read-only pass over it, in
+/// parallel chunks of 1 MiB. The words are summed (as integers, wrapping), so the loads cannot be
+/// skipped; the buffer is written when made, so its pages are resident.
+pub struct StreamPass {
+    buffer: Vec<u64>,
 }
 
-/// The median time of reading `bytes` (rounded down to whole 8-byte words) once, in parallel
-/// chunks of 1 MiB, and the rate. The words are summed (as integers, wrapping), so the loads cannot
-/// be skipped; the buffer is written once before timing, so its pages are resident.
-fn stream_pass(bytes: usize) -> Result<(f64, f64), String> {
-    let words = bytes / 8;
-    let buffer: Vec<u64> = (0..words as u64).into_par_iter().collect();
-    let ms = median_ms(Runs { warmups: 3, timed: 21 }, |_| -> Result<(), String> {
-        let sum = buffer
+impl StreamPass {
+    /// The buffer, every word written (on the pool's threads).
+    pub fn new(bytes: usize) -> Self {
+        Self { buffer: (0..(bytes / 8) as u64).into_par_iter().collect() }
+    }
+
+    /// The bytes one pass reads.
+    pub fn bytes(&self) -> usize {
+        self.buffer.len() * 8
+    }
+
+    /// One pass over the buffer.
+    pub fn read(&self) {
+        let sum = self
+            .buffer
             .par_chunks(1 << 17)
             .map(|c| c.iter().fold(0u64, |s, &w| s.wrapping_add(w)))
             .reduce(|| 0, u64::wrapping_add);
         black_box(sum);
+    }
+
+    /// The rate in GB/s of a pass that took `ms`.
+    pub fn gbs(&self, ms: f64) -> f64 {
+        self.bytes() as f64 / (ms * 1e6)
+    }
+}
+
+/// The median time of a [`StreamPass`] over `bytes`, and its rate.
+fn stream_pass(bytes: usize) -> Result<(f64, f64), String> {
+    let pass = StreamPass::new(bytes);
+    let ms = median_ms(Runs { warmups: 3, timed: 21 }, |_| -> Result<(), String> {
+        pass.read();
         Ok(())
     })?;
-    Ok((ms, (words * 8) as f64 / (ms * 1e6)))
+    Ok((ms, pass.gbs(ms)))
 }
 
 /// [`check_finite`] in run `i` if it is a warm-up: the timed runs time the model alone, as the
