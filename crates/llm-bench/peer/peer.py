@@ -39,7 +39,9 @@ A peer that is not installed is skipped. Each figure is the median of at least 5
 warm-ups, with inputs rotating between runs, as in `llm-bench`.
 
 The workloads follow docs/performance.md:
-- gemm: 1024×1024 · 1024×1024 in f64.
+- gemm: 1024×1024 · 1024×1024 in f64, measured as `llm-bench gemm` measures it: four input pairs
+  (64 MiB) rotating from run to run, 3 warm-ups, the median of 15 timed runs; PyTorch writes into
+  one output made beforehand, as ours does (JAX makes a new one each run: `jit` owns its outputs).
 - mha-train: a multi-head attention layer, B=4, T=256, d=256, H=8, RoPE base 10000 on queries
   and keys (coordinate pairs (2i, 2i+1), as in our `nn::rope`), causal, no bias; `forward`, and
   `forward-backward` with one upstream adjoint, gradients for the input and the four weights.
@@ -174,6 +176,11 @@ def mkl_isa(torch):
     return "+".join(names) if names else header.group(1)
 
 
+# `gemm`'s protocol, the same as `llm-bench gemm`'s (`crates/llm-bench/src/workloads.rs`)
+GEMM_PAIRS = 4
+GEMM_RUNS = {"warmups": 3, "timed": 15}
+
+
 def median_ms(run, warmups=3, timed=11):
     """Median wall time of `run(i)` in milliseconds; `run` must wait for its own result."""
     for i in range(warmups):
@@ -270,8 +277,9 @@ def torch_peer(workloads, threads, target, model=None):
         return torch.tensor(c, dtype=f64), torch.tensor(s, dtype=f64)
 
     if "gemm" in workloads:
-        pairs = [(torch.randn(1024, 1024, dtype=f64), torch.randn(1024, 1024, dtype=f64)) for _ in range(2)]
-        ms = median_ms(lambda i: torch.matmul(*pairs[i % 2]), warmups=5, timed=21)
+        pairs = [(torch.randn(1024, 1024, dtype=f64), torch.randn(1024, 1024, dtype=f64)) for _ in range(GEMM_PAIRS)]
+        out = torch.empty(1024, 1024, dtype=f64)
+        ms = median_ms(lambda i: torch.matmul(*pairs[i % GEMM_PAIRS], out=out), **GEMM_RUNS)
         line(peer, "gemm", "f64", ms, 2 * 1024**3)
 
     if "mha-train" in workloads:
@@ -565,9 +573,9 @@ def jax_peer(workloads, threads, target):
         return [normal(d, d) / math.sqrt(d) for _ in range(4)]
 
     if "gemm" in workloads:
-        pairs = [(normal(1024, 1024), normal(1024, 1024)) for _ in range(2)]
+        pairs = [(normal(1024, 1024), normal(1024, 1024)) for _ in range(GEMM_PAIRS)]
         product = jax.jit(jnp.matmul)
-        ms = median_ms(lambda i: product(*pairs[i % 2]).block_until_ready(), warmups=5, timed=21)
+        ms = median_ms(lambda i: product(*pairs[i % GEMM_PAIRS]).block_until_ready(), **GEMM_RUNS)
         line(peer, "gemm", "f64", ms, 2 * 1024**3)
 
     if "mha-train" in workloads:
