@@ -126,8 +126,10 @@ fn random_values(len: usize, seed: u64) -> Vec<f64> {
 ///   110 GFLOP/s per core here, and a 8×24 register tile with its operands in L1 at 85–89.
 ///
 /// Four input pairs (64 MiB) rotate from run to run, so no run finds its operands in the L2 cache
-/// of the previous one; after timing, entries of the last product are checked against a plain dot
-/// product, so a kernel that skipped work would fail rather than look fast.
+/// of the previous one (`peer/peer.py` times its peers' products the same way: the same pairs,
+/// warm-ups and timed runs, PyTorch into one output made beforehand); after timing, entries of
+/// the last product are checked against a plain dot product, so a kernel that skipped work would
+/// fail rather than look fast.
 fn gemm() -> Result<Outcome, String> {
     gemm_with(Runs { warmups: 3, timed: 15 }).map(|m| Outcome::Measured(vec![m]))
 }
