@@ -8,8 +8,10 @@
 //! kernels=<op>:<target>,...` — then one line per measured variant,
 //! `<workload> <variant> median_ms=<float> [gflops=<float> [of_gemm=<float>]] [peak_mib=<float>]`,
 //! each the median of several runs after warm-ups. `of_gemm` (attention workloads) is the rate
-//! as a fraction of the 1024³ matrix product's, measured in the same run on the same target. The
-//! workload runs inside a rayon pool of `N` threads (default: every core).
+//! as a fraction of the 1024³ matrix product's, measured in the same run on the same target: for
+//! `mha-train` and `long-causal` in blocks that alternate with the runs of their lines of issue 31
+//! (`forward-backward`, `tiled`), so that both rates come from the same minutes. The workload runs
+//! inside a rayon pool of `N` threads (default: every core).
 //!
 //! `--kernels portable|avx2|avx512` (or `LLM_KERNELS`) forces the instruction set of every fast
 //! kernel, the matrix product included (`llm_kernels::target`); a target this processor
@@ -137,9 +139,10 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
             Outcome::Measured(lines) => lines,
             Outcome::Skipped(why) => return Ok(format!("{why}\n")),
         };
-        let lines = if workload.is_attention() {
+        // `mha-train` and `long-causal` time their product in the same minutes as their lines
+        let lines = if workload.is_attention() && lines.iter().any(|line| line.of_gemm.is_none()) {
             let gemm = workloads::gemm_gflops()?;
-            lines.into_iter().map(|line| line.relative_to_gemm(gemm)).collect::<Vec<_>>()
+            lines.into_iter().map(|line| line.or_relative_to_gemm(gemm)).collect()
         } else {
             lines
         };

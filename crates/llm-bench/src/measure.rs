@@ -51,6 +51,12 @@ impl Measurement {
         self
     }
 
+    /// [`Measurement::relative_to_gemm`] for a line whose workload did not set its fraction
+    /// itself (from a product timed in the same minutes as the line); a line that has one keeps it.
+    pub fn or_relative_to_gemm(self, gemm_gflops: f64) -> Self {
+        if self.of_gemm.is_some() { self } else { self.relative_to_gemm(gemm_gflops) }
+    }
+
     /// Adds the rate over the bytes read, GB/s, and its fraction of `stream_gbs` (a read-only
     /// pass over as many bytes in the same run), if given.
     pub fn with_bandwidth(mut self, gbs: f64, stream_gbs: Option<f64>) -> Self {
@@ -134,24 +140,26 @@ fn block<E>(
 }
 
 /// Times two things in alternating blocks, so that both are measured in the same minutes: each
-/// of `blocks` blocks runs `a` `runs.warmups` times untimed and `runs.timed` times timed, then
-/// `b` the same way. Returns the median time of each over all its timed runs, in milliseconds.
+/// of `blocks` blocks runs `a` `runs[0].warmups` times untimed and `runs[0].timed` times timed,
+/// then `b` as `runs[1]` says (as many runs of each as take about as long: a block of the faster
+/// one then covers about as many of the host's seconds). Returns the median time of each over all
+/// its timed runs, in milliseconds.
 ///
 /// A ratio of the two medians then follows the host's minutes less than two measurements taken
 /// one after the other would; the warm-ups at the start of each block bring back into the caches
 /// what the other's block evicted. `a` and `b` each count their own calls from 0 (the first
-/// `runs.warmups` of them are the first block's warm-ups). The first error stops the measurement.
+/// warm-ups of each are the first block's). The first error stops the measurement.
 pub fn alternating_medians_ms<E>(
     blocks: usize,
-    runs: Runs,
+    runs: [Runs; 2],
     mut a: impl FnMut(usize) -> Result<(), E>,
     mut b: impl FnMut(usize) -> Result<(), E>,
 ) -> Result<(f64, f64), E> {
-    let per_block = runs.warmups + runs.timed.max(1);
+    let per_block = runs.map(|r| r.warmups + r.timed.max(1));
     let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
-    for first in (0..blocks.max(1)).map(|k| k * per_block) {
-        block(runs, first, &mut a, &mut times_a)?;
-        block(runs, first, &mut b, &mut times_b)?;
+    for k in 0..blocks.max(1) {
+        block(runs[0], k * per_block[0], &mut a, &mut times_a)?;
+        block(runs[1], k * per_block[1], &mut b, &mut times_b)?;
     }
     Ok((median(&mut times_a).as_secs_f64() * 1e3, median(&mut times_b).as_secs_f64() * 1e3))
 }
@@ -256,7 +264,7 @@ mod tests {
         let runs = Runs { warmups: 1, timed: 2 };
         let (a, b) = alternating_medians_ms(
             2,
-            runs,
+            [runs, runs],
             |i| {
                 seen.borrow_mut().push(('a', i));
                 Ok::<(), usize>(())
@@ -271,8 +279,27 @@ mod tests {
         let second = order.map(|(side, i)| (side, i + 3));
         assert_eq!(*seen.borrow(), [order, second].concat());
         assert!(a >= 0.0 && b >= 0.0);
-        let err = alternating_medians_ms(2, runs, |_| Ok(()), |i| if i == 4 { Err(i) } else { Ok(()) });
+        let err = alternating_medians_ms(2, [runs, runs], |_| Ok(()), |i| if i == 4 { Err(i) } else { Ok(()) });
         assert_eq!(err, Err(4));
+        // each side its own runs a block
+        seen.borrow_mut().clear();
+        let b_runs = Runs { warmups: 0, timed: 3 };
+        alternating_medians_ms(
+            2,
+            [runs, b_runs],
+            |i| {
+                seen.borrow_mut().push(('a', i));
+                Ok::<(), usize>(())
+            },
+            |i| {
+                seen.borrow_mut().push(('b', i));
+                Ok(())
+            },
+        )
+        .unwrap();
+        let first = [('a', 0), ('a', 1), ('a', 2), ('b', 0), ('b', 1), ('b', 2)];
+        let second = [('a', 3), ('a', 4), ('a', 5), ('b', 3), ('b', 4), ('b', 5)];
+        assert_eq!(*seen.borrow(), [first, second].concat());
     }
 
     #[test]
@@ -282,6 +309,11 @@ mod tests {
         let line = Measurement::new("long-causal", "tiled", 100.0).with_flops(17.2e9).relative_to_gemm(200.0);
         assert_eq!(line.to_string(), "long-causal tiled median_ms=100.000 gflops=172.0 of_gemm=0.86");
         assert_eq!(Measurement::new("a", "b", 1.0).relative_to_gemm(200.0).of_gemm, None);
+        // a fraction the workload set from its own alternation stays; a line without one gets it
+        let own = line.clone().or_relative_to_gemm(100.0);
+        assert_eq!(own.of_gemm, line.of_gemm);
+        let fresh = Measurement::new("a", "b", 100.0).with_flops(17.2e9).or_relative_to_gemm(86.0);
+        assert_eq!(fresh.of_gemm, Some(2.0));
         let line = Measurement::new("long-causal", "tiled", 1.5).with_peak_mib(2.5);
         assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.50");
     }

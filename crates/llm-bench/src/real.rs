@@ -88,9 +88,10 @@ pub fn decode(path: &Path) -> Result<Vec<Measurement>, String> {
     }
     let rss = peak_resident_mib();
     let stream = StreamPass::new(model.weight_bytes() + cache_bytes);
+    let runs = Runs { warmups: 2, timed: 7 };
     let (ms, stream_ms) = alternating_medians_ms(
         BLOCKS,
-        Runs { warmups: 2, timed: 7 },
+        [runs, runs],
         |i| token(i + 2).map(|logits| drop(black_box(logits))),
         |_| {
             stream.read();
