@@ -260,46 +260,31 @@ mod tests {
 
     #[test]
     fn alternating_medians_run_blocks_in_turn_with_each_side_counting_its_own_calls() {
-        let seen = std::cell::RefCell::new(Vec::new());
+        // the calls of two blocks of each side, in the order they ran
+        let calls = |runs: [Runs; 2]| {
+            let seen = std::cell::RefCell::new(Vec::new());
+            let record = |side| {
+                let seen = &seen;
+                move |i| {
+                    seen.borrow_mut().push((side, i));
+                    Ok::<(), usize>(())
+                }
+            };
+            let (a, b) = alternating_medians_ms(2, runs, record('a'), record('b')).unwrap();
+            assert!(a >= 0.0 && b >= 0.0);
+            seen.into_inner()
+        };
         let runs = Runs { warmups: 1, timed: 2 };
-        let (a, b) = alternating_medians_ms(
-            2,
-            [runs, runs],
-            |i| {
-                seen.borrow_mut().push(('a', i));
-                Ok::<(), usize>(())
-            },
-            |i| {
-                seen.borrow_mut().push(('b', i));
-                Ok(())
-            },
-        )
-        .unwrap();
         let order = [('a', 0), ('a', 1), ('a', 2), ('b', 0), ('b', 1), ('b', 2)];
         let second = order.map(|(side, i)| (side, i + 3));
-        assert_eq!(*seen.borrow(), [order, second].concat());
-        assert!(a >= 0.0 && b >= 0.0);
+        assert_eq!(calls([runs, runs]), [order, second].concat());
+        // each side its own runs a block: here `b` four calls, `a` three
+        let a = |k: usize| (0..3).map(move |i| ('a', 3 * k + i));
+        let b = |k: usize| (0..4).map(move |i| ('b', 4 * k + i));
+        let expected: Vec<_> = a(0).chain(b(0)).chain(a(1)).chain(b(1)).collect();
+        assert_eq!(calls([runs, Runs { warmups: 1, timed: 3 }]), expected);
         let err = alternating_medians_ms(2, [runs, runs], |_| Ok(()), |i| if i == 4 { Err(i) } else { Ok(()) });
         assert_eq!(err, Err(4));
-        // each side its own runs a block
-        seen.borrow_mut().clear();
-        let b_runs = Runs { warmups: 0, timed: 3 };
-        alternating_medians_ms(
-            2,
-            [runs, b_runs],
-            |i| {
-                seen.borrow_mut().push(('a', i));
-                Ok::<(), usize>(())
-            },
-            |i| {
-                seen.borrow_mut().push(('b', i));
-                Ok(())
-            },
-        )
-        .unwrap();
-        let first = [('a', 0), ('a', 1), ('a', 2), ('b', 0), ('b', 1), ('b', 2)];
-        let second = [('a', 3), ('a', 4), ('a', 5), ('b', 3), ('b', 4), ('b', 5)];
-        assert_eq!(*seen.borrow(), [first, second].concat());
     }
 
     #[test]
