@@ -7,11 +7,11 @@
 //! First prints a line naming the machine — `machine cpu="<model>" threads=<N> simd=<features>
 //! kernels=<op>:<target>,...` — then one line per measured variant,
 //! `<workload> <variant> median_ms=<float> [gflops=<float> [of_gemm=<float>]] [peak_mib=<float>]`,
-//! each the median of several runs after warm-ups. `of_gemm` (attention workloads) is the rate
-//! as a fraction of the 1024³ matrix product's, measured in the same run on the same target: for
-//! `mha-train` and `long-causal` in blocks that alternate with the runs of their lines of issue 31
-//! (`forward-backward`, `tiled`), so that both rates come from the same minutes. The workload runs
-//! inside a rayon pool of `N` threads (default: every core).
+//! each the median of several runs after warm-ups. `of_gemm` (`mha-train`, `long-causal`) is the
+//! rate as a fraction of the 1024³ matrix product's on the same target, the product timed in
+//! blocks that alternate with the runs of the workload's line of issue 31 (`forward-backward`,
+//! `tiled`), so that both rates come from the same minutes. The workload runs inside a rayon pool
+//! of `N` threads (default: every core).
 //!
 //! `--kernels portable|avx2|avx512` (or `LLM_KERNELS`) forces the instruction set of every fast
 //! kernel, the matrix product included (`llm_kernels::target`); a target this processor
@@ -138,13 +138,6 @@ fn measure_and_print(args: impl IntoIterator<Item = std::ffi::OsString>) -> Resu
         let lines = match workload.run(model.as_deref())? {
             Outcome::Measured(lines) => lines,
             Outcome::Skipped(why) => return Ok(format!("{why}\n")),
-        };
-        // `mha-train` and `long-causal` time their product in the same minutes as their lines
-        let lines = if workload.is_attention() && lines.iter().any(|line| line.of_gemm.is_none()) {
-            let gemm = workloads::gemm_gflops()?;
-            lines.into_iter().map(|line| line.or_relative_to_gemm(gemm)).collect()
-        } else {
-            lines
         };
         Ok::<_, String>(lines.iter().map(|line| format!("{line}\n")).collect::<String>())
     });

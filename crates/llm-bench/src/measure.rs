@@ -51,12 +51,6 @@ impl Measurement {
         self
     }
 
-    /// [`Measurement::relative_to_gemm`] for a line whose workload did not set its fraction
-    /// itself (from a product timed in the same minutes as the line); a line that has one keeps it.
-    pub fn or_relative_to_gemm(self, gemm_gflops: f64) -> Self {
-        if self.of_gemm.is_some() { self } else { self.relative_to_gemm(gemm_gflops) }
-    }
-
     /// Adds the rate over the bytes read, GB/s, and its fraction of `stream_gbs` (a read-only
     /// pass over as many bytes in the same run), if given.
     pub fn with_bandwidth(mut self, gbs: f64, stream_gbs: Option<f64>) -> Self {
@@ -294,11 +288,6 @@ mod tests {
         let line = Measurement::new("long-causal", "tiled", 100.0).with_flops(17.2e9).relative_to_gemm(200.0);
         assert_eq!(line.to_string(), "long-causal tiled median_ms=100.000 gflops=172.0 of_gemm=0.86");
         assert_eq!(Measurement::new("a", "b", 1.0).relative_to_gemm(200.0).of_gemm, None);
-        // a fraction the workload set from its own alternation stays; a line without one gets it
-        let own = line.clone().or_relative_to_gemm(100.0);
-        assert_eq!(own.of_gemm, line.of_gemm);
-        let fresh = Measurement::new("a", "b", 100.0).with_flops(17.2e9).or_relative_to_gemm(86.0);
-        assert_eq!(fresh.of_gemm, Some(2.0));
         let line = Measurement::new("long-causal", "tiled", 1.5).with_peak_mib(2.5);
         assert_eq!(line.to_string(), "long-causal tiled median_ms=1.500 peak_mib=2.50");
     }

@@ -75,12 +75,6 @@ impl Workload {
         NAMES.iter().find(|(w, _)| *w == self).map_or("?", |(_, n)| n)
     }
 
-    /// Whether the workload measures attention, whose lines also give their rate as a fraction of
-    /// the matrix product's (`of_gemm`).
-    pub fn is_attention(self) -> bool {
-        matches!(self, Workload::MhaTrain | Workload::Decode | Workload::LongCausal)
-    }
-
     /// Runs the workload on the current rayon pool; the real-model workloads read the model at
     /// `model` and are skipped without one. Errors are messages for the user.
     pub fn run(self, model: Option<&Path>) -> Result<Outcome, String> {
@@ -137,14 +131,6 @@ fn gemm() -> Result<Outcome, String> {
     Ok(Outcome::Measured(vec![Measurement::new("gemm", "f64", ms).with_flops(pass.flops())]))
 }
 
-/// The rate of [`gemm`] with fewer runs, for the `of_gemm` fraction of `decode`'s lines.
-pub fn gemm_gflops() -> Result<f64, String> {
-    let mut pass = GemmPass::new(GEMM_N);
-    let ms = median_ms(Runs { warmups: 2, timed: 7 }, |i| pass.run(i))?;
-    pass.check()?;
-    Ok(pass.flops() / (ms * 1e6))
-}
-
 /// The size of [`gemm`]'s product.
 const GEMM_N: usize = 1024;
 
@@ -169,6 +155,11 @@ impl GemmPass {
     /// `2n³`.
     fn flops(&self) -> f64 {
         2.0 * (self.n as f64).powi(3)
+    }
+
+    /// The rate in GFLOP/s of a run that took `ms`.
+    fn gflops(&self, ms: f64) -> f64 {
+        self.flops() / (ms * 1e6)
     }
 
     /// Run `i`: the product of input pair `i mod 4`.
@@ -200,7 +191,7 @@ fn alternating_with_gemm(
     let mut pass = GemmPass::new(GEMM_N);
     let (ms, gemm_ms) = alternating_medians_ms(real::BLOCKS, [runs, gemm_runs], variant, |i| pass.run(i))?;
     pass.check()?;
-    Ok((ms, pass.flops() / (gemm_ms * 1e6)))
+    Ok((ms, pass.gflops(gemm_ms)))
 }
 
 /// Checks a spread of entries of the `n×n` product `c = a·b` against a left-to-right dot product,
@@ -656,6 +647,7 @@ mod tests {
         // small: a test beside it reads the process's resident memory
         let mut pass = GemmPass::new(48);
         assert_eq!(pass.flops(), 2.0 * 48.0 * 48.0 * 48.0);
+        assert_eq!(pass.gflops(0.5), 2.0 * 48.0 * 48.0 * 48.0 / 0.5e6);
         pass.run(5).unwrap();
         assert_eq!(pass.last, 1, "run 5 multiplies pair 1");
         pass.check().unwrap();
