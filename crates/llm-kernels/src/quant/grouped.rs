@@ -445,7 +445,8 @@ pub(super) mod x86 {
 
     /// Outputs `first..first + outs.len()` of `x · wᵀ` (`w` grouped, `first` the first output of a
     /// pair of groups, the length whole groups): [`group_sums_as`], with AVX512BW's byte shuffle
-    /// where the processor has it and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`).
+    /// where the processor has it and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`),
+    /// and a pair's bytes picked by AVX512VBMI and GFNI ([`exact_pair_512`]) where it has those too.
     ///
     /// # Safety
     /// The processor has AVX-512F.
@@ -457,24 +458,29 @@ pub(super) mod x86 {
         outs: &mut [f64],
         no_minus_zero: bool,
     ) {
-        // SAFETY: AVX-512F (the caller), and AVX512BW where it is used (checked).
+        let picks = std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("gfni");
+        // SAFETY: AVX-512F (the caller), and AVX512BW, AVX512VBMI and GFNI where they are used
+        // (checked).
         unsafe {
-            if std::arch::is_x86_feature_detected!("avx512bw") {
-                group_sums_as::<true>(x, w, first, outs, no_minus_zero)
+            if std::arch::is_x86_feature_detected!("avx512bw") && picks {
+                group_sums_as::<true, true>(x, w, first, outs, no_minus_zero)
+            } else if std::arch::is_x86_feature_detected!("avx512bw") {
+                group_sums_as::<true, false>(x, w, first, outs, no_minus_zero)
             } else {
-                group_sums_as::<false>(x, w, first, outs, no_minus_zero)
+                group_sums_as::<false, false>(x, w, first, outs, no_minus_zero)
             }
         }
     }
 
     /// [`group_sums`], the blocks that [`exact_head`] admits made by [`exact_block_512`] if `BW`
-    /// and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), else by lookups and
-    /// conversions (`unit_sums`): the same bits either way.
+    /// and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`) — a pair's by
+    /// [`exact_pair_512`] if `PICKS` too — else by lookups and conversions (`unit_sums`): the same
+    /// bits either way.
     ///
     /// # Safety
-    /// The processor has AVX-512F, and AVX512BW if `BW`.
+    /// The processor has AVX-512F, AVX512BW if `BW`, and AVX512VBMI and GFNI if `PICKS`.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(in super::super) unsafe fn group_sums_as<const BW: bool>(
+    pub(in super::super) unsafe fn group_sums_as<const BW: bool, const PICKS: bool>(
         x: &[f64],
         w: &QuantRows<'_>,
         first: usize,
@@ -486,15 +492,15 @@ pub(super) mod x86 {
             const Q8: u8 = BlockFormat::Q8_0 as u8;
             const Q4: u8 = BlockFormat::Q4_0 as u8;
             const Q4M: u8 = BlockFormat::Q4_1 as u8;
-            // SAFETY: AVX512BW if `BW` (the caller).
+            // SAFETY: AVX512BW if `BW`, AVX512VBMI and GFNI if `PICKS` (the caller).
             let sums = unsafe {
                 match (w.format, groups) {
-                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW>(unit, x, no_minus_zero),
-                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW>(unit, x, no_minus_zero),
+                    (BlockFormat::Q8_0, 2) => unit_sums::<Q8, 2, BW, PICKS>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_0, 2) => unit_sums::<Q4, 2, BW, PICKS>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_1, 2) => unit_sums::<Q4M, 2, BW, PICKS>(unit, x, no_minus_zero),
+                    (BlockFormat::Q8_0, _) => unit_sums::<Q8, 1, BW, PICKS>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_0, _) => unit_sums::<Q4, 1, BW, PICKS>(unit, x, no_minus_zero),
+                    (BlockFormat::Q4_1, _) => unit_sums::<Q4M, 1, BW, PICKS>(unit, x, no_minus_zero),
                 }
             };
             // two registers of eight outputs per group
@@ -505,33 +511,15 @@ pub(super) mod x86 {
         }
     }
 
-    /// One block of `G` groups' terms added to `sums` ([rows 0–7, 8–15] of each group), the
-    /// values made as [`ExactValues`] makes them, eight at a time, each by one byte shuffle
-    /// (AVX512BW) and one exact fused multiply-add `A·u + C`:
-    ///
-    /// - 4-bit formats: the byte `0xf0 | q` placed in a double `u = 2⁻¹⁰⁰⁸·(1 + q/16)`, with
-    ///   `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`;
-    /// - `Q8_0`: the byte `q + 128` placed in byte 5 of the bits of 1.0, `u = 1 + (q + 128)·2⁻¹²`,
-    ///   with `A = 2¹²·d`, `C = −4224·d`. The shuffle is merge-masked: it writes byte 5 of each
-    ///   lane and keeps the other seven from the bits of 1.0, so no operation ors them in (with
-    ///   AVX2, [`ExactValues::of`] needs one). Per sixteen weights one exclusive or (`q + 128`),
-    ///   two shuffles and four fused multiply-adds, where the conversions took two widenings,
-    ///   two two-part conversions, two multiplications and two fused multiply-adds.
-    ///
-    /// # Safety
-    /// The processor has AVX-512F and AVX512BW, and every group's head passes [`exact_head`]
-    /// (which also makes it long enough for the loads below).
-    #[inline(never)]
-    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-    unsafe fn exact_block_512<const G: usize>(
+    /// The factors of [`exact_block_512`]'s values for `G` groups' heads, in the order of the sums'
+    /// registers ([rows 0–7, 8–15] of each group): `A` (the scales times 2¹⁰¹², or 2¹² for
+    /// `Q8_0`) and `C` (`m − 16·d`, `−24·d` or `−4224·d`), each exact.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn exact_factors<const G: usize>(
         format: BlockFormat,
         heads: [&[u8]; G],
-        lines: &[u8],
-        xs: &[f64],
-        sums: &mut [__m512d; 2 * PAIR],
-    ) {
-        #[cfg(test)]
-        SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
+    ) -> ([__m512d; 2 * PAIR], [__m512d; 2 * PAIR]) {
         let (big, factor) = match format {
             BlockFormat::Q8_0 => (4096.0, -4224.0),
             BlockFormat::Q4_0 => (f64::from_bits(2035 << 52), -24.0), // 2¹⁰¹²
@@ -562,6 +550,37 @@ pub(super) mod x86 {
                 offset[2 * g + h] = _mm512_fmadd_pd(d, _mm512_set1_pd(factor), m);
             }
         }
+        (scale, offset)
+    }
+
+    /// One block of `G` groups' terms added to `sums` ([rows 0–7, 8–15] of each group), the
+    /// values made as [`ExactValues`] makes them, eight at a time, each by one byte shuffle
+    /// (AVX512BW) and one exact fused multiply-add `A·u + C`:
+    ///
+    /// - 4-bit formats: the byte `0xf0 | q` placed in a double `u = 2⁻¹⁰⁰⁸·(1 + q/16)`, with
+    ///   `A = 2¹⁰¹²·d`, `C = m − 16·d` or `−24·d`;
+    /// - `Q8_0`: the byte `q + 128` placed in byte 5 of the bits of 1.0, `u = 1 + (q + 128)·2⁻¹²`,
+    ///   with `A = 2¹²·d`, `C = −4224·d`. The shuffle is merge-masked: it writes byte 5 of each
+    ///   lane and keeps the other seven from the bits of 1.0, so no operation ors them in (with
+    ///   AVX2, [`ExactValues::of`] needs one). Per sixteen weights one exclusive or (`q + 128`),
+    ///   two shuffles and four fused multiply-adds, where the conversions took two widenings,
+    ///   two two-part conversions, two multiplications and two fused multiply-adds.
+    ///
+    /// # Safety
+    /// The processor has AVX-512F and AVX512BW, and every group's head passes [`exact_head`]
+    /// (which also makes it long enough for the loads below).
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    unsafe fn exact_block_512<const G: usize>(
+        format: BlockFormat,
+        heads: [&[u8]; G],
+        lines: &[u8],
+        xs: &[f64],
+        sums: &mut [__m512d; 2 * PAIR],
+    ) {
+        #[cfg(test)]
+        SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
+        let (scale, offset) = exact_factors::<G>(format, heads);
         // byte 8h + k of a group's sixteen into byte `at` of lane k
         const fn control(h: usize, at: usize) -> [i8; 64] {
             let mut c = [-128i8; 64];
@@ -618,6 +637,108 @@ pub(super) mod x86 {
                     let u = _mm512_castsi512_pd(_mm512_shuffle_epi8(second, controls[h]));
                     s[2 * g + h] =
                         _mm512_fmadd_pd(b, _mm512_fmadd_pd(scale[2 * g + h], u, offset[2 * g + h]), s[2 * g + h]);
+                }
+            }
+        }
+        *sums = s;
+    }
+
+    /// [`exact_block_512`] for a pair of groups, both groups' bytes of a line made ready at once
+    /// and each register's eight picked from them by one `vpermb` (AVX512VBMI: any byte of the
+    /// register, where `vpshufb` picks within 128 bits, so one group's sixteen bytes had to fill
+    /// all four quarters and be made ready apart from the other's). Per line of a 4-bit block,
+    /// 64 terms: one or (`0xf0 | q` of the first input) and one `gf2p8affineqb` (GFNI: `0xf0 | q`
+    /// of the second, where a shift and an or took two operations), eight `vpermb` and sixteen
+    /// fused multiply-adds — 26 operations where the byte shuffles take 30; `Q8_0`, 32 terms a
+    /// line: 13 where they take 14. The same values in the same registers and the same order of
+    /// sums, so the same bits. One core of an Intel Xeon (Sapphire Rapids or later), alternating
+    /// with the byte shuffles in one process: 4-bit products 3–7 % faster by the picks and 2 % more
+    /// by GFNI, `Q8_0`'s 2–4 % (`docs/performance.md`, "2026-12-06, eleventh").
+    ///
+    /// # Safety
+    /// The processor has AVX-512F, AVX512BW, AVX512VBMI and GFNI, and both groups' heads pass
+    /// [`exact_head`] (which also makes them long enough for the loads below).
+    #[inline(never)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vbmi,gfni,avx2,fma")]
+    unsafe fn exact_pair_512(
+        format: BlockFormat,
+        heads: [&[u8]; PAIR],
+        lines: &[u8],
+        xs: &[f64],
+        sums: &mut [__m512d; 2 * PAIR],
+    ) {
+        #[cfg(test)]
+        SHUFFLED_BLOCKS.with(|count| count.set(count.get() + 1));
+        let (scale, offset) = exact_factors::<PAIR>(format, heads);
+        // register j (group j / 2, rows 8·(j % 2)..): lane k takes the line's byte 8j + k at byte
+        // `at`, and its other bytes from the upper half of the register the bytes are picked
+        // from, bytes `upper` (zeros, and `Q8_0`'s bits of 1.0) — not by a mask, which the
+        // compiler made an and after the `vpermb`
+        const fn control(j: usize, at: usize, upper: [i8; 8]) -> [i8; 64] {
+            let mut c = [0i8; 64];
+            let mut k = 0;
+            while k < 8 {
+                let mut b = 0;
+                while b < 8 {
+                    c[8 * k + b] = if b == at { (8 * j + k) as i8 } else { upper[b] };
+                    b += 1;
+                }
+                k += 1;
+            }
+            c
+        }
+        // 4-bit: byte 6, zeros from byte 32; `Q8_0`: byte 5 in the bits of 1.0 (bytes 33, 34 hold
+        // its 0xf0 and 0x3f)
+        const ZEROS: [i8; 8] = [32; 8];
+        const ONE: [i8; 8] = [32, 32, 32, 32, 32, 32, 33, 34];
+        const NIBBLES: [[i8; 64]; 2 * PAIR] =
+            [control(0, 6, ZEROS), control(1, 6, ZEROS), control(2, 6, ZEROS), control(3, 6, ZEROS)];
+        const BYTES: [[i8; 64]; 2 * PAIR] =
+            [control(0, 5, ONE), control(1, 5, ONE), control(2, 5, ONE), control(3, 5, ONE)];
+        let load = |table: &[[i8; 64]; 2 * PAIR]| {
+            // SAFETY: 64 bytes each.
+            table.map(|c| unsafe { _mm512_loadu_si512(c.as_ptr().cast()) })
+        };
+        // a line's 32 bytes (both groups' sixteen)
+        let line = |line: &[u8]| {
+            debug_assert_eq!(line.len(), PAIR * GROUP);
+            // SAFETY: 32 bytes.
+            unsafe { _mm256_loadu_si256(line.as_ptr().cast()) }
+        };
+        let mut s = *sums;
+        if format == BlockFormat::Q8_0 {
+            let controls = load(&BYTES);
+            // `q + 128` below (each byte's sign flipped), and above, 0 at byte 32 and the bytes
+            // 0xf0, 0x3f of 1.0 at 33 and 34: one constant (built in memory a byte at a time and
+            // loaded whole, it waited on its stores every block)
+            let flip = -0x7f7f_7f7f_7f7f_7f80; // 0x8080_8080_8080_8080
+            let sign = _mm512_set_epi64(0, 0, 0, 0x3f_f000, flip, flip, flip, flip);
+            for (bytes, &a) in lines.chunks_exact(PAIR * GROUP).zip(xs) {
+                let bytes = _mm512_xor_si512(_mm512_zextsi256_si512(line(bytes)), sign);
+                let a = _mm512_set1_pd(a);
+                for j in 0..2 * PAIR {
+                    let u = _mm512_castsi512_pd(_mm512_permutexvar_epi8(controls[j], bytes));
+                    s[j] = _mm512_fmadd_pd(a, _mm512_fmadd_pd(scale[j], u, offset[j]), s[j]);
+                }
+            }
+            *sums = s;
+            return;
+        }
+        let controls = load(&NIBBLES);
+        let high = _mm256_set1_epi8(0xf0u8 as i8);
+        // `gf2p8affineqb` with this matrix and 0xf0 maps each byte `b` to `0xf0 | b >> 4`: row i
+        // of the matrix (byte 7 − i) picks bit i + 4 of `b` for bit i, rows 4–7 nothing
+        let high_nibble = _mm256_set1_epi64x(0x1020_4080_0000_0000);
+        for (bytes, pair) in lines.chunks_exact(PAIR * GROUP).zip(xs.chunks_exact(2)) {
+            let bytes = line(bytes);
+            // `0xf0 | q` for the first input of each byte, then the second; zeros above
+            let first = _mm512_zextsi256_si512(_mm256_or_si256(bytes, high));
+            let second = _mm512_zextsi256_si512(_mm256_gf2p8affine_epi64_epi8::<0xf0>(bytes, high_nibble));
+            for (values, &a) in [first, second].into_iter().zip(pair) {
+                let a = _mm512_set1_pd(a);
+                for j in 0..2 * PAIR {
+                    let u = _mm512_castsi512_pd(_mm512_permutexvar_epi8(controls[j], values));
+                    s[j] = _mm512_fmadd_pd(a, _mm512_fmadd_pd(scale[j], u, offset[j]), s[j]);
                 }
             }
         }
@@ -901,12 +1022,13 @@ pub(super) mod x86 {
     /// tested in a loop.
     ///
     /// With `BW` and `no_minus_zero` ([`super::sums_never_reach_minus_zero`] of `x`), the blocks
-    /// whose heads pass [`exact_head`] go to [`exact_block_512`] instead.
+    /// whose heads pass [`exact_head`] (a pair's both at once: [`exact_pair_heads`]) go to
+    /// [`exact_block_512`] instead, or with `PICKS` a pair's to [`exact_pair_512`].
     ///
     /// # Safety
-    /// If `BW`, the processor has AVX512BW.
+    /// If `BW`, the processor has AVX512BW; if `PICKS`, AVX512VBMI and GFNI.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool>(
+    unsafe fn unit_sums<const F: u8, const G: usize, const BW: bool, const PICKS: bool>(
         unit: &[u8],
         x: &[f64],
         no_minus_zero: bool,
@@ -966,9 +1088,22 @@ pub(super) mod x86 {
                         out
                     }};
                 }
-                if BW && no_minus_zero && heads.iter().all(|head| exact_head(format, head)) {
-                    // SAFETY: the caller checked AVX512BW (`BW`).
-                    unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
+                let admitted = BW
+                    && no_minus_zero
+                    && if G == PAIR {
+                        // SAFETY: the caller checked AVX512BW (`BW`).
+                        unsafe { exact_pair_heads(format, &block[..G * head_bytes]) }
+                    } else {
+                        heads.iter().all(|head| exact_head(format, head))
+                    };
+                if admitted {
+                    if let (true, Ok(pair)) = (PICKS, <[&[u8]; PAIR]>::try_from(&heads[..])) {
+                        // SAFETY: the caller checked AVX512BW, AVX512VBMI and GFNI (`BW`, `PICKS`).
+                        unsafe { exact_pair_512(format, pair, lines, xs, &mut sums) };
+                    } else {
+                        // SAFETY: the caller checked AVX512BW (`BW`).
+                        unsafe { exact_block_512::<G>(format, heads, lines, xs, &mut sums) };
+                    }
                     continue;
                 }
                 let lines = lines.chunks_exact(G * GROUP);
@@ -1068,6 +1203,45 @@ pub(super) mod x86 {
             }
         }
         totals
+    }
+
+    /// [`exact_head`] of both groups of a pair's block at once (`heads`: the block's heads, each
+    /// group's sixteen scales, and for `Q4_1` its sixteen minimums after them), with AVX512BW's
+    /// comparisons of 32 halves into a mask: the same answer in about a third of the operations.
+    /// The two checks took about a tenth of the kernel's time; on one core of the Xeon, alternating
+    /// in one process, 4-bit products ran 6–9 % faster with this one, `Q8_0`'s 2 %.
+    ///
+    /// # Safety
+    /// The processor has AVX-512F and AVX512BW.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+    unsafe fn exact_pair_heads(format: BlockFormat, heads: &[u8]) -> bool {
+        // the exponent fields of 32 halves
+        let field = |v: __m512i| _mm512_and_si512(_mm512_srli_epi16::<10>(v), _mm512_set1_epi16(31));
+        // SAFETY: 64 bytes each.
+        let load = |bytes: &[u8; 64]| unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) };
+        match format {
+            BlockFormat::Q8_0 | BlockFormat::Q4_0 => {
+                let Some(scales) = heads.first_chunk::<{ 2 * 2 * GROUP }>() else { return false };
+                let most = if format == BlockFormat::Q8_0 { 30 } else { 26 };
+                _mm512_cmpgt_epu16_mask(field(load(scales)), _mm512_set1_epi16(most)) == 0
+            }
+            BlockFormat::Q4_1 => {
+                let Some((first, rest)) = heads.split_first_chunk::<{ 4 * GROUP }>() else { return false };
+                let Some(second) = rest.first_chunk::<{ 4 * GROUP }>() else { return false };
+                let (first, second) = (load(first), load(second));
+                // both groups' scales, then both groups' minimums
+                let d = field(_mm512_shuffle_i64x2::<0b01_00_01_00>(first, second));
+                let m = field(_mm512_shuffle_i64x2::<0b11_10_11_10>(first, second));
+                let one = _mm512_set1_epi16(1);
+                let apart = _mm512_sub_epi16(_mm512_max_epu16(d, one), _mm512_max_epu16(m, one)); // a − b
+                let bad = _mm512_cmpgt_epu16_mask(d, _mm512_set1_epi16(26))
+                    | _mm512_cmpeq_epi16_mask(m, _mm512_set1_epi16(31))
+                    | _mm512_cmpgt_epi16_mask(apart, _mm512_set1_epi16(9))
+                    | _mm512_cmplt_epi16_mask(apart, _mm512_set1_epi16(-12));
+                bad == 0
+            }
+        }
     }
 
     /// Whether [`ExactValues`] makes the values of a group's block, given its head (sixteen
@@ -1409,6 +1583,48 @@ pub(super) mod x86 {
         }
         totals
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// [`exact_pair_heads`] admits a pair's block exactly when [`exact_head`] admits both of
+        /// its groups: over heads whose halves take every exponent field (the thresholds 9, 12,
+        /// 26, 30 and 31 among them), of either sign, for all three formats.
+        #[test]
+        fn a_pairs_heads_are_admitted_as_each_groups_are() {
+            if !(std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw")) {
+                return;
+            }
+            let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut next = || {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (state >> 33) as u16
+            };
+            let mut admitted = [0usize; 3];
+            for (f, format) in [BlockFormat::Q8_0, BlockFormat::Q4_0, BlockFormat::Q4_1].into_iter().enumerate() {
+                let head_bytes = GROUP * format.head_bytes();
+                for case in 0..20_000 {
+                    // fields near one centre, so that most heads pass and every rule is crossed
+                    let centre = case % 32;
+                    let mut heads = vec![0u8; PAIR * head_bytes];
+                    for half in heads.chunks_exact_mut(2) {
+                        let field = (centre + next() as usize % 15).saturating_sub(7).min(31) as u16;
+                        let bits = (next() & 0x8000) | field << 10 | (next() & 0x3ff);
+                        half.copy_from_slice(&bits.to_le_bytes());
+                    }
+                    // SAFETY: AVX-512F and AVX512BW (checked), so AVX2 too.
+                    let each = heads.chunks_exact(head_bytes).all(|head| unsafe { exact_head(format, head) });
+                    // SAFETY: as above.
+                    let pair = unsafe { exact_pair_heads(format, &heads) };
+                    assert_eq!(pair, each, "{format:?}, case {case}");
+                    admitted[f] += usize::from(each);
+                }
+            }
+            // both answers came often for every format
+            assert!(admitted.iter().all(|&n| n > 2_000 && n < 18_000), "{admitted:?}");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1618,13 +1834,21 @@ mod tests {
         if Target::Avx512.is_available() {
             let mut got = vec![0.0; whole];
             // SAFETY: the processor runs AVX-512 (checked).
-            unsafe { x86::group_sums_as::<false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
+            unsafe { x86::group_sums_as::<false, false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
             out.push(("AVX-512 without byte shuffles", got));
             if std::arch::is_x86_feature_detected!("avx512bw") {
                 let mut got = vec![0.0; whole];
                 // SAFETY: the processor runs AVX-512 and AVX512BW (checked).
-                unsafe { x86::group_sums_as::<true>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
+                unsafe { x86::group_sums_as::<true, false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
                 out.push(("AVX-512 with byte shuffles", got));
+            }
+            let picks =
+                std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("gfni");
+            if std::arch::is_x86_feature_detected!("avx512bw") && picks {
+                let mut got = vec![0.0; whole];
+                // SAFETY: the processor runs AVX-512, AVX512BW, AVX512VBMI and GFNI (checked).
+                unsafe { x86::group_sums_as::<true, true>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
+                out.push(("AVX-512 with a pair's bytes picked (VBMI, GFNI)", got));
             }
         }
         out
