@@ -458,11 +458,10 @@ pub(super) mod x86 {
         outs: &mut [f64],
         no_minus_zero: bool,
     ) {
-        let picks = std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("gfni");
         // SAFETY: AVX-512F (the caller), and AVX512BW, AVX512VBMI and GFNI where they are used
         // (checked).
         unsafe {
-            if std::arch::is_x86_feature_detected!("avx512bw") && picks {
+            if picks_available() {
                 group_sums_as::<true, true>(x, w, first, outs, no_minus_zero)
             } else if std::arch::is_x86_feature_detected!("avx512bw") {
                 group_sums_as::<true, false>(x, w, first, outs, no_minus_zero)
@@ -470,6 +469,14 @@ pub(super) mod x86 {
                 group_sums_as::<false, false>(x, w, first, outs, no_minus_zero)
             }
         }
+    }
+
+    /// Whether the processor has what [`exact_pair_512`] and its callers need beside AVX-512F:
+    /// AVX512BW, AVX512VBMI and GFNI (`PICKS` of [`group_sums_as`]).
+    pub(in super::super) fn picks_available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vbmi")
+            && std::arch::is_x86_feature_detected!("gfni")
     }
 
     /// [`group_sums`], the blocks that [`exact_head`] admits made by [`exact_block_512`] if `BW`
@@ -1842,9 +1849,7 @@ mod tests {
                 unsafe { x86::group_sums_as::<true, false>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
                 out.push(("AVX-512 with byte shuffles", got));
             }
-            let picks =
-                std::arch::is_x86_feature_detected!("avx512vbmi") && std::arch::is_x86_feature_detected!("gfni");
-            if std::arch::is_x86_feature_detected!("avx512bw") && picks {
+            if x86::picks_available() {
                 let mut got = vec![0.0; whole];
                 // SAFETY: the processor runs AVX-512, AVX512BW, AVX512VBMI and GFNI (checked).
                 unsafe { x86::group_sums_as::<true, true>(x, w, 0, &mut got, sums_never_reach_minus_zero(x)) };
