@@ -98,7 +98,8 @@ impl GroupedQueryAttention {
 /// - Otherwise each query row attends over the cached keys and the new ones (`decode.rs`), one
 ///   task per (batch, query head) lane; where a step reads at least [`GROUPED_LANE_BYTES`] of a
 ///   kv lane, a task takes several query heads of one kv lane together (every head of it where
-///   there are at least as many lanes as threads), reading the lane once for them; and the
+///   there are at least as many lanes as threads), reading the lane once for them, in bundles
+///   that give each thread as many lanes to read (`bundled`); and the
 ///   tokens of a step of several are attended together ([`SCORES_AT_ONCE`]), reading it once for
 ///   as many of them as fit: the same bits either way.
 ///
@@ -166,7 +167,7 @@ fn attend_cached_scoring(
             tasks.push((kv_lane, i * heads_a_task, part));
         }
     }
-    tasks.into_par_iter().try_for_each(|(kv_lane, j0, out)| {
+    let attend_task = |(kv_lane, j0, out): (usize, usize, &mut [f64])| {
         let (bi, kv) = (kv_lane / g, kv_lane % g); // repeat-interleave: query head h reads kv head ⌊h/(H/G)⌋
         let fresh = kv_lane * t * d..(kv_lane + 1) * t * d;
         // the cached keys in chronological order, then this call's keys
@@ -207,8 +208,38 @@ fn attend_cached_scoring(
             }
         }
         Ok::<(), AttentionError>(())
-    })?;
+    };
+    let bundles = bundled(tasks, lanes, threads, grouped && per_lane == 1);
+    bundles.into_par_iter().try_for_each(|bundle| bundle.into_iter().try_for_each(&attend_task))?;
     Ok(heads)
+}
+
+/// A step's tasks (kv lane, first head, output; in lane order) in the bundles the threads take:
+/// one bundle a task, except where the lanes do not divide among the `threads` (`split`: the
+/// last `lanes % threads` lanes in parts), where each thread's bundle takes a run of whole lanes
+/// and the parts are dealt in turn — three lanes on two threads: the first lane and half the
+/// third, the second lane and the rest of the third, a lane and a half each. Left in lane order,
+/// the tasks were halved by rayon into the first two lanes and the third lane's two parts, and a
+/// thread that had read one lane stole the other's second: two lanes on one thread, one on the
+/// other. SmolLM2-135M decoded a token 5–6 % faster from 256 and 512 positions, 5–12 % from 1024
+/// and 12–14 % from 2048 and 4096 (two threads; `docs/performance.md`, "2026-12-07"). How the
+/// tasks are bundled changes no bit.
+fn bundled<T>(tasks: Vec<(usize, usize, T)>, lanes: usize, threads: usize, split: bool) -> Vec<Vec<(usize, usize, T)>> {
+    if !split || lanes.is_multiple_of(threads) {
+        return tasks.into_iter().map(|task| vec![task]).collect();
+    }
+    let (whole, runs) = (lanes - lanes % threads, lanes / threads);
+    let mut bundles: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
+    let mut dealt = 0;
+    for task in tasks {
+        if task.0 < whole {
+            bundles[task.0 / runs].push(task);
+        } else {
+            bundles[dealt % threads].push(task);
+            dealt += 1;
+        }
+    }
+    bundles
 }
 
 /// The bytes of keys and values a step reads from one kv lane (its cached positions and its new
@@ -324,12 +355,16 @@ mod tests {
     #[test]
     fn a_steps_tokens_attended_in_one_call_or_in_several_have_the_same_bits() {
         // a short lane (a task a head), long ones (a task several heads, a lane split between two
-        // tasks on two threads), a wrapping window ring and sinks; each limit makes the calls take
-        // another number of tokens, the last call fewer where it does not divide the step
+        // tasks on two threads: three lanes, as SmolLM2's), a wrapping window ring and sinks; each
+        // limit makes the calls take another number of tokens, the last call fewer where it does
+        // not divide the step
         let mut rng = SplitMix64::new(31);
-        for (batch, query_heads, kv_heads, cached, t, window) in
-            [(1, 6, 3, 40, 7, None), (2, 6, 2, 300, 5, Some(SlidingWindow::Exclusive(256))), (1, 3, 1, 255, 6, None)]
-        {
+        for (batch, query_heads, kv_heads, cached, t, window) in [
+            (1, 6, 3, 40, 7, None),
+            (2, 6, 2, 300, 5, Some(SlidingWindow::Exclusive(256))),
+            (1, 3, 1, 255, 6, None),
+            (1, 6, 3, 260, 2, None),
+        ] {
             let mut config = AttentionConfig::new(48, query_heads, kv_heads, 64)
                 .with_rope(400, 10_000.0)
                 .with_sinks(window.is_some());
@@ -340,9 +375,9 @@ mod tests {
             let first = cache.next_position();
             let (q, k, v) = layer.rotated_heads(&input(&[batch, t, 48], &mut rng), first..first + t).unwrap();
             let sinks = layer.sink_logits().map(|s| s.value().unwrap());
-            let attend = |limit| {
-                attend_cached_scoring(layer.config(), sinks.as_ref(), &cache, (&q, &k, &v), first, limit).unwrap()
-            };
+            let config = layer.config();
+            let attend =
+                |limit| attend_cached_scoring(config, sinks.as_ref(), &cache, (&q, &k, &v), first, limit).unwrap();
             let whole = attend(usize::MAX);
             let keys = cache.len() + t;
             for limit in [0, keys, 2 * keys, 3 * keys, 4 * keys, 7 * keys, 11 * keys] {
@@ -353,6 +388,31 @@ mod tests {
                     "{query_heads}/{kv_heads} heads, {cached} cached, limit {limit}"
                 );
             }
+            // the threads take the tasks in other bundles: the same bits
+            for threads in [1, 2, 3, 4] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let bits = |x: &[f64]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&pool.install(|| attend(usize::MAX))), bits(&whole), "{threads} threads");
+            }
         }
+    }
+
+    #[test]
+    fn each_thread_takes_a_run_of_whole_lanes_and_the_parts_in_turn() {
+        // (kv lane, first head, a label); SmolLM2's three lanes on two threads, the third split
+        let lanes_of = |bundles: Vec<Vec<(usize, usize, char)>>| -> Vec<String> {
+            bundles.iter().map(|b| b.iter().map(|t| t.2).collect()).collect()
+        };
+        let three = vec![(0, 0, 'a'), (1, 0, 'b'), (2, 0, 'c'), (2, 2, 'd')];
+        assert_eq!(lanes_of(bundled(three.clone(), 3, 2, true)), ["ac", "bd"]);
+        // without split lanes (or where the lanes divide among the threads), a bundle a task
+        assert_eq!(lanes_of(bundled(three, 3, 2, false)), ["a", "b", "c", "d"]);
+        let four = vec![(0, 0, 'a'), (1, 0, 'b'), (2, 0, 'c'), (3, 0, 'd')];
+        assert_eq!(lanes_of(bundled(four, 4, 2, true)), ["a", "b", "c", "d"]);
+        // five lanes on two threads: two whole lanes each, the fifth's parts one each
+        let five = vec![(0, 0, 'a'), (1, 0, 'b'), (2, 0, 'c'), (3, 0, 'd'), (4, 0, 'e'), (4, 1, 'f')];
+        assert_eq!(lanes_of(bundled(five, 5, 2, true)), ["abe", "cdf"]);
+        // fewer lanes than threads (a head a lane): the lanes dealt in turn
+        assert_eq!(lanes_of(bundled(vec![(0, 0, 'a'), (1, 0, 'b')], 2, 4, true)), ["a", "b", "", ""]);
     }
 }
