@@ -221,9 +221,9 @@ fn attend_cached_scoring(
 /// third, the second lane and the rest of the third, a lane and a half each. Left in lane order,
 /// the tasks were halved by rayon into the first two lanes and the third lane's two parts, and a
 /// thread that had read one lane stole the other's second: two lanes on one thread, one on the
-/// other. SmolLM2-135M decoded a token 5–6 % faster from 256 and 512 positions, 5–12 % from 1024
-/// and 12–14 % from 2048 and 4096 (two threads; `docs/performance.md`, "2026-12-07"). How the
-/// tasks are bundled changes no bit.
+/// other. SmolLM2-135M decoded a token 0–6 % faster from 256 positions, 5 % from 512, 5–12 %
+/// from 1024 and 12–14 % from 2048 and 4096 (two threads; `docs/performance.md`, "2026-12-07").
+/// How the tasks are bundled changes no bit.
 fn bundled<T>(tasks: Vec<(usize, usize, T)>, lanes: usize, threads: usize, split: bool) -> Vec<Vec<(usize, usize, T)>> {
     if !split || lanes.is_multiple_of(threads) {
         return tasks.into_iter().map(|task| vec![task]).collect();
