@@ -8,3 +8,31 @@ fn the_command_line_keeps_the_shared_manners() {
         panic!("{message}");
     }
 }
+
+/// The three bad inputs, as a user types them: each is refused with status 2 before
+/// anything is measured (nothing on standard output), and the message says what is accepted.
+#[test]
+fn bad_input_is_a_usage_error_with_status_2_and_the_choices() {
+    let run = |args: &[&str], model_env: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_llm-bench"));
+        command.args(args).env_remove("LLM_MODEL").env_remove("LLM_KERNELS");
+        if let Some(path) = model_env {
+            command.env("LLM_MODEL", path);
+        }
+        command.output().expect("llm-bench runs")
+    };
+    let workloads = "[possible values: gemm, mha-train, decode, long-causal, train-step, train-text, real-prefill, real-decode, stream]";
+    for (args, model_env, needle) in [
+        (&["--threads", "0", "gemm"][..], None, "expected a whole number from 1 to 1024"),
+        (&["real-decode", "--model", "/nonexistent/model.gguf"][..], None, "expected the path of a GGUF model file"),
+        (&["real-prefill", "--model", "/"][..], None, "expected the path of a GGUF model file"),
+        (&["real-decode"][..], Some("/"), "LLM_MODEL=/: expected the path of a GGUF model file"),
+        (&["no-such-workload"][..], None, workloads),
+    ] {
+        let output = run(args, model_env);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?} measured something");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
