@@ -131,6 +131,11 @@ fn matmul_op(c: &mut Criterion) {
 /// rows, 0.55 MB: a feed-forward weight of that model) and from one larger than the last-level
 /// cache (131 072 rows, 47 MB). Throughput in bytes of weights read: where the two rates are the
 /// same, the kernel's arithmetic bounds it, not memory (`docs/performance.md`).
+///
+/// Then on every thread of the pool, as a token runs them: all of that model's 4-bit weights in
+/// one matrix (184 320 rows: 106.2 M weights, 79.6 MB) and its 8-bit head (`Q8_0`, 49 152 rows:
+/// 28.3 M weights), the time a token's kernels take with nothing else — the bound of decoding at
+/// 0.7 of the streaming rate ("What stops the unmet targets").
 fn quantized_row(c: &mut Criterion) {
     use llm_from_scratch::kernels::quant::{BlockFormat, QuantRows, group_rows, row_times_quantized};
     let mut group = c.benchmark_group("quantized_row");
@@ -155,6 +160,31 @@ fn quantized_row(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("q4_1_one_thread", rows), |bench| {
             bench.iter(|| {
                 row_times_quantized(black_box(&x), &w, &mut out, false).expect("shapes match");
+                black_box(&out);
+            });
+        });
+    }
+    for (format, rows, name) in
+        [(BlockFormat::Q4_1, 184_320, "q4_1_every_thread"), (BlockFormat::Q8_0, 49_152, "q8_0_every_thread")]
+    {
+        let mut rng = SplitMix64::new(12);
+        let block = format.block_bytes();
+        let mut bytes: Vec<u8> = (0..rows * cols / 32 * block).map(|_| (rng.next_u64() >> 56) as u8).collect();
+        for b in bytes.chunks_exact_mut(block) {
+            // scales near 2⁻⁸ (and for `Q4_1` a minimum of −4 to −8 scales), as above
+            let d = 0x1c00 | (u16::from_le_bytes([b[0], b[1]]) & 0x3ff);
+            b[..2].copy_from_slice(&d.to_le_bytes());
+            if format == BlockFormat::Q4_1 {
+                b[2..4].copy_from_slice(&((d + (2 << 10)) | 0x8000).to_le_bytes());
+            }
+        }
+        group_rows(format, &mut bytes, rows, cols).expect("whole blocks");
+        let w = QuantRows::grouped(format, &bytes, rows, cols).expect("whole blocks");
+        let mut out = vec![0.0; rows];
+        group.throughput(Throughput::Elements((rows * cols) as u64));
+        group.bench_function(BenchmarkId::new(name, rows), |bench| {
+            bench.iter(|| {
+                row_times_quantized(black_box(&x), &w, &mut out, true).expect("shapes match");
                 black_box(&out);
             });
         });
