@@ -137,59 +137,59 @@ fn matmul_op(c: &mut Criterion) {
 /// 28.3 M weights), the time a token's kernels take with nothing else — the bound of decoding at
 /// 0.7 of the streaming rate ("What stops the unmet targets").
 fn quantized_row(c: &mut Criterion) {
-    use llm_from_scratch::kernels::quant::{BlockFormat, QuantRows, group_rows, row_times_quantized};
+    use llm_from_scratch::kernels::quant::{BlockFormat, QuantRows, row_times_quantized};
     let mut group = c.benchmark_group("quantized_row");
     group.sampling_mode(SamplingMode::Flat);
     let cols = 576;
     let x = random_values(cols, 8);
-    for rows in [1536usize, 131_072] {
-        let mut rng = SplitMix64::new(9);
-        let block = BlockFormat::Q4_1.block_bytes();
-        let mut bytes: Vec<u8> = (0..rows * cols / 32 * block).map(|_| (rng.next_u64() >> 56) as u8).collect();
-        for b in bytes.chunks_exact_mut(block) {
-            // a model's kind of block: a scale near 2⁻⁸ and a minimum of −4 to −8 scales (the
-            // AVX-512 kernel makes such values in `f64`; far-apart halves take its `f32` path)
-            let d = 0x1c00 | (u16::from_le_bytes([b[0], b[1]]) & 0x3ff);
-            b[..2].copy_from_slice(&d.to_le_bytes());
-            b[2..4].copy_from_slice(&((d + (2 << 10)) | 0x8000).to_le_bytes());
-        }
-        group_rows(BlockFormat::Q4_1, &mut bytes, rows, cols).expect("whole blocks");
-        let w = QuantRows::grouped(BlockFormat::Q4_1, &bytes, rows, cols).expect("whole blocks");
-        let mut out = vec![0.0; rows];
-        group.throughput(Throughput::Bytes(bytes.len() as u64));
-        group.bench_function(BenchmarkId::new("q4_1_one_thread", rows), |bench| {
-            bench.iter(|| {
-                row_times_quantized(black_box(&x), &w, &mut out, false).expect("shapes match");
-                black_box(&out);
+    let one_thread =
+        [(BlockFormat::Q4_1, 1536, "q4_1_one_thread", 9), (BlockFormat::Q4_1, 131_072, "q4_1_one_thread", 9)];
+    let every_thread =
+        [(BlockFormat::Q4_1, 184_320, "q4_1_every_thread", 12), (BlockFormat::Q8_0, 49_152, "q8_0_every_thread", 12)];
+    for (parallel, cases) in [(false, one_thread), (true, every_thread)] {
+        for (format, rows, name, seed) in cases {
+            let bytes = model_like_blocks(format, rows, cols, seed);
+            let w = QuantRows::grouped(format, &bytes, rows, cols).expect("whole blocks");
+            let mut out = vec![0.0; rows];
+            // one thread: bytes of weights read a second; every thread: weights a second
+            group.throughput(if parallel {
+                Throughput::Elements((rows * cols) as u64)
+            } else {
+                Throughput::Bytes(bytes.len() as u64)
             });
-        });
-    }
-    for (format, rows, name) in
-        [(BlockFormat::Q4_1, 184_320, "q4_1_every_thread"), (BlockFormat::Q8_0, 49_152, "q8_0_every_thread")]
-    {
-        let mut rng = SplitMix64::new(12);
-        let block = format.block_bytes();
-        let mut bytes: Vec<u8> = (0..rows * cols / 32 * block).map(|_| (rng.next_u64() >> 56) as u8).collect();
-        for b in bytes.chunks_exact_mut(block) {
-            // scales near 2⁻⁸ (and for `Q4_1` a minimum of −4 to −8 scales), as above
-            let d = 0x1c00 | (u16::from_le_bytes([b[0], b[1]]) & 0x3ff);
-            b[..2].copy_from_slice(&d.to_le_bytes());
-            if format == BlockFormat::Q4_1 {
-                b[2..4].copy_from_slice(&((d + (2 << 10)) | 0x8000).to_le_bytes());
-            }
-        }
-        group_rows(format, &mut bytes, rows, cols).expect("whole blocks");
-        let w = QuantRows::grouped(format, &bytes, rows, cols).expect("whole blocks");
-        let mut out = vec![0.0; rows];
-        group.throughput(Throughput::Elements((rows * cols) as u64));
-        group.bench_function(BenchmarkId::new(name, rows), |bench| {
-            bench.iter(|| {
-                row_times_quantized(black_box(&x), &w, &mut out, true).expect("shapes match");
-                black_box(&out);
+            group.bench_function(BenchmarkId::new(name, rows), |bench| {
+                bench.iter(|| {
+                    row_times_quantized(black_box(&x), &w, &mut out, parallel).expect("shapes match");
+                    black_box(&out);
+                });
             });
-        });
+        }
     }
     group.finish();
+}
+
+/// `rows × cols` weights of `format` in random blocks of a model's kind, grouped as a model's
+/// matrices are: a scale near 2⁻⁸ and, for `Q4_1`, a minimum of −4 to −8 scales (the AVX-512
+/// kernel makes such values in `f64`; far-apart halves take its `f32` path).
+fn model_like_blocks(
+    format: llm_from_scratch::kernels::quant::BlockFormat,
+    rows: usize,
+    cols: usize,
+    seed: u64,
+) -> Vec<u8> {
+    use llm_from_scratch::kernels::quant::{BlockFormat, group_rows};
+    let mut rng = SplitMix64::new(seed);
+    let block = format.block_bytes();
+    let mut bytes: Vec<u8> = (0..rows * cols / 32 * block).map(|_| (rng.next_u64() >> 56) as u8).collect();
+    for b in bytes.chunks_exact_mut(block) {
+        let d = 0x1c00 | (u16::from_le_bytes([b[0], b[1]]) & 0x3ff);
+        b[..2].copy_from_slice(&d.to_le_bytes());
+        if format == BlockFormat::Q4_1 {
+            b[2..4].copy_from_slice(&((d + (2 << 10)) | 0x8000).to_le_bytes());
+        }
+    }
+    group_rows(format, &mut bytes, rows, cols).expect("whole blocks");
+    bytes
 }
 
 /// One row times the transpose of a stored row-major matrix, on one thread: a tied LM head
